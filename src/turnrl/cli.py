@@ -1,0 +1,51 @@
+"""`turnrl <command>`: one entry point, one module per command family.
+
+Each command family lives next to the code it drives and exposes
+`register(subparsers)`, which adds its parser and sets `func` to a callable taking the
+parsed namespace and returning an exit code. The modules are imported lazily so that
+`turnrl sandbox serve` never pays for importing torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command name -> module providing register(subparsers)
+COMMANDS: dict[str, str] = {
+    "train": "turnrl.trainer.cli",
+    "sandbox": "turnrl.servers.sandbox.cli",
+    "retriever": "turnrl.servers.retriever.cli",
+}
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="turnrl", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = argv[0] if argv and argv[0] in COMMANDS else None
+    for name, module in COMMANDS.items():
+        if wanted is None or name == wanted:
+            try:
+                importlib.import_module(module).register(sub)
+            except ModuleNotFoundError as err:
+                if err.name and err.name.startswith("turnrl"):
+                    continue  # command family not built yet
+                raise
+        else:
+            sub.add_parser(name)  # listed in --help without importing it
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
