@@ -1,0 +1,297 @@
+"""Advantage estimators of the PPO family.
+
+Every estimator takes ``(B, T)`` response tensors and returns ``(advantages, returns)``, both ``(B, T)``
+and exactly 0 wherever ``response_mask`` is 0. Observation tokens (mask 0 inside a multi-turn response)
+are not time steps of the policy: the recursions below step over them without cutting the trajectory,
+and any reward or value sitting on them is ignored.
+
+Outcome estimators (``grpo``, ``rloo``, ``reinforce_plus_plus_baseline``, ``remax``) reduce each
+response to one score, the sum of its ``token_level_rewards`` over the whole response (the reward lands on
+the last model token), and broadcast one advantage to every model token of that response. They return
+``returns == advantages`` except ReMax, whose returns are the raw score; a critic never reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from turnrl.algorithms.core import check_same_shape, masked_fill_zero, masked_whiten
+
+ADV_ESTIMATORS: tuple[str, ...] = (
+    "gae",
+    "grpo",
+    "rloo",
+    "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline",
+    "remax",
+)
+
+
+def _check_2d(
+    where: str, token_level_rewards: Tensor, response_mask: Tensor, **others: Tensor | None
+) -> None:
+    if token_level_rewards.dim() != 2:
+        raise ValueError(
+            f"{where}: token_level_rewards must be (B, T), got shape {tuple(token_level_rewards.shape)}"
+        )
+    check_same_shape(
+        {"token_level_rewards": token_level_rewards, "response_mask": response_mask, **others}, where
+    )
+
+
+def _group_ids(
+    index: np.ndarray | Sequence[object] | None, batch_size: int, where: str
+) -> tuple[Tensor, int]:
+    """Map arbitrary hashable group ids (uids) to 0..G-1, in order of first appearance."""
+    if index is None:
+        raise ValueError(
+            f"{where}: index (the uid of each response's prompt) is required for group baselines"
+        )
+    ids = list(np.asarray(index, dtype=object).reshape(-1))
+    if len(ids) != batch_size:
+        raise ValueError(f"{where}: index has {len(ids)} entries but the batch has {batch_size} responses")
+    mapping: dict[object, int] = {}
+    try:
+        codes = [mapping.setdefault(uid, len(mapping)) for uid in ids]
+    except TypeError as exc:
+        raise ValueError(f"{where}: index entries must be hashable (str/int uids): {exc}") from exc
+    return torch.tensor(codes, dtype=torch.long), len(mapping)
+
+
+def _group_stats(
+    scores: Tensor, index: np.ndarray | Sequence[object] | None, where: str
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-response group size, group sum, unbiased group std and an all-equal flag (float64, shape (B,)).
+
+    A group of one has no baseline: its advantage would be 0 (GRPO, ReMax-free baselines) or undefined
+    (RLOO), which silently trains on nothing, so it is an error.
+    """
+    codes, n_groups = _group_ids(index, scores.shape[0], where)
+    codes = codes.to(scores.device)
+    s = scores.to(torch.float64)
+    size = torch.zeros(n_groups, dtype=torch.float64, device=s.device).index_add_(
+        0, codes, torch.ones_like(s)
+    )
+    if bool((size < 2).any()):
+        lonely = np.asarray(index, dtype=object).reshape(-1)[(size[codes] < 2).cpu().numpy()]
+        raise ValueError(
+            f"{where}: group {lonely[0]!r} has a single response; group baselines need >= 2 samples per "
+            "prompt (set rollout.n >= 2 and keep the same uid for a prompt's samples)"
+        )
+    total = torch.zeros_like(size).index_add_(0, codes, s)
+    mean = total / size
+    sq = torch.zeros_like(size).index_add_(0, codes, (s - mean[codes]) ** 2)
+    std = torch.sqrt(sq / (size - 1))
+    high = torch.full_like(size, -torch.inf).scatter_reduce(0, codes, s, reduce="amax")
+    low = torch.full_like(size, torch.inf).scatter_reduce(0, codes, s, reduce="amin")
+    # Compared exactly (not via std == 0) because a float mean of equal scores can be off by one ulp.
+    flat = high == low
+    return size[codes], total[codes], std[codes], flat[codes]
+
+
+def _broadcast(per_seq: Tensor, response_mask: Tensor, like: Tensor) -> Tensor:
+    return masked_fill_zero(per_seq.to(like.dtype).unsqueeze(-1).expand_as(like), response_mask)
+
+
+def _reverse_scan(
+    token_level_rewards: Tensor, response_mask: Tensor, gamma: float, values: Tensor | None, lam: float
+) -> Tensor:
+    """Backward recursion over model tokens only, vectorised over the batch.
+
+    Without ``values`` it is the discounted return-to-go G_t = r_t + gamma * G_next. With ``values`` it is
+    GAE (Schulman et al. 2016, eq. 16): delta_t = r_t + gamma * V_next - V_t, A_t = delta_t + gamma*lam*A_next.
+    At a masked position the running quantity and V_next pass through unchanged and the output is 0, so an
+    observation between two model turns neither ends the episode nor counts as a step.
+    """
+    mask = response_mask != 0
+    rewards = masked_fill_zero(token_level_rewards, mask)
+    zeros = rewards.new_zeros(rewards.shape[0])
+    running, next_value = zeros, zeros
+    out = torch.zeros_like(rewards)
+    for t in range(rewards.shape[1] - 1, -1, -1):
+        m = mask[:, t]
+        if values is None:
+            candidate = rewards[:, t] + gamma * running
+        else:
+            v_t = torch.where(m, values[:, t], zeros)
+            candidate = rewards[:, t] + gamma * next_value - v_t + gamma * lam * running
+            next_value = torch.where(m, v_t, next_value)
+        running = torch.where(m, candidate, running)
+        out[:, t] = torch.where(m, candidate, zeros)
+    return out
+
+
+def gae_advantage(
+    token_level_rewards: Tensor,
+    values: Tensor,
+    response_mask: Tensor,
+    gamma: float,
+    lam: float,
+    whiten: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """Generalised advantage estimation over model tokens, for PPO with a critic.
+
+    The value after the last model token is 0 (the response ends the episode). Returns are the
+    lambda-returns ``A_t + V_t``, computed before whitening (they are the critic's regression target).
+    With ``whiten`` (the default, as in PPO implementations) the advantages are then normalised to mean 0,
+    std 1 over all valid tokens of the batch.
+    """
+    _check_2d("gae_advantage", token_level_rewards, response_mask, values=values)
+    with torch.no_grad():
+        advantages = _reverse_scan(token_level_rewards, response_mask, gamma, values, lam)
+        returns = masked_fill_zero(advantages + values, response_mask)
+        if whiten:
+            advantages = masked_whiten(advantages, response_mask)
+    return advantages, returns
+
+
+def grpo_outcome_advantage(
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    norm_adv_by_std: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """GRPO (Shao et al. 2024): (score - group mean) / (group std + epsilon), std unbiased.
+
+    ``norm_adv_by_std=False`` gives Dr. GRPO's (Liu et al. 2025) plain ``score - group mean``. A group
+    whose scores are all equal gets advantage exactly 0.
+    """
+    _check_2d("grpo_outcome_advantage", token_level_rewards, response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        size, total, std, flat = _group_stats(scores, index, "grpo_outcome_advantage")
+        adv = scores.to(torch.float64) - total / size
+        if norm_adv_by_std:
+            adv = adv / (std + epsilon)
+        adv = torch.where(flat, torch.zeros_like(adv), adv)
+        advantages = _broadcast(adv, response_mask, token_level_rewards)
+    return advantages, advantages.clone()
+
+
+def rloo_outcome_advantage(
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+) -> tuple[Tensor, Tensor]:
+    """RLOO (Ahmadian et al. 2024): score minus the mean score of the *other* samples of the same prompt.
+
+    ``epsilon`` is accepted for a uniform call signature; the leave-one-out baseline needs no division
+    guard because group size 1 is rejected.
+    """
+    del epsilon
+    _check_2d("rloo_outcome_advantage", token_level_rewards, response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1).to(torch.float64)
+        size, total, _, flat = _group_stats(scores, index, "rloo_outcome_advantage")
+        adv = scores - (total - scores) / (size - 1)
+        adv = torch.where(flat, torch.zeros_like(adv), adv)
+        advantages = _broadcast(adv, response_mask, token_level_rewards)
+    return advantages, advantages.clone()
+
+
+def reinforce_plus_plus_advantage(
+    token_level_rewards: Tensor, response_mask: Tensor, gamma: float
+) -> tuple[Tensor, Tensor]:
+    """REINFORCE++ (Hu 2025): discounted return-to-go over model tokens, whitened over the batch.
+
+    Returns are the un-whitened returns-to-go.
+    """
+    _check_2d("reinforce_plus_plus_advantage", token_level_rewards, response_mask)
+    with torch.no_grad():
+        returns = _reverse_scan(token_level_rewards, response_mask, gamma, None, 1.0)
+        advantages = masked_whiten(returns, response_mask)
+    return advantages, returns
+
+
+def reinforce_plus_plus_baseline_advantage(
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+) -> tuple[Tensor, Tensor]:
+    """REINFORCE++-baseline: score minus group mean, then whitened over all valid tokens of the batch.
+
+    The group mean removes the per-prompt difficulty; the batch-level (not group-level) std keeps the
+    scale comparable across prompts. ``epsilon`` is added to the batch variance before the square root.
+    """
+    _check_2d("reinforce_plus_plus_baseline_advantage", token_level_rewards, response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1).to(torch.float64)
+        size, total, _, flat = _group_stats(scores, index, "reinforce_plus_plus_baseline_advantage")
+        centred = torch.where(flat, torch.zeros_like(scores), scores - total / size)
+        per_token = _broadcast(centred, response_mask, token_level_rewards)
+        advantages = masked_whiten(per_token, response_mask, eps=epsilon)
+    return advantages, advantages.clone()
+
+
+def remax_advantage(
+    token_level_rewards: Tensor, reward_baselines: Tensor, response_mask: Tensor
+) -> tuple[Tensor, Tensor]:
+    """ReMax (Li et al. 2023): score minus the reward of the greedy rollout of the same prompt.
+
+    ``reward_baselines`` has shape (B,). Returns are the raw score broadcast to the model tokens.
+    """
+    _check_2d("remax_advantage", token_level_rewards, response_mask)
+    if reward_baselines is None or reward_baselines.shape != token_level_rewards.shape[:1]:
+        got = None if reward_baselines is None else tuple(reward_baselines.shape)
+        raise ValueError(
+            f"remax_advantage: reward_baselines must have shape ({token_level_rewards.shape[0]},), got {got}"
+        )
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        advantages = _broadcast(
+            scores - reward_baselines.to(scores.dtype), response_mask, token_level_rewards
+        )
+        returns = _broadcast(scores, response_mask, token_level_rewards)
+    return advantages, returns
+
+
+def compute_advantage(
+    estimator: str,
+    *,
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    index: np.ndarray | None = None,
+    values: Tensor | None = None,
+    reward_baselines: Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    norm_adv_by_std_in_grpo: bool = True,
+    epsilon: float = 1e-6,
+) -> tuple[Tensor, Tensor]:
+    """Dispatch to the estimator named by ``algorithm.adv_estimator``; see each function for the maths."""
+    if estimator == "gae":
+        if values is None:
+            raise ValueError("compute_advantage('gae'): values (the critic's predictions) are required")
+        return gae_advantage(token_level_rewards, values, response_mask, gamma, lam)
+    if estimator == "grpo":
+        return grpo_outcome_advantage(
+            token_level_rewards,
+            response_mask,
+            index,
+            epsilon=epsilon,
+            norm_adv_by_std=norm_adv_by_std_in_grpo,
+        )
+    if estimator == "rloo":
+        return rloo_outcome_advantage(token_level_rewards, response_mask, index, epsilon=epsilon)
+    if estimator == "reinforce_plus_plus":
+        return reinforce_plus_plus_advantage(token_level_rewards, response_mask, gamma)
+    if estimator == "reinforce_plus_plus_baseline":
+        return reinforce_plus_plus_baseline_advantage(
+            token_level_rewards, response_mask, index, epsilon=epsilon
+        )
+    if estimator == "remax":
+        if reward_baselines is None:
+            raise ValueError(
+                "compute_advantage('remax'): reward_baselines (greedy rollout rewards) are required"
+            )
+        return remax_advantage(token_level_rewards, reward_baselines, response_mask)
+    raise ValueError(
+        f"unknown advantage estimator {estimator!r}; valid estimators: {', '.join(ADV_ESTIMATORS)}"
+    )

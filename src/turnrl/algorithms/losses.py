@@ -1,0 +1,154 @@
+"""Policy and value losses of the PPO family, and the entropy of a categorical from its logits."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from turnrl.algorithms.core import agg_loss, check_same_shape, masked_fill_zero, masked_mean
+
+POLICY_LOSS_MODES: tuple[str, ...] = ("vanilla", "gspo")
+
+# exp(20) ~ 4.9e8 is already far outside any clip range; beyond it float32 heads for overflow.
+_LOG_RATIO_LIMIT = 20.0
+
+
+def _log_ratio(old_log_prob: Tensor, log_prob: Tensor, mask: Tensor, mode: str) -> Tensor:
+    """log(pi / pi_old) per token for the chosen mode, clamped, 0 at masked positions."""
+    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    # where() before subtracting: padded -inf log-probs would otherwise put NaN into the backward pass
+    token = torch.where(mask, log_prob, zero) - torch.where(mask, old_log_prob, zero)
+    if mode == "vanilla":
+        return token.clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)
+    # GSPO (Zheng et al. 2025, eq. 7 and the GSPO-token form, eq. 13): the sequence ratio is the
+    # geometric mean of token ratios, s_i = exp(mean_t log r_t). Per token we use
+    # log s_i,t = sg[log s_i] + log pi_t - sg[log pi_t]: its value is log s_i on every token, its gradient
+    # that of log pi_t, so the per-sequence objective's gradient is spread over the tokens.
+    seq = masked_mean(token, mask, dim=-1).unsqueeze(-1)
+    masked_lp = torch.where(mask, log_prob, zero)
+    combined = seq.detach() + masked_lp - masked_lp.detach()
+    return masked_fill_zero(combined.clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT), mask)
+
+
+def policy_loss(
+    *,
+    old_log_prob: Tensor,
+    log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    clip_ratio_c: float | None = 3.0,
+    loss_agg_mode: str = "token-mean",
+    mode: str = "vanilla",
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped surrogate loss (Schulman et al. 2017, eq. 7), negated for minimisation.
+
+    - Asymmetric clip range [1 - clip_ratio_low, 1 + clip_ratio_high]: DAPO's clip-higher (Yu et al. 2025)
+      raises only the upper bound so low-probability tokens can still grow.
+    - Dual clip (Ye et al. 2020, eq. 5) when ``clip_ratio_c`` is set: for A < 0 the loss is capped at
+      -A * c, so a huge ratio on a bad action cannot produce an unbounded update. Must be > 1.
+    - ``mode="gspo"`` uses the sequence-level ratio of GSPO for every token of a response (same clipping;
+      GSPO's paper uses small ranges such as 3e-4 / 4e-4 and ``seq-mean-token-mean``).
+
+    Metrics (detached scalars over valid tokens): ``pg_clipfrac`` - fraction where the PPO clip decides the
+    loss (the clipped term is larger and dual clip is not active); ``pg_clipfrac_lower`` - fraction where
+    the dual clip decides it; ``ppo_kl`` - masked mean of old_log_prob - log_prob.
+    """
+    if mode not in POLICY_LOSS_MODES:
+        raise ValueError(f"unknown policy loss mode {mode!r}; valid modes: {', '.join(POLICY_LOSS_MODES)}")
+    if not 0.0 <= clip_ratio_low < 1.0:
+        raise ValueError(f"policy_loss: clip_ratio_low must be in [0, 1), got {clip_ratio_low}")
+    if clip_ratio_high < 0.0:
+        raise ValueError(f"policy_loss: clip_ratio_high must be >= 0, got {clip_ratio_high}")
+    if clip_ratio_c is not None and clip_ratio_c <= 1.0:
+        raise ValueError(f"policy_loss: clip_ratio_c (dual clip) must be > 1, got {clip_ratio_c}")
+    check_same_shape(
+        {
+            "old_log_prob": old_log_prob,
+            "log_prob": log_prob,
+            "advantages": advantages,
+            "response_mask": response_mask,
+        },
+        "policy_loss",
+    )
+    mask = response_mask != 0
+    adv = masked_fill_zero(advantages, mask).to(log_prob.dtype)
+    log_ratio = _log_ratio(old_log_prob, log_prob, mask, mode)
+    ratio = torch.exp(log_ratio)
+
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    loss_mat = torch.maximum(unclipped, clipped)
+    clip_active = clipped > unclipped
+    dual_active = torch.zeros_like(mask)
+    if clip_ratio_c is not None:
+        bound = -adv * clip_ratio_c
+        dual_active = (adv < 0) & (loss_mat > bound)
+        loss_mat = torch.where(dual_active, bound, loss_mat)
+        clip_active = clip_active & ~dual_active
+
+    loss = agg_loss(loss_mat, mask, loss_agg_mode)
+    with torch.no_grad():
+        metrics = {
+            "pg_clipfrac": masked_mean(clip_active.to(log_prob.dtype), mask),
+            "pg_clipfrac_lower": masked_mean(dual_active.to(log_prob.dtype), mask),
+            "ppo_kl": masked_mean(-(log_prob - old_log_prob), mask).detach(),
+        }
+    return loss, metrics
+
+
+def value_loss(
+    *,
+    vpreds: Tensor,
+    values: Tensor,
+    returns: Tensor,
+    response_mask: Tensor,
+    cliprange_value: float | None = 0.5,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped value loss: 0.5 * max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2).
+
+    The pessimistic max keeps the critic from moving far from the values the advantages were computed
+    with (as in PPO implementations since OpenAI baselines). ``cliprange_value=None`` disables clipping.
+    Metrics: ``vf_clipfrac`` (valid tokens where the clipped term is the larger), ``vpred_mean``.
+    """
+    check_same_shape(
+        {"vpreds": vpreds, "values": values, "returns": returns, "response_mask": response_mask}, "value_loss"
+    )
+    if cliprange_value is not None and cliprange_value < 0:
+        raise ValueError(f"value_loss: cliprange_value must be >= 0 or None, got {cliprange_value}")
+    mask = response_mask != 0
+    zero = torch.zeros((), dtype=vpreds.dtype, device=vpreds.device)
+    v = torch.where(mask, vpreds, zero)
+    v_old = torch.where(mask, values, zero).to(v.dtype)
+    target = torch.where(mask, returns, zero).to(v.dtype)
+    unclipped = (v - target).square()
+    if cliprange_value is None:
+        loss_mat = 0.5 * unclipped
+        clip_active = torch.zeros_like(mask)
+    else:
+        v_clipped = v_old + (v - v_old).clamp(-cliprange_value, cliprange_value)
+        clipped = (v_clipped - target).square()
+        loss_mat = 0.5 * torch.maximum(unclipped, clipped)
+        clip_active = clipped > unclipped
+    loss = agg_loss(loss_mat, mask, loss_agg_mode)
+    with torch.no_grad():
+        metrics = {
+            "vf_clipfrac": masked_mean(clip_active.to(v.dtype), mask),
+            "vpred_mean": masked_mean(v, mask).detach(),
+        }
+    return loss, metrics
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Entropy H = logsumexp(z) - sum_v softmax(z)_v z_v over the last dim, shape (...,).
+
+    Stable for large logits (no exp of raw logits) and for -inf logits (masked vocabulary entries add 0).
+    16-bit logits are upcast to float32 for the reduction; pass chunks of rows to bound memory.
+    """
+    z = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    lse = torch.logsumexp(z, dim=-1)
+    probs = torch.softmax(z, dim=-1)
+    finite = torch.where(torch.isneginf(z), torch.zeros((), dtype=z.dtype, device=z.device), z)
+    return lse - (probs * finite).sum(dim=-1)
