@@ -27,7 +27,9 @@ def t(rows: list) -> torch.Tensor:
 # ---------------------------------------------------------------- plain-loop references (one row at a time)
 
 
-def loop_gae(rewards: list[float], values: list[float], mask: list[int], gamma: float, lam: float) -> list[float]:
+def loop_gae(
+    rewards: list[float], values: list[float], mask: list[int], gamma: float, lam: float
+) -> list[float]:
     """Textbook GAE on the model tokens only: compact, recurse, scatter back."""
     steps = [i for i, m in enumerate(mask) if m]
     adv = [0.0] * len(mask)

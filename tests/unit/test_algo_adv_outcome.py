@@ -63,7 +63,9 @@ def loop_rloo(scores: list[float], index: list) -> list[float]:
     return out
 
 
-def loop_rpp_baseline(scores: list[float], index: list, masks: list[list[int]], eps: float) -> list[list[float]]:
+def loop_rpp_baseline(
+    scores: list[float], index: list, masks: list[list[int]], eps: float
+) -> list[list[float]]:
     centred = [s - statistics.fmean([scores[j] for j in group_of(i, index)]) for i, s in enumerate(scores)]
     flat = [c for c, m in zip(centred, masks, strict=True) for k in m if k]
     mean = sum(flat) / len(flat)
@@ -130,7 +132,7 @@ def test_grpo_zero_variance_group_is_exactly_zero(norm: bool) -> None:
 
 def test_grpo_group_of_one_is_an_error_naming_the_uid() -> None:
     rewards, mask = outcome_batch([1.0, 0.0, 1.0], [[1], [1], [1]])
-    with pytest.raises(ValueError, match="'lonely'.*single response"):
+    with pytest.raises(ValueError, match=r"'lonely'.*single response"):
         grpo_outcome_advantage(rewards, mask, np.array(["g", "g", "lonely"], dtype=object))
 
 
@@ -195,7 +197,9 @@ def test_rloo_matches_loop_and_rejects_groups_of_one() -> None:
 
 def test_reinforce_plus_plus_baseline_by_hand() -> None:
     rewards, mask = outcome_batch([1.0, 0.0, 2.0, 2.0], [[1, 1]] * 4)
-    adv, _ = reinforce_plus_plus_baseline_advantage(rewards, mask, np.array(["a", "a", "b", "b"]), epsilon=0.0)
+    adv, _ = reinforce_plus_plus_baseline_advantage(
+        rewards, mask, np.array(["a", "a", "b", "b"]), epsilon=0.0
+    )
     # centred by group mean: 0.5, -0.5, 0, 0 -> per token [0.5,0.5,-0.5,-0.5,0,0,0,0]
     # batch mean 0, unbiased var 4*0.25/7 = 1/7, std 0.37796 -> 0.5/0.37796 = 1.32288
     assert torch.allclose(adv, t([[1.32288] * 2, [-1.32288] * 2, [0.0] * 2, [0.0] * 2]), atol=1e-5)
