@@ -1,0 +1,102 @@
+"""`turnrl retriever index|serve|builtin`: build a search index, serve it over HTTP.
+
+Only argparse is imported at module load: bm25s, FastAPI and (for dense retrieval) torch
+are imported by the sub-command that needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from turnrl.servers.retriever.errors import RetrieverError
+
+
+def _human_bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.1f} {unit}" if unit != "B" else f"{int(value)} B"
+        value /= 1024
+    return f"{value:.1f} GB"
+
+
+def _guarded(name: str, body: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn a RetrieverError into one line on stderr and exit status 1, instead of a traceback."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return body(args)
+        except RetrieverError as err:
+            print(f"turnrl retriever {name}: error: {err}", file=sys.stderr)
+            return 1
+
+    return run
+
+
+def _index(args: argparse.Namespace) -> int:
+    from turnrl.servers.retriever.index import build_index
+
+    report = build_index(
+        args.corpus,
+        args.out,
+        method=args.method,
+        show_progress=not args.no_progress,
+        model=args.model,
+        device=args.device,
+    )
+    print(
+        f"indexed {report.meta['num_docs']} documents ({args.method}) in {report.seconds:.1f} s; "
+        f"index size {_human_bytes(report.size_bytes)} at {report.index_dir}"
+    )
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from turnrl.servers.retriever.server import serve
+
+    serve(args.index, host=args.host, port=args.port, topk=args.topk, log_level=args.log_level, device=args.device)
+    return 0
+
+
+def _builtin(args: argparse.Namespace) -> int:
+    from turnrl.servers.retriever.builtin_corpus import write_builtin_corpus
+
+    paths = write_builtin_corpus(args.out, n_entities=args.entities, seed=args.seed)
+    print(f"wrote {paths.corpus} ({paths.num_docs} documents) and {paths.qa} ({paths.num_questions} questions)")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "retriever",
+        help="build and serve a search index (Search-R1-compatible /retrieve)",
+        description=__doc__.splitlines()[0],
+    )
+    sub = parser.add_subparsers(dest="retriever_command", metavar="SUBCOMMAND")
+    parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
+
+    idx = sub.add_parser("index", help="build an index directory from a corpus file")
+    idx.add_argument("--corpus", required=True, help="JSONL(.gz) or parquet with rows {id, contents}; title = first line")
+    idx.add_argument("--out", required=True, help="index directory to create (holds the corpus too)")
+    idx.add_argument("--method", choices=("bm25", "dense"), default="bm25", help="bm25 (default) or dense")
+    idx.add_argument("--model", default=None, help="dense: local sentence-transformers folder (default: bundled MiniLM)")
+    idx.add_argument("--device", default=None, help="dense: torch device for embedding (default: auto)")
+    idx.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    idx.set_defaults(func=_guarded("index", _index))
+
+    srv = sub.add_parser("serve", help="serve POST /retrieve and GET /health over an index directory")
+    srv.add_argument("--index", required=True, help="index directory made by `turnrl retriever index`")
+    srv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    srv.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
+    srv.add_argument("--topk", type=int, default=3, help="documents per query when a request sends no topk")
+    srv.add_argument("--device", default=None, help="dense: torch device for query embedding")
+    srv.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
+    srv.set_defaults(func=_guarded("serve", _serve))
+
+    bt = sub.add_parser("builtin", help="write the built-in invented-facts corpus and its questions")
+    bt.add_argument("--out", required=True, help="directory for corpus.jsonl and qa.jsonl")
+    bt.add_argument("--entities", type=int, default=300, help="number of invented entities (one document each)")
+    bt.add_argument("--seed", type=int, default=0, help="generator seed; the same seed gives the same files")
+    bt.set_defaults(func=_guarded("builtin", _builtin))

@@ -1,0 +1,165 @@
+"""Corpus files: `{id, contents}` rows with the title on the first line of `contents`.
+
+This is the format of Search-R1's wiki-18 corpus (JSONL, optionally gzipped) and of
+FlashRAG's corpora; parquet files with the same two columns are read too. Inside an index
+directory the corpus is kept as an Arrow IPC file, memory-mapped at serve time, so a
+server's resident memory does not grow with the corpus and rows are fetched by position.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from turnrl.servers.retriever.errors import CorpusError, IndexLoadError
+
+
+def split_title(contents: str) -> tuple[str, str]:
+    """Split `contents` into (title, text): the first line is the title, the rest the text.
+
+    wiki-18 writes titles in double quotes (`"Paris"`); the quotes are not part of the title.
+    """
+    first, _, rest = contents.partition("\n")
+    title = first.strip()
+    if len(title) >= 2 and title[0] == '"' and title[-1] == '"':
+        title = title[1:-1].strip()
+    return title, rest
+
+
+def _row_to_doc(row: Any, where: str, position: int) -> tuple[str, str]:
+    if not isinstance(row, dict):
+        raise CorpusError(f"{where}: expected a JSON object with 'id' and 'contents', got {type(row).__name__}")
+    if "contents" not in row or row["contents"] is None:
+        raise CorpusError(f"{where}: row has no 'contents' field (keys: {sorted(row)})")
+    contents = row["contents"]
+    if not isinstance(contents, str):
+        raise CorpusError(f"{where}: 'contents' must be a string, got {type(contents).__name__}")
+    # A missing id falls back to the row position: ids are only echoed back to clients.
+    doc_id = row.get("id")
+    return (str(position) if doc_id is None else str(doc_id)), contents
+
+
+def _open_text(path: Path) -> IO[str]:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open("r", encoding="utf-8")
+
+
+def _iter_jsonl(path: Path, progress: Any) -> Iterator[tuple[str, str]]:
+    position = 0
+    with _open_text(path) as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if progress is not None:
+                progress.update(len(line.encode("utf-8")) if path.suffix != ".gz" else 1)
+            if not line.strip():
+                continue
+            where = f"{path}:{line_no}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise CorpusError(f"{where}: invalid JSON ({err.msg} at column {err.colno})") from None
+            yield _row_to_doc(row, where, position)
+            position += 1
+
+
+def _iter_parquet(path: Path, progress: Any) -> Iterator[tuple[str, str]]:
+    import pyarrow.parquet as pq
+
+    try:
+        handle = pq.ParquetFile(path)
+    except Exception as err:  # pyarrow raises several types for a bad file
+        raise CorpusError(f"{path}: not a readable parquet file ({err})") from None
+    names = handle.schema_arrow.names
+    if "contents" not in names:
+        raise CorpusError(f"{path}: parquet file has no 'contents' column (columns: {names})")
+    columns = ["contents"] + (["id"] if "id" in names else [])
+    position = 0
+    for batch in handle.iter_batches(columns=columns, batch_size=8192):
+        for row in batch.to_pylist():
+            yield _row_to_doc(row, f"{path}: row {position}", position)
+            position += 1
+        if progress is not None:
+            progress.update(batch.num_rows)
+
+
+def read_corpus(path: str | Path, show_progress: bool = True) -> tuple[list[str], list[str]]:
+    """Read a JSONL(.gz) or parquet corpus into parallel lists (ids, contents)."""
+    from tqdm.auto import tqdm
+
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"{path}: corpus file not found")
+    is_parquet = path.suffix == ".parquet"
+    if is_parquet:
+        import pyarrow.parquet as pq
+
+        try:
+            total: int | None = pq.ParquetFile(path).metadata.num_rows
+        except Exception as err:
+            raise CorpusError(f"{path}: not a readable parquet file ({err})") from None
+        unit, scale = "doc", False
+    elif path.suffix == ".gz":
+        total, unit, scale = None, "line", False
+    else:
+        total, unit, scale = path.stat().st_size, "B", True
+    ids: list[str] = []
+    contents: list[str] = []
+    with tqdm(total=total, unit=unit, unit_scale=scale, desc="read corpus", disable=not show_progress) as bar:
+        rows = _iter_parquet(path, bar) if is_parquet else _iter_jsonl(path, bar)
+        for doc_id, text in rows:
+            ids.append(doc_id)
+            contents.append(text)
+    if not ids:
+        raise CorpusError(f"{path}: corpus has no documents")
+    return ids, contents
+
+
+CORPUS_FILE = "corpus.arrow"
+
+
+def write_corpus_store(index_dir: Path, ids: Sequence[str], contents: Sequence[str]) -> Path:
+    """Write the corpus into the index directory as an uncompressed Arrow file (mmap-able)."""
+    import pyarrow as pa
+
+    table = pa.table({"id": pa.array(ids, pa.large_string()), "contents": pa.array(contents, pa.large_string())})
+    out = index_dir / CORPUS_FILE
+    with pa.OSFile(str(out), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=65536)
+    return out
+
+
+class CorpusStore:
+    """Random access to the documents of an index directory by position."""
+
+    def __init__(self, index_dir: Path) -> None:
+        import pyarrow as pa
+
+        path = index_dir / CORPUS_FILE
+        if not path.is_file():
+            raise IndexLoadError(f"{path}: corpus file missing from the index directory")
+        try:
+            self._table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+        except Exception as err:
+            raise IndexLoadError(f"{path}: corpus file is corrupt ({err})") from None
+        if self._table.column_names[:2] != ["id", "contents"]:
+            raise IndexLoadError(f"{path}: expected columns ['id', 'contents'], got {self._table.column_names}")
+        self._ids = self._table.column("id")
+        self._contents = self._table.column("contents")
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    def documents(self, positions: Sequence[int]) -> list[dict[str, str]]:
+        """Rows at `positions`, in that order, as `{"id", "contents"}` dicts."""
+        import pyarrow as pa
+
+        take = pa.array(positions, pa.int64())
+        ids = self._ids.take(take).to_pylist()
+        texts = self._contents.take(take).to_pylist()
+        return [{"id": i, "contents": c} for i, c in zip(ids, texts, strict=True)]
+
+    def all_contents(self) -> list[str]:
+        return self._contents.to_pylist()

@@ -1,0 +1,149 @@
+"""The retrieval HTTP service, wire-compatible with Search-R1's `retrieval_server.py`.
+
+    POST /retrieve  {"queries": [str, ...], "topk": int | null, "return_scores": bool}
+      -> {"result": [[{"document": {"id", "contents"}, "score": float}, ...], ...]}   (return_scores true)
+      -> {"result": [[{"id", "contents"}, ...], ...]}                                 (return_scores false)
+    GET  /health    -> {"status": "ok", "method", "num_docs", "topk", "index", "version"}
+
+All queries of a request are scored in one searcher call. Bad requests get a 422 whose
+`detail` is one line naming the field, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from turnrl.servers.retriever.errors import RetrieverError
+from turnrl.servers.retriever.index import LoadedIndex, load_index, turnrl_version
+
+
+class RetrieveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    queries: list[str] = Field(description="Search queries; answered in the same order.")
+    topk: int | None = Field(default=None, description="Documents per query; null uses the server's --topk.")
+    return_scores: bool = Field(default=False, description="Wrap each document as {document, score}.")
+
+
+FIELDS = ", ".join(RetrieveRequest.model_fields)
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    parts = [p for p in loc if p != "body"]
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def describe_validation_error(errors: list[dict[str, Any]]) -> str:
+    """Condense pydantic's error list into one line that names the offending field."""
+    if not errors:
+        return "invalid request"
+    first = errors[0]
+    kind, field = first.get("type", ""), _field_path(tuple(first.get("loc", ())))
+    if kind == "json_invalid":
+        reason = (first.get("ctx") or {}).get("error", first.get("msg", ""))
+        line = f"request body is not valid JSON ({reason})"
+    elif kind == "missing" and not field:
+        line = 'request body is missing; expected JSON {"queries": [...], "topk": k, "return_scores": bool}'
+    elif kind == "extra_forbidden":
+        line = f"{field}: unknown field (expected {FIELDS})"
+    elif kind == "model_attributes_type" or (not field and kind.endswith("_type")):
+        line = f'request body must be a JSON object like {{"queries": [...]}}, got {type(first.get("input")).__name__}'
+    else:
+        line = f"{field or 'request'}: {first.get('msg', 'invalid value')}"
+    if len(errors) > 1:
+        line += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return line
+
+
+def _reject(detail: str, status: int = 422) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status)
+
+
+def _check_request(req: RetrieveRequest, num_docs: int, default_topk: int) -> tuple[int, str | None]:
+    """The effective topk and, for a request that cannot be served, the reason."""
+    topk = default_topk if req.topk is None else req.topk
+    if not req.queries:
+        return topk, "queries: empty list; send at least one query"
+    for i, query in enumerate(req.queries):
+        if not query.strip():
+            return topk, f"queries[{i}]: empty query string"
+    if topk <= 0:
+        return topk, f"topk: must be a positive integer, got {topk}"
+    if topk > num_docs:
+        return topk, f"topk: {topk} is larger than the corpus ({num_docs} documents)"
+    return topk, None
+
+
+def create_app(index: LoadedIndex, default_topk: int = 3) -> FastAPI:
+    app = FastAPI(title="turnrl retriever", version=turnrl_version())
+    health = {
+        "status": "ok",
+        "method": index.method,
+        "num_docs": index.num_docs,
+        "topk": default_topk,
+        "index": str(index.index_dir),
+        "version": turnrl_version(),
+    }
+
+    @app.exception_handler(RequestValidationError)
+    async def _on_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _reject(describe_validation_error(list(exc.errors())))
+
+    @app.get("/health")
+    def _health() -> dict[str, Any]:
+        return health
+
+    @app.post("/retrieve")
+    def _retrieve(req: RetrieveRequest) -> JSONResponse:
+        # A plain `def`: FastAPI runs it in its thread pool, so scoring never blocks the event loop.
+        topk, problem = _check_request(req, index.num_docs, default_topk)
+        if problem:
+            return _reject(problem)
+        positions, scores = index.searcher.search(req.queries, topk)
+        docs = index.corpus.documents(positions.reshape(-1).tolist())
+        result: list[list[Any]] = []
+        for row in range(len(req.queries)):
+            block = docs[row * topk : (row + 1) * topk]
+            if req.return_scores:
+                row_scores = scores[row].tolist()
+                result.append([{"document": d, "score": s} for d, s in zip(block, row_scores, strict=True)])
+            else:
+                result.append(block)
+        # JSONResponse directly: FastAPI's encoder walks every field and costs more than the search.
+        return JSONResponse({"result": result})
+
+    return app
+
+
+def serve(
+    index_dir: str | Path,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    topk: int = 3,
+    log_level: str = "warning",
+    device: str | None = None,
+) -> None:
+    """Load the index (raising IndexLoadError on any defect), then serve until interrupted."""
+    import uvicorn
+
+    index = load_index(index_dir, device=device)
+    if topk <= 0 or topk > index.num_docs:
+        raise RetrieverError(f"--topk {topk}: must be between 1 and the corpus size ({index.num_docs})")
+    app = create_app(index, topk)
+    print(
+        f"turnrl retriever: {index.num_docs} documents ({index.method}) from {index.index_dir}, "
+        f"serving on http://{host}:{port}/retrieve",
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
