@@ -144,11 +144,17 @@ def value_loss(
 def entropy_from_logits(logits: Tensor) -> Tensor:
     """Entropy H = logsumexp(z) - sum_v softmax(z)_v z_v over the last dim, shape (...,).
 
-    Stable for large logits (no exp of raw logits) and for -inf logits (masked vocabulary entries add 0).
+    Stable for large logits (computed on max-shifted logits) and for -inf logits (masked vocabulary
+    entries add 0).
     16-bit logits are upcast to float32 for the reduction; pass chunks of rows to bound memory.
     """
     z = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    # H is shift-invariant; subtracting the row max first avoids the cancellation of two huge terms
+    # (logits of 1e4 in float32 would otherwise lose three digits).
+    shift = z.detach().amax(dim=-1, keepdim=True)
+    zero = torch.zeros((), dtype=z.dtype, device=z.device)
+    z = z - torch.where(torch.isfinite(shift), shift, zero)
     lse = torch.logsumexp(z, dim=-1)
     probs = torch.softmax(z, dim=-1)
-    finite = torch.where(torch.isneginf(z), torch.zeros((), dtype=z.dtype, device=z.device), z)
+    finite = torch.where(torch.isneginf(z), zero, z)
     return lse - (probs * finite).sum(dim=-1)
