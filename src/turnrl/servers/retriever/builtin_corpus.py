@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-_ONSETS = ("b", "br", "d", "dr", "f", "g", "gr", "k", "kl", "l", "m", "n", "p", "r", "s", "st", "t", "th", "v", "z", "h", "j")
+_ONSETS = ("b", "br", "d", "dr", "f", "g", "gr", "k", "kl", "l", "m", "n", "p", "r", "s", "st", "t", "th", "v", "z", "h", "j")  # fmt: skip
 _VOWELS = ("a", "e", "i", "o", "u", "ae", "ei", "ou")
 _CODAS = ("", "", "", "n", "r", "l", "s", "th", "k", "m")
 _PROFESSIONS = (
@@ -31,10 +31,11 @@ _PRODUCTS = (
 _COMPANY_KINDS = ("Ironworks", "Shipping", "Mills", "Instruments", "Brewing", "Textiles", "Foundry", "Press")
 # Words a BM25 tokenizer drops (Lucene's English list): a name made of one would be unsearchable.
 # Kept here rather than imported so the generated corpus never changes with a library version.
-_STOPWORDS = frozenset(
-    "a an and are as at be but by for if in into is it no not of on or such that the their then there "
-    "these they this to was will with".split()
-)
+_STOPWORDS = frozenset((
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not",
+    "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was",
+    "will", "with",
+))  # fmt: skip
 MIN_ENTITIES = 4  # one of each kind, so every reference has a target
 
 
@@ -179,5 +180,7 @@ def write_builtin_corpus(out_dir: str | Path, n_entities: int = 300, seed: int =
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
     with qa_path.open("w", encoding="utf-8") as handle:
         for pair in qa:
-            handle.write(json.dumps({**asdict(pair), "answers": list(pair.answers)}, ensure_ascii=False) + "\n")
+            handle.write(
+                json.dumps({**asdict(pair), "answers": list(pair.answers)}, ensure_ascii=False) + "\n"
+            )
     return BuiltinCorpusPaths(corpus_path, qa_path, len(docs), len(qa))

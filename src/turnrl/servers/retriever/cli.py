@@ -56,7 +56,14 @@ def _index(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from turnrl.servers.retriever.server import serve
 
-    serve(args.index, host=args.host, port=args.port, topk=args.topk, log_level=args.log_level, device=args.device)
+    serve(
+        args.index,
+        host=args.host,
+        port=args.port,
+        topk=args.topk,
+        log_level=args.log_level,
+        device=args.device,
+    )
     return 0
 
 
@@ -64,7 +71,9 @@ def _builtin(args: argparse.Namespace) -> int:
     from turnrl.servers.retriever.builtin_corpus import write_builtin_corpus
 
     paths = write_builtin_corpus(args.out, n_entities=args.entities, seed=args.seed)
-    print(f"wrote {paths.corpus} ({paths.num_docs} documents) and {paths.qa} ({paths.num_questions} questions)")
+    print(
+        f"wrote {paths.corpus} ({paths.num_docs} documents) and {paths.qa} ({paths.num_questions} questions)"
+    )
     return 0
 
 
@@ -78,10 +87,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
 
     idx = sub.add_parser("index", help="build an index directory from a corpus file")
-    idx.add_argument("--corpus", required=True, help="JSONL(.gz) or parquet with rows {id, contents}; title = first line")
+    idx.add_argument(
+        "--corpus", required=True, help="JSONL(.gz) or parquet with rows {id, contents}; title = first line"
+    )
     idx.add_argument("--out", required=True, help="index directory to create (holds the corpus too)")
     idx.add_argument("--method", choices=("bm25", "dense"), default="bm25", help="bm25 (default) or dense")
-    idx.add_argument("--model", default=None, help="dense: local sentence-transformers folder (default: bundled MiniLM)")
+    idx.add_argument(
+        "--model", default=None, help="dense: local sentence-transformers folder (default: bundled MiniLM)"
+    )
     idx.add_argument("--device", default=None, help="dense: torch device for embedding (default: auto)")
     idx.add_argument("--no-progress", action="store_true", help="hide progress bars")
     idx.set_defaults(func=_guarded("index", _index))
@@ -92,11 +105,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     srv.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
     srv.add_argument("--topk", type=int, default=3, help="documents per query when a request sends no topk")
     srv.add_argument("--device", default=None, help="dense: torch device for query embedding")
-    srv.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
+    srv.add_argument(
+        "--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug")
+    )
     srv.set_defaults(func=_guarded("serve", _serve))
 
     bt = sub.add_parser("builtin", help="write the built-in invented-facts corpus and its questions")
     bt.add_argument("--out", required=True, help="directory for corpus.jsonl and qa.jsonl")
-    bt.add_argument("--entities", type=int, default=300, help="number of invented entities (one document each)")
+    bt.add_argument(
+        "--entities", type=int, default=300, help="number of invented entities (one document each)"
+    )
     bt.add_argument("--seed", type=int, default=0, help="generator seed; the same seed gives the same files")
     bt.set_defaults(func=_guarded("builtin", _builtin))

@@ -31,7 +31,9 @@ def split_title(contents: str) -> tuple[str, str]:
 
 def _row_to_doc(row: Any, where: str, position: int) -> tuple[str, str]:
     if not isinstance(row, dict):
-        raise CorpusError(f"{where}: expected a JSON object with 'id' and 'contents', got {type(row).__name__}")
+        raise CorpusError(
+            f"{where}: expected a JSON object with 'id' and 'contents', got {type(row).__name__}"
+        )
     if "contents" not in row or row["contents"] is None:
         raise CorpusError(f"{where}: row has no 'contents' field (keys: {sorted(row)})")
     contents = row["contents"]
@@ -124,7 +126,9 @@ def write_corpus_store(index_dir: Path, ids: Sequence[str], contents: Sequence[s
     """Write the corpus into the index directory as an uncompressed Arrow file (mmap-able)."""
     import pyarrow as pa
 
-    table = pa.table({"id": pa.array(ids, pa.large_string()), "contents": pa.array(contents, pa.large_string())})
+    table = pa.table(
+        {"id": pa.array(ids, pa.large_string()), "contents": pa.array(contents, pa.large_string())}
+    )
     out = index_dir / CORPUS_FILE
     with pa.OSFile(str(out), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table, max_chunksize=65536)
@@ -145,7 +149,9 @@ class CorpusStore:
         except Exception as err:
             raise IndexLoadError(f"{path}: corpus file is corrupt ({err})") from None
         if self._table.column_names[:2] != ["id", "contents"]:
-            raise IndexLoadError(f"{path}: expected columns ['id', 'contents'], got {self._table.column_names}")
+            raise IndexLoadError(
+                f"{path}: expected columns ['id', 'contents'], got {self._table.column_names}"
+            )
         self._ids = self._table.column("id")
         self._contents = self._table.column("contents")
 

@@ -46,7 +46,9 @@ def load_encoder(model: str, device: str | None = None) -> Any:
     if model == BUNDLED_MODEL:
         model = default_model_path()
     if not Path(model).is_dir():
-        raise IndexLoadError(f"{model}: embedding model folder not found (dense retrieval loads local models only)")
+        raise IndexLoadError(
+            f"{model}: embedding model folder not found (dense retrieval loads local models only)"
+        )
     return sentence_transformers.SentenceTransformer(model, device=device)
 
 

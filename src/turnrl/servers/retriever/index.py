@@ -88,7 +88,9 @@ def _prepare_out_dir(out_dir: Path) -> None:
         raise RetrieverError(f"{out_dir}: output path exists and is not a directory")
     if out_dir.is_dir() and any(out_dir.iterdir()):
         if not _is_turnrl_index(out_dir):
-            raise RetrieverError(f"{out_dir}: output directory is not empty and is not a turnrl index; refusing to overwrite")
+            raise RetrieverError(
+                f"{out_dir}: output directory is not empty and is not a turnrl index; refusing to overwrite"
+            )
         # Rebuilding an index in place: clear it so no stale file of another method lingers.
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -155,11 +157,15 @@ def read_meta(index_dir: Path) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise IndexLoadError(f"{path}: corrupt metadata ({err})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise IndexLoadError(f"{path}: not turnrl retriever metadata (no \"format\": \"{FORMAT}\")")
+        raise IndexLoadError(f'{path}: not turnrl retriever metadata (no "format": "{FORMAT}")')
     if meta.get("version") != FORMAT_VERSION:
-        raise IndexLoadError(f"{path}: index format version {meta.get('version')}, this turnrl reads {FORMAT_VERSION}")
+        raise IndexLoadError(
+            f"{path}: index format version {meta.get('version')}, this turnrl reads {FORMAT_VERSION}"
+        )
     if meta.get("method") not in METHODS:
-        raise IndexLoadError(f"{path}: unknown method {meta.get('method')!r} (expected one of {', '.join(METHODS)})")
+        raise IndexLoadError(
+            f"{path}: unknown method {meta.get('method')!r} (expected one of {', '.join(METHODS)})"
+        )
     return meta
 
 

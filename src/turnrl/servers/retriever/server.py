@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from turnrl.servers.retriever.errors import RetrieverError
 from turnrl.servers.retriever.index import LoadedIndex, load_index, turnrl_version
@@ -43,6 +43,11 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
+def _json_type(value: Any) -> str:
+    names = {list: "an array", dict: "an object", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number" if isinstance(value, int | float) else type(value).__name__)
+
+
 def describe_validation_error(errors: list[dict[str, Any]]) -> str:
     """Condense pydantic's error list into one line that names the offending field."""
     if not errors:
@@ -51,13 +56,13 @@ def describe_validation_error(errors: list[dict[str, Any]]) -> str:
     kind, field = first.get("type", ""), _field_path(tuple(first.get("loc", ())))
     if kind == "json_invalid":
         reason = (first.get("ctx") or {}).get("error", first.get("msg", ""))
-        line = f"request body is not valid JSON ({reason})"
+        line = f"malformed JSON in request body ({reason})"
     elif kind == "missing" and not field:
         line = 'request body is missing; expected JSON {"queries": [...], "topk": k, "return_scores": bool}'
     elif kind == "extra_forbidden":
         line = f"{field}: unknown field (expected {FIELDS})"
-    elif kind == "model_attributes_type" or (not field and kind.endswith("_type")):
-        line = f'request body must be a JSON object like {{"queries": [...]}}, got {type(first.get("input")).__name__}'
+    elif not field and kind.endswith("_type"):
+        line = f'request body must be a JSON object like {{"queries": [...]}}, got {_json_type(first.get("input"))}'
     else:
         line = f"{field or 'request'}: {first.get('msg', 'invalid value')}"
     if len(errors) > 1:
@@ -91,24 +96,15 @@ def create_app(index: LoadedIndex, default_topk: int = 3) -> FastAPI:
         "method": index.method,
         "num_docs": index.num_docs,
         "topk": default_topk,
-        "index": str(index.index_dir),
+        "index": str(index.index_dir.resolve()),
         "version": turnrl_version(),
     }
-
-    @app.exception_handler(RequestValidationError)
-    async def _on_validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return _reject(describe_validation_error(list(exc.errors())))
 
     @app.get("/health")
     def _health() -> dict[str, Any]:
         return health
 
-    @app.post("/retrieve")
-    def _retrieve(req: RetrieveRequest) -> JSONResponse:
-        # A plain `def`: FastAPI runs it in its thread pool, so scoring never blocks the event loop.
-        topk, problem = _check_request(req, index.num_docs, default_topk)
-        if problem:
-            return _reject(problem)
+    def _answer(req: RetrieveRequest, topk: int) -> dict[str, Any]:
         positions, scores = index.searcher.search(req.queries, topk)
         docs = index.corpus.documents(positions.reshape(-1).tolist())
         result: list[list[Any]] = []
@@ -119,8 +115,26 @@ def create_app(index: LoadedIndex, default_topk: int = 3) -> FastAPI:
                 result.append([{"document": d, "score": s} for d, s in zip(block, row_scores, strict=True)])
             else:
                 result.append(block)
+        return {"result": result}
+
+    @app.post("/retrieve")
+    async def _retrieve(request: Request) -> JSONResponse:
+        # The body is parsed here rather than by FastAPI so that a client that forgets the
+        # JSON content type (curl -d, some HTTP libraries) is still understood.
+        body = await request.body()
+        if not body.strip():
+            return _reject(describe_validation_error([{"type": "missing", "loc": ("body",)}]))
+        try:
+            req = RetrieveRequest.model_validate_json(body)
+        except ValidationError as err:
+            return _reject(describe_validation_error(list(err.errors())))
+        topk, problem = _check_request(req, index.num_docs, default_topk)
+        if problem:
+            return _reject(problem)
+        # Scoring is CPU-bound: a worker thread keeps the event loop free for other requests.
+        answer = await run_in_threadpool(_answer, req, topk)
         # JSONResponse directly: FastAPI's encoder walks every field and costs more than the search.
-        return JSONResponse({"result": result})
+        return JSONResponse(answer)
 
     return app
 
