@@ -9,6 +9,7 @@ import torch
 
 from turnrl.algorithms.core import (
     LOSS_AGG_MODES,
+    agg_denominator,
     agg_loss,
     masked_mean,
     masked_sum,
@@ -174,3 +175,41 @@ def test_agg_loss_is_differentiable_by_hand() -> None:
     assert loss.grad is not None
     assert torch.allclose(loss.grad, t([[0.25, 0.25, 0.0], [0.5, 0.0, 0.0]]))
     assert math.isfinite(loss.grad.sum().item())
+
+
+@pytest.mark.parametrize(
+    ("mode", "count"),
+    # MASK_2X3 has 3 valid tokens, 2 sequences, 2 non-empty sequences
+    [
+        ("token-mean", 3),
+        ("seq-mean-token-sum", 2),
+        ("seq-mean-token-mean", 2),
+        ("seq-mean-token-sum-norm", 2),
+    ],
+)
+def test_agg_denominator_by_hand(mode: str, count: int) -> None:
+    assert agg_denominator(t(MASK_2X3), mode) == count
+    assert agg_denominator(t([[1, 0, 0], [0, 0, 0]]), "seq-mean-token-mean") == 1
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_micro_batches_with_global_denominator_add_up_to_the_full_loss(mode: str) -> None:
+    g = torch.Generator().manual_seed(0)
+    loss = torch.randn(6, 5, generator=g, dtype=F64)
+    mask = (torch.rand(6, 5, generator=g) > 0.4).to(F64)
+    mask[2] = 0  # an empty row
+    full = agg_loss(loss, mask, mode)
+    chunks = [slice(0, 1), slice(1, 4), slice(4, 6)]  # uneven micro-batches
+    total = sum(agg_denominator(mask[c], mode) for c in chunks)
+    assert total == agg_denominator(mask, mode)
+    summed = sum(agg_loss(loss[c], mask[c], mode, denominator=total) for c in chunks)
+    assert torch.allclose(summed, full)
+    # the naive mean of per-micro-batch losses is not the same number (that is why the option exists)
+    naive = sum(agg_loss(loss[c], mask[c], mode) for c in chunks) / len(chunks)
+    assert not torch.allclose(naive, full)
+
+
+def test_agg_loss_denominator_zero_and_negative() -> None:
+    assert agg_loss(t(LOSS_2X3), torch.zeros(2, 3), "token-mean", denominator=0).item() == 0.0
+    with pytest.raises(ValueError, match="denominator must be >= 0"):
+        agg_loss(t(LOSS_2X3), t(MASK_2X3), "token-mean", denominator=-1)

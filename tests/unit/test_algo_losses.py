@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from turnrl.algorithms.core import LOSS_AGG_MODES
+from turnrl.algorithms.core import LOSS_AGG_MODES, agg_denominator
 from turnrl.algorithms.losses import POLICY_LOSS_MODES, entropy_from_logits, policy_loss, value_loss
 
 F64 = torch.float64
@@ -155,6 +155,28 @@ def test_policy_loss_padding_with_inf_and_nan_stays_finite(mode: str, agg: str) 
     # only the one valid token gets a gradient: ratio e^-0.1 = 0.90484, A = +1, unclipped
     assert lp.grad[0, 0].item() != 0.0
     assert lp.grad.abs().sum().item() == pytest.approx(abs(lp.grad[0, 0].item()))
+
+
+def test_policy_loss_gradient_accumulation_matches_full_batch() -> None:
+    g = torch.Generator().manual_seed(2)
+    old = -torch.rand(4, 6, generator=g, dtype=F64)
+    lp = (old + 0.3 * torch.randn(4, 6, generator=g, dtype=F64)).requires_grad_()
+    adv = torch.randn(4, 6, generator=g, dtype=F64)
+    mask = t([[1, 1, 1, 1, 1, 1], [1, 0, 0, 0, 0, 0], [1, 1, 0, 1, 1, 0], [1, 1, 1, 0, 0, 0]])
+    full, _ = policy_loss(old_log_prob=old, log_prob=lp, advantages=adv, response_mask=mask)
+    (full_grad,) = torch.autograd.grad(full, lp)
+    total = agg_denominator(mask, "token-mean")  # 13 tokens over both micro-batches
+    acc = torch.zeros_like(lp)
+    for rows in (slice(0, 1), slice(1, 4)):
+        part, _ = policy_loss(
+            old_log_prob=old[rows],
+            log_prob=lp[rows],
+            advantages=adv[rows],
+            response_mask=mask[rows],
+            loss_denominator=total,
+        )
+        acc += torch.autograd.grad(part, lp)[0]
+    assert torch.allclose(acc, full_grad)
 
 
 def test_policy_loss_fully_masked_is_zero() -> None:

@@ -73,7 +73,45 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float =
     return masked_fill_zero(whitened, mask)
 
 
-def agg_loss(loss_mat: Tensor, mask: Tensor, mode: str, norm_length: int | None = None) -> Tensor:
+def _agg_terms(loss_mat: Tensor, mask: Tensor, mode: str, norm_length: int | None) -> tuple[Tensor, Tensor]:
+    """(numerator, local denominator) with agg_loss = numerator / denominator."""
+    if mode not in LOSS_AGG_MODES:
+        raise ValueError(f"unknown loss_agg_mode {mode!r}; valid modes: {', '.join(LOSS_AGG_MODES)}")
+    bmask = _as_bool(mask)
+    if mode == "token-mean":
+        return masked_sum(loss_mat, bmask), bmask.sum()
+    if loss_mat.dim() != 2:
+        raise ValueError(f"agg_loss mode {mode!r} needs a (B, T) loss, got shape {tuple(loss_mat.shape)}")
+    if mode == "seq-mean-token-mean":
+        return masked_mean(loss_mat, bmask, dim=-1).sum(), bmask.any(dim=-1).sum()
+    seq_sum = masked_sum(loss_mat, bmask, dim=-1)
+    if mode == "seq-mean-token-sum-norm":
+        length = loss_mat.shape[-1] if norm_length is None else norm_length
+        if length <= 0:
+            raise ValueError(f"agg_loss norm_length must be positive, got {length}")
+        seq_sum = seq_sum / length
+    return seq_sum.sum(), torch.tensor(loss_mat.shape[0], device=loss_mat.device)
+
+
+def agg_denominator(mask: Tensor, mode: str) -> int:
+    """The count ``agg_loss`` divides by for this mask: valid tokens (token-mean), sequences with a valid
+    token (seq-mean-token-mean) or sequences (the other modes).
+
+    For gradient accumulation, sum this over the micro-batches (and ranks) of a mini-batch and pass the
+    total as ``agg_loss(..., denominator=total)``: the micro-batch losses then add up exactly to the loss
+    of the whole mini-batch, instead of a mean of means that over-weighs short micro-batches.
+    """
+    _, local = _agg_terms(torch.zeros(mask.shape, device=mask.device), mask, mode, None)
+    return int(local.item())
+
+
+def agg_loss(
+    loss_mat: Tensor,
+    mask: Tensor,
+    mode: str,
+    norm_length: int | None = None,
+    denominator: float | Tensor | None = None,
+) -> Tensor:
     """Reduce a ``(B, T)`` per-token loss to a scalar.
 
     - ``token-mean``: sum over all valid tokens / number of valid tokens (every token weighs the same;
@@ -85,25 +123,18 @@ def agg_loss(loss_mat: Tensor, mask: Tensor, mode: str, norm_length: int | None 
       sequences (Dr. GRPO, Liu et al. 2025: removes the length bias of the per-sequence mean). The constant
       is ``norm_length`` when given (e.g. the configured max response length), else the padded length T.
 
-    Returns 0 (not NaN) when nothing is selected.
+    ``denominator`` replaces the local count (see ``agg_denominator``) for gradient accumulation.
+    Returns 0 (not NaN) when the denominator is 0.
     """
-    if mode == "token-mean":
-        return masked_mean(loss_mat, mask)
-    if loss_mat.dim() != 2:
-        raise ValueError(f"agg_loss mode {mode!r} needs a (B, T) loss, got shape {tuple(loss_mat.shape)}")
-    seq_sum = masked_sum(loss_mat, mask, dim=-1)
-    if mode == "seq-mean-token-sum":
-        return seq_sum.mean() if seq_sum.numel() else seq_sum.sum()
-    if mode == "seq-mean-token-mean":
-        seq_mean = masked_mean(loss_mat, mask, dim=-1)
-        has_tokens = _as_bool(mask).any(dim=-1)
-        return masked_mean(seq_mean, has_tokens)
-    if mode == "seq-mean-token-sum-norm":
-        length = loss_mat.shape[-1] if norm_length is None else norm_length
-        if length <= 0:
-            raise ValueError(f"agg_loss norm_length must be positive, got {length}")
-        return (seq_sum / length).mean() if seq_sum.numel() else seq_sum.sum()
-    raise ValueError(f"unknown loss_agg_mode {mode!r}; valid modes: {', '.join(LOSS_AGG_MODES)}")
+    numerator, local = _agg_terms(loss_mat, mask, mode, norm_length)
+    if denominator is None:
+        denom = local.to(numerator.dtype)
+    else:
+        denom = torch.as_tensor(denominator, dtype=numerator.dtype, device=numerator.device)
+        if bool(denom < 0):
+            raise ValueError(f"agg_loss denominator must be >= 0, got {float(denom)}")
+    safe = torch.where(denom > 0, denom, torch.ones_like(denom))
+    return torch.where(denom > 0, numerator / safe, torch.zeros_like(numerator))
 
 
 def check_same_shape(name_to_tensor: dict[str, Tensor | None], where: str) -> None:

@@ -124,9 +124,17 @@ def apply_kl_in_reward(
 
 
 def kl_loss(
-    log_prob: Tensor, ref_log_prob: Tensor, response_mask: Tensor, kind: str, loss_agg_mode: str
+    log_prob: Tensor,
+    ref_log_prob: Tensor,
+    response_mask: Tensor,
+    kind: str,
+    loss_agg_mode: str,
+    loss_norm_length: int | None = None,
+    loss_denominator: float | Tensor | None = None,
 ) -> Tensor:
-    """KL to the reference as a loss term (GRPO's use), reduced with ``loss_agg_mode``; differentiable."""
+    """KL to the reference as a loss term (GRPO's use), reduced with ``loss_agg_mode``; differentiable.
+
+    ``loss_norm_length`` / ``loss_denominator`` are passed to ``agg_loss``."""
     check_same_shape(
         {"log_prob": log_prob, "ref_log_prob": ref_log_prob, "response_mask": response_mask}, "kl_loss"
     )
@@ -134,4 +142,6 @@ def kl_loss(
     zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
     mask = response_mask != 0
     per_token = kl_penalty(torch.where(mask, log_prob, zero), torch.where(mask, ref_log_prob, zero), kind)
-    return agg_loss(per_token, response_mask, loss_agg_mode)
+    return agg_loss(
+        per_token, response_mask, loss_agg_mode, norm_length=loss_norm_length, denominator=loss_denominator
+    )

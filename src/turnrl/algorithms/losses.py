@@ -41,6 +41,8 @@ def policy_loss(
     clip_ratio_c: float | None = 3.0,
     loss_agg_mode: str = "token-mean",
     mode: str = "vanilla",
+    loss_norm_length: int | None = None,
+    loss_denominator: float | Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped surrogate loss (Schulman et al. 2017, eq. 7), negated for minimisation.
 
@@ -54,6 +56,9 @@ def policy_loss(
     Metrics (detached scalars over valid tokens): ``pg_clipfrac`` - fraction where the PPO clip decides the
     loss (the clipped term is larger and dual clip is not active); ``pg_clipfrac_lower`` - fraction where
     the dual clip decides it; ``ppo_kl`` - masked mean of old_log_prob - log_prob.
+
+    ``loss_norm_length`` and ``loss_denominator`` are passed to ``agg_loss`` (``norm_length`` and
+    ``denominator``: the Dr. GRPO constant and the gradient-accumulation count).
     """
     if mode not in POLICY_LOSS_MODES:
         raise ValueError(f"unknown policy loss mode {mode!r}; valid modes: {', '.join(POLICY_LOSS_MODES)}")
@@ -88,7 +93,7 @@ def policy_loss(
         loss_mat = torch.where(dual_active, bound, loss_mat)
         clip_active = clip_active & ~dual_active
 
-    loss = agg_loss(loss_mat, mask, loss_agg_mode)
+    loss = agg_loss(loss_mat, mask, loss_agg_mode, norm_length=loss_norm_length, denominator=loss_denominator)
     with torch.no_grad():
         metrics = {
             "pg_clipfrac": masked_mean(clip_active.to(log_prob.dtype), mask),
@@ -106,12 +111,15 @@ def value_loss(
     response_mask: Tensor,
     cliprange_value: float | None = 0.5,
     loss_agg_mode: str = "token-mean",
+    loss_norm_length: int | None = None,
+    loss_denominator: float | Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped value loss: 0.5 * max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2).
 
     The pessimistic max keeps the critic from moving far from the values the advantages were computed
     with (as in PPO implementations since OpenAI baselines). ``cliprange_value=None`` disables clipping.
     Metrics: ``vf_clipfrac`` (valid tokens where the clipped term is the larger), ``vpred_mean``.
+    ``loss_norm_length`` / ``loss_denominator`` are passed to ``agg_loss``.
     """
     check_same_shape(
         {"vpreds": vpreds, "values": values, "returns": returns, "response_mask": response_mask}, "value_loss"
@@ -132,7 +140,7 @@ def value_loss(
         clipped = (v_clipped - target).square()
         loss_mat = 0.5 * torch.maximum(unclipped, clipped)
         clip_active = clipped > unclipped
-    loss = agg_loss(loss_mat, mask, loss_agg_mode)
+    loss = agg_loss(loss_mat, mask, loss_agg_mode, norm_length=loss_norm_length, denominator=loss_denominator)
     with torch.no_grad():
         metrics = {
             "vf_clipfrac": masked_mean(clip_active.to(v.dtype), mask),
