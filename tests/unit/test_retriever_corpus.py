@@ -1,0 +1,151 @@
+"""Corpus files, title splitting, Search-R1 passage formatting and the built-in corpus."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from turnrl.servers.retriever.builtin_corpus import builtin_documents, builtin_qa, write_builtin_corpus
+from turnrl.servers.retriever.client import Passage, endpoints, format_passages
+from turnrl.servers.retriever.corpus import read_corpus, split_title
+from turnrl.servers.retriever.errors import CorpusError
+
+
+@pytest.mark.parametrize(
+    ("contents", "title", "text"),
+    [
+        ("Paris\nParis is the capital of France.", "Paris", "Paris is the capital of France."),
+        ('"Paris"\nParis is the capital.', "Paris", "Paris is the capital."),  # wiki-18 quotes titles
+        ('"Say "hi""\nA song.', 'Say "hi"', "A song."),  # only the outer pair is stripped
+        ("Title only", "Title only", ""),
+        ("T\nline one\nline two", "T", "line one\nline two"),
+        ('"\nx', '"', "x"),  # a lone quote is a title, not a quoted empty one
+    ],
+)
+def test_split_title(contents: str, title: str, text: str) -> None:
+    assert split_title(contents) == (title, text)
+
+
+def test_format_passages_matches_search_r1_exactly() -> None:
+    passages = [
+        Passage("12", '"Velmora Quist"\nVelmora Quist was born in 1847.', 9.5),
+        Passage("7", "Dransk\nDransk lies on the Quell River.\nIt trades salt.", 4.0),
+    ]
+    expected = (
+        "Doc 1(Title: Velmora Quist) Velmora Quist was born in 1847.\n"
+        "Doc 2(Title: Dransk) Dransk lies on the Quell River.\nIt trades salt.\n"
+    )
+    assert format_passages(passages) == expected
+    # The same items as Search-R1's server sends them, with and without scores.
+    with_scores = [{"document": {"id": p.id, "contents": p.contents}, "score": p.score} for p in passages]
+    bare = [{"id": p.id, "contents": p.contents} for p in passages]
+    assert format_passages(with_scores) == expected
+    assert format_passages(bare) == expected
+    assert format_passages([]) == ""
+
+
+def test_endpoints_accept_base_or_retrieve_url() -> None:
+    assert endpoints("http://127.0.0.1:8000/retrieve") == (
+        "http://127.0.0.1:8000",
+        "http://127.0.0.1:8000/retrieve",
+    )
+    assert endpoints("http://127.0.0.1:8000/") == ("http://127.0.0.1:8000", "http://127.0.0.1:8000/retrieve")
+
+
+def _write_jsonl(path: Path, rows: list[object]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_read_jsonl_and_parquet(tmp_path: Path) -> None:
+    rows = [
+        {"id": "a", "contents": "A\ntext a"},
+        {"id": 5, "contents": "B\ntext b"},
+        {"contents": "C\nno id"},
+    ]
+    ids, contents = read_corpus(_write_jsonl(tmp_path / "c.jsonl", rows), show_progress=False)
+    assert ids == ["a", "5", "2"]  # ids become strings; a missing id falls back to the row position
+    assert contents == ["A\ntext a", "B\ntext b", "C\nno id"]
+    pq.write_table(pa.table({"id": ["x", "y"], "contents": ["X\n1", "Y\n2"]}), tmp_path / "c.parquet")
+    assert read_corpus(tmp_path / "c.parquet", show_progress=False) == (["x", "y"], ["X\n1", "Y\n2"])
+
+
+@pytest.mark.parametrize(
+    ("lines", "needle"),
+    [
+        (
+            ['{"id": "0", "contents": "A\\nx"}', "", '{"id": "1", "text": "no contents"}'],
+            "c.jsonl:3: row has no 'contents'",
+        ),
+        (['{"id": "0", "contents": 17}'], "c.jsonl:1: 'contents' must be a string"),
+        (['{"id": "0", "contents": "A"}', '{"id": "1", "contents": '], "c.jsonl:2: invalid JSON"),
+        (['["not", "an", "object"]'], "c.jsonl:1: expected a JSON object"),
+        (["", "  "], "corpus has no documents"),
+    ],
+)
+def test_bad_jsonl_rows_name_file_and_line(tmp_path: Path, lines: list[str], needle: str) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(CorpusError, match=None) as info:
+        read_corpus(path, show_progress=False)
+    message = str(info.value)
+    assert needle in message and "\n" not in message
+
+
+def test_bad_parquet_and_missing_file(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"id": ["x"], "text": ["no contents column"]}), tmp_path / "a.parquet")
+    with pytest.raises(CorpusError, match="no 'contents' column"):
+        read_corpus(tmp_path / "a.parquet", show_progress=False)
+    pq.write_table(pa.table({"id": ["x", "y"], "contents": ["X", None]}), tmp_path / "b.parquet")
+    with pytest.raises(CorpusError, match=r"b\.parquet: row 1: row has no 'contents'"):
+        read_corpus(tmp_path / "b.parquet", show_progress=False)
+    with pytest.raises(CorpusError, match="corpus file not found"):
+        read_corpus(tmp_path / "missing.jsonl", show_progress=False)
+
+
+def test_builtin_corpus_is_deterministic_and_self_consistent() -> None:
+    docs, qa = builtin_documents(120, seed=3), builtin_qa(120, seed=3)
+    assert builtin_documents(120, seed=3) == docs and builtin_qa(120, seed=3) == qa
+    assert builtin_documents(120, seed=4) != docs
+    assert len(docs) == 120
+    titles = [split_title(d["contents"])[0] for d in docs]
+    assert len(set(titles)) == len(titles)  # one document per entity
+    by_id = {d["id"]: d for d in docs}
+    relations = {pair.relation for pair in qa}
+    assert {"birth_year", "birthplace", "founder", "length_km", "river", "product"} <= relations
+    for pair in qa:
+        title, text = split_title(by_id[pair.doc_id]["contents"])
+        assert title == pair.title and pair.answers[0] in text
+        assert pair.title in pair.question or pair.title.removesuffix(" River") in pair.question
+    # A fact is stated once: no two questions share (entity, relation).
+    assert len({(p.title, p.relation) for p in qa}) == len(qa)
+
+
+def test_write_builtin_corpus_round_trips(tmp_path: Path) -> None:
+    paths = write_builtin_corpus(tmp_path / "bc", n_entities=20, seed=0)
+    ids, contents = read_corpus(paths.corpus, show_progress=False)
+    assert [{"id": i, "contents": c} for i, c in zip(ids, contents, strict=True)] == builtin_documents(20, 0)
+    rows = [json.loads(line) for line in paths.qa.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == paths.num_questions == len(builtin_qa(20, 0))
+    assert rows[0]["question"] == builtin_qa(20, 0)[0].question and isinstance(rows[0]["answers"], list)
+    with pytest.raises(ValueError, match="n_entities"):
+        builtin_documents(3)
+
+
+def test_cli_parser_does_not_import_heavy_modules() -> None:
+    code = (
+        "import sys; from turnrl.cli import build_parser; "
+        "a = build_parser(['retriever']).parse_args(['retriever', 'serve', '--index', 'x']); "
+        "assert callable(a.func) and a.port == 8000 and a.topk == 3 and a.host == '127.0.0.1'; "
+        "heavy = [m for m in ('torch', 'fastapi', 'bm25s', 'sentence_transformers') if m in sys.modules]; "
+        "print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
