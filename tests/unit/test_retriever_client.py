@@ -95,7 +95,7 @@ def test_gives_up_after_retries_and_names_url() -> None:
 def test_4xx_is_not_retried() -> None:
     with Scripted([(422, {"detail": "topk: must be a positive integer, got 0"})]) as server:
         client = RetrieverClient(server.url, retries=3, backoff=0.01)
-        with pytest.raises(RetrieverRequestError, match="HTTP 422.*topk: must be a positive integer"):
+        with pytest.raises(RetrieverRequestError, match=r"HTTP 422.*topk: must be a positive integer"):
             asyncio.run(client.retrieve(["q"]))
     assert len(server.requests) == 1
 
@@ -133,9 +133,11 @@ def test_check_server(dead_url: str) -> None:
     with Scripted([(200, {"result": [[DOC]]})], health=False) as server:
         assert check_server(server.url) == {}
         assert server.requests == [{"queries": ["health check"], "topk": 1}]
-    with Scripted([(404, {"detail": "Not Found"})], health=False) as server:
-        with pytest.raises(RetrieverUnavailable, match="is not answering the /retrieve API"):
-            check_server(server.url)
+    with (
+        Scripted([(404, {"detail": "Not Found"})], health=False) as server,
+        pytest.raises(RetrieverUnavailable, match="is not answering the /retrieve API"),
+    ):
+        check_server(server.url)
 
 
 def test_one_client_serves_several_event_loops() -> None:
