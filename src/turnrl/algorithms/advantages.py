@@ -13,13 +13,12 @@ the last model token), and broadcast one advantage to every model token of that 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import torch
 from torch import Tensor
 
 from turnrl.algorithms.core import check_same_shape, masked_fill_zero, masked_whiten
+from turnrl.algorithms.groups import group_stats
 
 ADV_ESTIMATORS: tuple[str, ...] = (
     "gae",
@@ -41,56 +40,6 @@ def _check_2d(
     check_same_shape(
         {"token_level_rewards": token_level_rewards, "response_mask": response_mask, **others}, where
     )
-
-
-def _group_ids(
-    index: np.ndarray | Sequence[object] | None, batch_size: int, where: str
-) -> tuple[Tensor, int]:
-    """Map arbitrary hashable group ids (uids) to 0..G-1, in order of first appearance."""
-    if index is None:
-        raise ValueError(
-            f"{where}: index (the uid of each response's prompt) is required for group baselines"
-        )
-    ids = list(np.asarray(index, dtype=object).reshape(-1))
-    if len(ids) != batch_size:
-        raise ValueError(f"{where}: index has {len(ids)} entries but the batch has {batch_size} responses")
-    mapping: dict[object, int] = {}
-    try:
-        codes = [mapping.setdefault(uid, len(mapping)) for uid in ids]
-    except TypeError as exc:
-        raise ValueError(f"{where}: index entries must be hashable (str/int uids): {exc}") from exc
-    return torch.tensor(codes, dtype=torch.long), len(mapping)
-
-
-def _group_stats(
-    scores: Tensor, index: np.ndarray | Sequence[object] | None, where: str
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Per-response group size, group sum, unbiased group std and an all-equal flag (float64, shape (B,)).
-
-    A group of one has no baseline: its advantage would be 0 (GRPO, ReMax-free baselines) or undefined
-    (RLOO), which silently trains on nothing, so it is an error.
-    """
-    codes, n_groups = _group_ids(index, scores.shape[0], where)
-    codes = codes.to(scores.device)
-    s = scores.to(torch.float64)
-    size = torch.zeros(n_groups, dtype=torch.float64, device=s.device).index_add_(
-        0, codes, torch.ones_like(s)
-    )
-    if bool((size < 2).any()):
-        lonely = np.asarray(index, dtype=object).reshape(-1)[(size[codes] < 2).cpu().numpy()]
-        raise ValueError(
-            f"{where}: group {lonely[0]!r} has a single response; group baselines need >= 2 samples per "
-            "prompt (set rollout.n >= 2 and keep the same uid for a prompt's samples)"
-        )
-    total = torch.zeros_like(size).index_add_(0, codes, s)
-    mean = total / size
-    sq = torch.zeros_like(size).index_add_(0, codes, (s - mean[codes]) ** 2)
-    std = torch.sqrt(sq / (size - 1))
-    high = torch.full_like(size, -torch.inf).scatter_reduce(0, codes, s, reduce="amax")
-    low = torch.full_like(size, torch.inf).scatter_reduce(0, codes, s, reduce="amin")
-    # Compared exactly (not via std == 0) because a float mean of equal scores can be off by one ulp.
-    flat = high == low
-    return size[codes], total[codes], std[codes], flat[codes]
 
 
 def _broadcast(per_seq: Tensor, response_mask: Tensor, like: Tensor) -> Tensor:
@@ -164,7 +113,7 @@ def grpo_outcome_advantage(
     _check_2d("grpo_outcome_advantage", token_level_rewards, response_mask)
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
-        size, total, std, flat = _group_stats(scores, index, "grpo_outcome_advantage")
+        size, total, std, flat = group_stats(scores, index, "grpo_outcome_advantage")
         adv = scores.to(torch.float64) - total / size
         if norm_adv_by_std:
             adv = adv / (std + epsilon)
@@ -188,7 +137,7 @@ def rloo_outcome_advantage(
     _check_2d("rloo_outcome_advantage", token_level_rewards, response_mask)
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1).to(torch.float64)
-        size, total, _, flat = _group_stats(scores, index, "rloo_outcome_advantage")
+        size, total, _, flat = group_stats(scores, index, "rloo_outcome_advantage")
         adv = scores - (total - scores) / (size - 1)
         adv = torch.where(flat, torch.zeros_like(adv), adv)
         advantages = _broadcast(adv, response_mask, token_level_rewards)
@@ -223,7 +172,7 @@ def reinforce_plus_plus_baseline_advantage(
     _check_2d("reinforce_plus_plus_baseline_advantage", token_level_rewards, response_mask)
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1).to(torch.float64)
-        size, total, _, flat = _group_stats(scores, index, "reinforce_plus_plus_baseline_advantage")
+        size, total, _, flat = group_stats(scores, index, "reinforce_plus_plus_baseline_advantage")
         centred = torch.where(flat, torch.zeros_like(scores), scores - total / size)
         per_token = _broadcast(centred, response_mask, token_level_rewards)
         advantages = masked_whiten(per_token, response_mask, eps=epsilon)
@@ -265,7 +214,11 @@ def compute_advantage(
     norm_adv_by_std_in_grpo: bool = True,
     epsilon: float = 1e-6,
 ) -> tuple[Tensor, Tensor]:
-    """Dispatch to the estimator named by ``algorithm.adv_estimator``; see each function for the maths."""
+    """Dispatch to the estimator named by ``algorithm.adv_estimator``; see each function for the maths.
+
+    ``gae``, ``reinforce_plus_plus`` and ``reinforce_plus_plus_baseline`` whiten their advantages over the
+    valid tokens of the whole batch; ``grpo``, ``rloo`` and ``remax`` do not (GRPO normalises per group).
+    """
     if estimator == "gae":
         if values is None:
             raise ValueError("compute_advantage('gae'): values (the critic's predictions) are required")
