@@ -1,0 +1,107 @@
+"""Server settings and per-run limits of the code sandbox.
+
+One dataclass holds everything `turnrl sandbox serve` can tune; the request schema reads
+its bounds from here so that an absurd `run_timeout` is refused with the server's own
+limit in the message.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Language:
+    """How to run one language: the file the code is written to and the command that runs it."""
+
+    name: str
+    filename: str
+    argv: tuple[str, ...]  # the program file is appended
+
+
+def default_languages(python: str | None = None) -> dict[str, Language]:
+    """python (the interpreter running the server, so the program sees the same packages) and bash."""
+    langs = {"python": Language("python", "main.py", (python or sys.executable,))}
+    bash = shutil.which("bash")
+    if bash:
+        langs["bash"] = Language("bash", "main.sh", (bash,))
+    return langs
+
+
+@dataclass
+class SandboxConfig:
+    """Settings of one sandbox server. Sizes are bytes unless the name says MB."""
+
+    host: str = "127.0.0.1"
+    """Interface to bind; keep 127.0.0.1 unless the trainers run on other machines."""
+    port: int = 8080
+    """TCP port to listen on."""
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    """Runs executing at the same time."""
+    queue: int = 256
+    """Requests allowed to wait for a free worker; one more is answered 503 at once."""
+    isolation: str = "auto"
+    """"auto": every layer the host supports; "basic": process group, work dir, rlimits and a
+    scrubbed environment only (for hosts where namespaces misbehave, and for measuring)."""
+
+    default_run_timeout: float = 10.0
+    """Wall-clock seconds a run gets when the request omits run_timeout (SandboxFusion's default)."""
+    max_run_timeout: float = 300.0
+    """Largest run_timeout or compile_timeout a request may ask for."""
+    default_memory_MB: int = 1024
+    """Address-space limit when the request sends memory_limit_MB = -1 (SandboxFusion's "no limit")."""
+    min_memory_MB: int = 64
+    """Below this the interpreter itself cannot start, so smaller requests are refused."""
+    max_memory_MB: int = 16384
+    """Largest memory_limit_MB a request may ask for."""
+    max_processes: int = 64
+    """Processes and threads one run may hold at once (fork-bomb bound)."""
+    max_open_files: int = 256
+    """File descriptors per process."""
+    max_file_size: int = 64 << 20
+    """Largest single file a run may write (RLIMIT_FSIZE)."""
+    tmpfs_MB: int = 64
+    """Size of the private /tmp, /var/tmp and /dev/shm a run sees when the mount layer is on."""
+    max_output: int = 1 << 20
+    """Bytes kept of stdout and of stderr each; the rest is read and dropped."""
+    max_code: int = 1 << 20
+    """Largest `code` string, in bytes."""
+    max_stdin: int = 8 << 20
+    """Largest `stdin` string, in bytes."""
+    max_files: int = 32 << 20
+    """Largest total size of the decoded `files`."""
+    max_fetch: int = 16 << 20
+    """Largest total size of the files returned through `fetch_files`."""
+    max_body: int = 64 << 20
+    """Largest request body accepted at all (checked before parsing)."""
+    uid_base: int = 200_000
+    """First uid of the unprivileged uids runs execute as when the server is root; each server
+    claims its own block of `workers` uids (see isolation.claim_uid_block)."""
+    python: str = field(default_factory=lambda: sys.executable)
+    """Interpreter for language "python"."""
+
+    def languages(self) -> dict[str, Language]:
+        return default_languages(self.python)
+
+    def check(self) -> None:
+        """Refuse settings that cannot work, naming the setting."""
+        if self.workers < 1:
+            raise ValueError(f"workers: must be >= 1, got {self.workers}")
+        if self.queue < 0:
+            raise ValueError(f"queue: must be >= 0, got {self.queue}")
+        if self.isolation not in ("auto", "basic"):
+            raise ValueError(f"isolation: must be 'auto' or 'basic', got {self.isolation!r}")
+        if not 0 < self.default_run_timeout <= self.max_run_timeout:
+            raise ValueError(
+                f"default_run_timeout: must be in (0, {self.max_run_timeout}], got {self.default_run_timeout}"
+            )
+        if not self.min_memory_MB <= self.default_memory_MB <= self.max_memory_MB:
+            raise ValueError(
+                f"default_memory_MB: must be in [{self.min_memory_MB}, {self.max_memory_MB}], "
+                f"got {self.default_memory_MB}"
+            )
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port: must be in [0, 65535], got {self.port}")

@@ -1,0 +1,190 @@
+"""Start-up probe: find the strongest isolation this host really supports.
+
+Each candidate layer set is tried with a real trial run of the python interpreter (the same
+command line, environment and preexec a request gets), strongest first, so what /health
+reports is what was seen to work, not what ought to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from turnrl.servers.sandbox import reaper
+from turnrl.servers.sandbox.cgroups import CgroupSlots
+from turnrl.servers.sandbox.config import SandboxConfig
+from turnrl.servers.sandbox.isolation import _PRCTL, Isolation, Limits, hidden_paths
+
+UID_STRIDE = 1024  # uids reserved per server; more workers than this cannot have per-slot uids
+FALLBACK_UID_BASE = 50_000  # for hosts (user-namespaced containers) that map only 16-bit uids
+
+
+def claim_uid_block(base: int, size: int) -> tuple[int, int]:
+    """Claim `size` consecutive uids starting at base + k * UID_STRIDE for the first free k.
+
+    The claim is an flock held for the server's lifetime, so two sandbox servers on one host
+    never share uids (a shared uid would share the process budget and the kill sweep).
+    Returns (first uid, lock fd)."""
+    if size > UID_STRIDE:
+        raise OSError(f"workers: at most {UID_STRIDE} with per-slot uids, got {size}")
+    lock_dir = Path("/run/lock") if os.access("/run/lock", os.W_OK) else Path(tempfile.gettempdir())
+    for k in range(256):
+        start = base + k * UID_STRIDE
+        fd = os.open(lock_dir / f"turnrl-sandbox-uids-{start}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        # a server that held this block and died may have left processes behind
+        reaper.kill_until_gone(lambda s=start: reaper.pids_with_real_uid(range(s, s + size)))
+        return start, fd
+    raise OSError(f"no free uid block above {base}")
+
+
+def _trial(iso: Isolation, cfg: SandboxConfig, work_root: str) -> str | None:
+    """Run a tiny python program under `iso`; None if it worked, else why not."""
+    workdir = tempfile.mkdtemp(dir=work_root, prefix="probe-")
+    try:
+        uid = iso.uid(0)
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+        code = "import os, sys; print(os.getuid(), os.getcwd()); sys.stdout.flush()"
+        argv = iso.argv([cfg.python, "-c", code], 0, cfg.tmpfs_MB)
+        limits = Limits(cfg.default_memory_MB << 20, 10, cfg.max_file_size, cfg.max_open_files, 1 << 20)
+        if uid is not None:
+            limits.processes = cfg.max_processes
+        if iso.cgroups is not None:
+            iso.cgroups.set_limits(0, cfg.default_memory_MB << 20, cfg.max_processes)
+        try:
+            proc = subprocess.run(
+                argv,
+                cwd=workdir,
+                env=iso.env(iso.work_path(workdir), [os.path.dirname(cfg.python)]),
+                preexec_fn=iso.preexec(limits, 0),
+                start_new_session=True,
+                capture_output=True,
+                timeout=20,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError) as err:
+            return f"{type(err).__name__}: {err}"
+        if proc.returncode != 0:
+            return (proc.stderr.decode(errors="replace").strip().splitlines() or [f"exit {proc.returncode}"])[
+                -1
+            ]
+        want_uid = str(uid) if uid is not None else str(0 if iso.user_ns else os.getuid())
+        got = proc.stdout.decode(errors="replace").split()
+        if not got or got[0] != want_uid:
+            return f"program ran as uid {got[:1]}, expected {want_uid}"
+        if iso.mount_ns and got[1:] != [iso.work_path(workdir)]:
+            return f"work dir seen as {got[1:]}, expected {iso.work_path(workdir)}"
+        return None
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _interpreter_paths(python: str) -> list[str]:
+    """Directories the interpreter reads at start-up (prefixes and sys.path)."""
+    code = "import json, sys; print(json.dumps([sys.base_prefix, sys.prefix, *sys.path]))"
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, timeout=20, check=True).stdout
+        return [os.path.dirname(os.path.realpath(python)), *json.loads(out)]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return [os.path.dirname(os.path.realpath(python))]
+
+
+NS_SETS = [  # strongest first
+    {"net_ns": True, "pid_ns": True, "mount_ns": True},
+    {"net_ns": False, "pid_ns": True, "mount_ns": True},
+    {"net_ns": True, "pid_ns": False, "mount_ns": False},
+]
+NO_NS = {"net_ns": False, "pid_ns": False, "mount_ns": False}
+
+
+def _set(iso: Isolation, **layers: bool) -> None:
+    for k, v in layers.items():
+        setattr(iso, k, v)
+
+
+def _label(uid: bool, ns: dict[str, bool]) -> str:
+    parts = (["uid"] if uid else []) + [k[:-3] for k, v in ns.items() if v]
+    return "+".join(parts) or "basic"
+
+
+def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
+    """The strongest working Isolation for this host and config; `notes` say what is missing and why."""
+    iso = Isolation(mode=cfg.isolation, sh=shutil.which("sh"))
+    if cfg.isolation == "basic":
+        iso.notes.append("namespaces, uid drop and cgroups disabled by --isolation basic")
+        return iso
+    if not sys.platform.startswith("linux"):
+        iso.notes.append(f"{sys.platform}: only the basic layers exist off Linux")
+        return iso
+    iso.pdeathsig = _PRCTL is not None
+    root = os.geteuid() == 0
+    iso.unshare, iso.setpriv = shutil.which("unshare"), shutil.which("setpriv")
+
+    uid_base = None
+    if root:
+        try:
+            uid_base, iso.uid_lock_fd = claim_uid_block(cfg.uid_base, cfg.workers)
+        except OSError as err:
+            iso.notes.append(f"unprivileged_uid: {err}")
+        iso.expose = hidden_paths(_interpreter_paths(cfg.python))
+    else:
+        iso.notes.append(
+            "unprivileged_uid: server is not root, runs keep its uid (start as root for this layer)"
+        )
+    if iso.unshare is None:
+        iso.notes.append("namespaces: `unshare` (util-linux) not found; pid, mount and network are shared")
+
+    candidates: list[tuple[bool, dict[str, bool]]] = []
+    for with_uid in ([True] if uid_base is not None else []) + [False]:
+        if iso.unshare is not None and not (with_uid and iso.setpriv is None):
+            candidates += [(with_uid, ns) for ns in NS_SETS]
+        candidates.append((with_uid, NO_NS))
+    failures = []
+    for with_uid, ns in candidates:
+        iso.uid_base = uid_base if with_uid else None
+        _set(iso, user_ns=not root and any(ns.values()), **ns)
+        if ns["mount_ns"] and iso.sh is None:
+            failures.append(f"{_label(with_uid, ns)}: no sh")
+            continue
+        why = _trial(iso, cfg, work_root)
+        if why is None:
+            break
+        failures.append(f"{_label(with_uid, ns)}: {why}")
+    if failures:
+        iso.notes.append("stronger layer sets failed: " + "; ".join(failures))
+    if iso.uid_base is None and iso.uid_lock_fd is not None:
+        os.close(iso.uid_lock_fd)
+        iso.uid_lock_fd = None
+
+    if root:
+        try:
+            iso.cgroups = CgroupSlots(cfg.workers)
+            why = _trial(iso, cfg, work_root)
+            if why is not None:
+                raise OSError(why)
+        except OSError as err:
+            iso.notes.append(f"cgroup: unavailable ({err}); memory is capped per process only")
+            if iso.cgroups is not None:
+                with contextlib.suppress(OSError):
+                    iso.cgroups.close()
+            iso.cgroups = None
+    else:
+        iso.notes.append("cgroup: needs root; memory is capped per process only")
+    if iso.uid_base is None and not iso.pid_ns and iso.cgroups is None:
+        iso.notes.append(
+            "fork bombs: RLIMIT_NPROC counts all processes of the server's user; "
+            "a program can signal the server (same uid)"
+        )
+    return iso

@@ -1,0 +1,77 @@
+"""Finding and killing what a run left behind.
+
+A program can leave its process group (setpgid), its session (setsid) or simply outlive its
+parent. Which net catches it depends on the layers in force: the PID namespace (the kernel
+kills the whole namespace with its first process), the slot's cgroup, the slot's uid, and,
+when nothing stronger exists, the run's session id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+
+
+def kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _proc_pids() -> Iterable[int]:
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                yield int(name)
+
+
+def pids_with_real_uid(uids: range | set[int]) -> list[int]:
+    """Processes whose real uid is in `uids`. Read from status, not the /proc dir owner,
+    because a process that clears its dumpable flag shows up as owned by root."""
+    out = []
+    for pid in _proc_pids():
+        try:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Uid:"):
+                        if int(line.split()[1]) in uids:
+                            out.append(pid)
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def pids_in_session(sid: int) -> list[int]:
+    """Processes whose session id is `sid` (field 6 of /proc/<pid>/stat)."""
+    out = []
+    for pid in _proc_pids():
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+            # the command name (field 2) may hold spaces and parentheses: split after the last ')'
+            fields = stat[stat.rindex(b")") + 2 :].split()
+            if int(fields[3]) == sid:
+                out.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def kill_until_gone(find: Callable[[], list[int]], deadline_s: float = 2.0) -> int:
+    """SIGKILL whatever `find` returns until it returns nothing; a fork bomb may keep spawning
+    for a few rounds. Returns the number of distinct pids killed."""
+    seen: set[int] = set()
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        pids = [p for p in find() if p != os.getpid()]
+        if not pids:
+            break
+        seen.update(pids)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.005)
+    return len(seen)

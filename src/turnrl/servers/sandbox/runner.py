@@ -1,0 +1,251 @@
+"""Execute one checked request in a fresh work dir under the host's isolation layers.
+
+The life of a run: make a work dir (owned by the slot's uid) and write the code and files;
+spawn; feed stdin and read stdout/stderr incrementally with a cap while waiting for exit or
+the wall-clock limit; kill the process group and sweep for escapees; collect fetch_files;
+remove the work dir. Nothing here raises for a misbehaving program: every outcome is a
+SandboxFusion response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnrl.servers.sandbox import reaper
+from turnrl.servers.sandbox.config import SandboxConfig
+from turnrl.servers.sandbox.isolation import SETUP_EXIT, SETUP_FAILED, Isolation, Limits, cpu_seconds_for
+from turnrl.servers.sandbox.schema import RunSpec, response, run_result
+
+CHUNK = 64 << 10
+DRAIN_GRACE_S = 1.0  # after the kill, how long pipes may take to reach EOF
+
+
+@dataclass
+class CappedOutput:
+    """Bytes kept up to `cap`; everything past it is read (so the writer never blocks) and counted."""
+
+    cap: int
+    kept: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    async def pump(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(CHUNK):
+            self.total += len(chunk)
+            room = self.cap - len(self.kept)
+            if room > 0:
+                self.kept += chunk[:room]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.kept)
+
+    def text(self) -> str:
+        # binary output must never break the JSON response
+        return self.kept.decode("utf-8", errors="replace")
+
+
+async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        if data:
+            stdin.write(data)
+            await stdin.drain()
+        stdin.close()
+
+
+def _user_tasks(uid: int) -> int:
+    """Threads currently held by `uid` (what RLIMIT_NPROC counts)."""
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            owner = None
+            with open(f"/proc/{pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Uid:"):
+                        owner = int(line.split()[1])
+                    elif line.startswith(b"Threads:") and owner == uid:
+                        total += int(line.split()[1])
+                        break
+    return total
+
+
+class Runner:
+    def __init__(self, cfg: SandboxConfig, iso: Isolation, work_root: str) -> None:
+        self.cfg, self.iso, self.work_root = cfg, iso, work_root
+        self.active: dict[int, asyncio.subprocess.Process] = {}  # slot -> running process
+
+    def _limits(self, spec: RunSpec) -> Limits:
+        processes = self.cfg.max_processes
+        if self.iso.uid_base is None:
+            # RLIMIT_NPROC counts every process of the uid, the server's own included
+            processes += _user_tasks(os.getuid())
+        return Limits(
+            address_space=spec.memory_MB << 20,
+            cpu_seconds=cpu_seconds_for(spec.run_timeout),
+            file_size=self.cfg.max_file_size,
+            open_files=self.cfg.max_open_files,
+            processes=processes,
+        )
+
+    def _prepare(self, spec: RunSpec, slot: int) -> str:
+        workdir = tempfile.mkdtemp(dir=self.work_root, prefix="run-")
+        uid = self.iso.uid(slot)
+        for rel, data in [*spec.files.items(), (spec.language.filename, spec.code)]:
+            path = os.path.join(workdir, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data)
+        if uid is not None:
+            for dirpath, dirnames, filenames in os.walk(workdir):
+                for name in [*dirnames, *filenames]:
+                    os.chown(os.path.join(dirpath, name), uid, uid)
+            os.chown(workdir, uid, uid)
+        os.chmod(workdir, 0o700)
+        return workdir
+
+    def _fetch(self, workdir: str, paths: list[str]) -> tuple[dict[str, str], list[str]]:
+        """Read requested files without following links out of the work dir: the program is
+        dead by now, but it may have left a symlink to a host file or a FIFO behind."""
+        files: dict[str, str] = {}
+        problems: list[str] = []
+        budget = self.cfg.max_fetch
+        root = os.path.realpath(workdir)
+        for rel in paths:
+            full = os.path.join(root, rel)
+            if os.path.realpath(os.path.dirname(full)) != os.path.dirname(full):
+                problems.append(f"fetch_files: {rel!r} is behind a symlink; not returned")
+                continue
+            try:
+                fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError as err:
+                problems.append(f"fetch_files: {rel!r} not returned ({err.strerror})")
+                continue
+            with os.fdopen(fd, "rb") as f:
+                info = os.fstat(f.fileno())
+                if not stat.S_ISREG(info.st_mode):
+                    problems.append(f"fetch_files: {rel!r} is not a regular file")
+                    continue
+                if info.st_size > budget:
+                    problems.append(f"fetch_files: {rel!r} exceeds the remaining {budget} bytes")
+                    continue
+                data = f.read(budget + 1)[:budget]
+            budget -= len(data)
+            files[rel] = base64.b64encode(data).decode("ascii")
+        return files, problems
+
+    def _sweep(self, proc: asyncio.subprocess.Process, slot: int) -> None:
+        """Kill the run's process group and anything that escaped it."""
+        reaper.kill_group(proc.pid)
+        if self.iso.cgroups is not None:
+            self.iso.cgroups.kill(slot)
+        uid = self.iso.uid(slot)
+        if uid is not None and not self.iso.pid_ns:
+            reaper.kill_until_gone(lambda: reaper.pids_with_real_uid({uid}))
+        elif uid is None and not self.iso.pid_ns and self.iso.cgroups is None:
+            # weakest net: same session (setsid escapees are not caught)
+            reaper.kill_until_gone(lambda: reaper.pids_in_session(proc.pid))
+
+    async def run(self, spec: RunSpec, slot: int) -> dict[str, Any]:
+        try:
+            workdir = await asyncio.to_thread(self._prepare, spec, slot)
+        except OSError as err:
+            return response("SandboxError", f"could not prepare the work dir: {err}", run_result("Error"))
+        try:
+            result, ran = await self._execute(spec, slot, workdir)
+            if not ran:
+                return result
+            files, problems = await asyncio.to_thread(self._fetch, workdir, spec.fetch_files)
+            result["files"] = files
+            result["message"] = "; ".join([m for m in [result["message"], *problems] if m])
+            return result
+        finally:
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
+
+    async def _execute(self, spec: RunSpec, slot: int, workdir: str) -> tuple[dict[str, Any], bool]:
+        """The response and whether the program ran (False: the sandbox failed to run it)."""
+        cfg, iso = self.cfg, self.iso
+        program = [*spec.language.argv, spec.language.filename]
+        if iso.cgroups is not None:
+            with contextlib.suppress(OSError):  # a failed update keeps the previous, still finite, limit
+                iso.cgroups.set_limits(slot, spec.memory_MB << 20, cfg.max_processes)
+        out, err = CappedOutput(cfg.max_output), CappedOutput(cfg.max_output)
+        start = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *iso.argv(program, slot, cfg.tmpfs_MB),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=workdir,
+                env=iso.env(iso.work_path(workdir), [os.path.dirname(cfg.python)]),
+                preexec_fn=iso.preexec(self._limits(spec), slot),
+                start_new_session=True,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return response("SandboxError", f"could not start the program: {exc}", run_result("Error")), False
+        self.active[slot] = proc
+        assert proc.stdin and proc.stdout and proc.stderr
+        pumps = [asyncio.create_task(out.pump(proc.stdout)), asyncio.create_task(err.pump(proc.stderr))]
+        feeder = asyncio.create_task(_feed(proc.stdin, spec.stdin))
+        timed_out = False
+        try:
+            await asyncio.wait_for(proc.wait(), spec.run_timeout)
+        except TimeoutError:
+            timed_out = True
+        finally:
+            elapsed = time.monotonic() - start
+            # runs even when the request is cancelled, so no run outlives its request
+            await asyncio.to_thread(self._sweep, proc, slot)
+            await proc.wait()
+            self.active.pop(slot, None)
+            _, pending = await asyncio.wait(pumps, timeout=DRAIN_GRACE_S)
+            for task in [*pending, feeder]:
+                task.cancel()
+        return self._result(proc.returncode, timed_out, elapsed, spec, out, err)
+
+    def _result(
+        self,
+        code: int | None,
+        timed_out: bool,
+        elapsed: float,
+        spec: RunSpec,
+        out: CappedOutput,
+        err: CappedOutput,
+    ) -> tuple[dict[str, Any], bool]:
+        stderr = err.text()
+        if code == SETUP_EXIT and stderr.startswith(SETUP_FAILED):
+            return response("SandboxError", stderr.strip(), run_result("Error", elapsed, code)), False
+        notes = []
+        if code == -signal.SIGXCPU:
+            timed_out = True
+            notes.append("CPU time limit exceeded")
+        if timed_out:
+            notes.insert(0, f"run timed out after {spec.run_timeout:g}s")
+            run = run_result("TimeLimitExceeded", elapsed, None, out.text(), stderr)
+        else:
+            run = run_result("Finished", elapsed, code, out.text(), stderr)
+            if code is not None and code < 0:
+                notes.append(
+                    f"killed by {signal.Signals(-code).name}" if -code in signal.valid_signals() else ""
+                )
+        for name, stream in (("stdout", out), ("stderr", err)):
+            if stream.truncated:
+                notes.append(f"{name} truncated to {len(stream.kept)} of {stream.total} bytes")
+        status = "Success" if not timed_out and code == 0 else "Failed"
+        return response(status, "; ".join(n for n in notes if n), run), True
+
+    async def kill_all(self) -> None:
+        for slot, proc in list(self.active.items()):
+            await asyncio.to_thread(self._sweep, proc, slot)
