@@ -83,7 +83,8 @@ def _is_turnrl_index(path: Path) -> bool:
         return False
 
 
-def _prepare_out_dir(out_dir: Path) -> None:
+def _check_out_dir(out_dir: Path) -> bool:
+    """Whether `out_dir` holds an index to replace; raises if it holds anything else."""
     if out_dir.exists() and not out_dir.is_dir():
         raise RetrieverError(f"{out_dir}: output path exists and is not a directory")
     if out_dir.is_dir() and any(out_dir.iterdir()):
@@ -91,9 +92,8 @@ def _prepare_out_dir(out_dir: Path) -> None:
             raise RetrieverError(
                 f"{out_dir}: output directory is not empty and is not a turnrl index; refusing to overwrite"
             )
-        # Rebuilding an index in place: clear it so no stale file of another method lingers.
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+        return True
+    return False
 
 
 def build_index(
@@ -115,8 +115,13 @@ def build_index(
 
         for module in ("faiss", "sentence_transformers"):
             _require(module)
+    replace = _check_out_dir(out_dir)  # before reading: a bad --out fails in a second, not after the read
     ids, contents = read_corpus(corpus_path, show_progress=show_progress)
-    _prepare_out_dir(out_dir)
+    if replace:
+        # Cleared only once the new corpus has read cleanly, so a bad corpus leaves the old index usable;
+        # cleared whole, so no stale file of another method lingers.
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     write_corpus_store(out_dir, ids, contents)
     if method == "bm25":
         from turnrl.servers.retriever.bm25 import build_bm25
