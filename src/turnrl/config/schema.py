@@ -1,0 +1,169 @@
+"""The typed configuration of a run: one dataclass per section, a docstring per field.
+
+Sizes say whether they count *prompts* or *responses*: with `rollout.n = 4`, a batch of
+8 prompts is 32 responses. Getting that wrong is a classic bug (verl #5821), so every size
+below names its unit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DataConfig:
+    train_files: list[str] = field(default_factory=list)
+    """Training data: parquet or JSONL files with verl-format rows. Empty = generate `data.task`."""
+    val_files: list[str] = field(default_factory=list)
+    """Validation data, same format. Empty = generate `data.task`'s validation split."""
+    task: str = "addition"
+    """Built-in task written into `<run>/data/` when no files are given (see `turnrl.data.tasks`)."""
+    train_batch_size: int = 8
+    """Prompts per training step (each is sampled `rollout.n` times)."""
+    val_batch_size: int = 64
+    """Prompts per generation call during validation."""
+    max_prompt_length: int = 256
+    """Prompts longer than this many tokens are dropped (and counted) at load time."""
+    max_response_length: int = 16
+    """Budget of response tokens per sample (the whole multi-turn response in agent mode)."""
+    shuffle: bool = True
+    """Shuffle the training rows each epoch (seeded by `trainer.seed` and the epoch)."""
+    prompt_key: str = "prompt"
+    """Row field holding the chat messages `[{role, content}, ...]` (or a plain string)."""
+
+
+@dataclass
+class ModelConfig:
+    path: str = "smollm2-135m-instruct"
+    """A Hugging Face model directory, a `.gguf` file, `smollm2-135m-instruct` (embedded) or `tiny-random`."""
+    dtype: str = "auto"
+    """`auto` (float32 on CPU, bfloat16 on GPU), `float32`, `bfloat16` or `float16`."""
+    cache_dir: str = ""
+    """Where converted models are cached. Empty = `$TURNRL_CACHE` or `~/.cache/turnrl`."""
+    lora_rank: int = 0
+    """LoRA rank; 0 = full fine-tuning."""
+    lora_alpha: int = 16
+    """LoRA scaling numerator (scale = alpha / rank)."""
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Module names that get LoRA adapters."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+
+
+@dataclass
+class RolloutConfig:
+    n: int = 8
+    """Samples per prompt: the group size for GRPO-style estimators."""
+    temperature: float = 1.0
+    """Sampling temperature; old log-probs are computed at this temperature too."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold (1.0 = off)."""
+    top_k: int = 0
+    """Top-k sampling (0 = off)."""
+    stop: list[str] = field(default_factory=list)
+    """Extra stop strings; generation always stops at the tokenizer's EOS."""
+    generation_batch_size: int = 64
+    """Responses generated per forward batch (bounds rollout memory)."""
+    val_temperature: float = 0.0
+    """Temperature for validation; 0 = greedy."""
+    val_n: int = 1
+    """Samples per validation prompt."""
+
+
+@dataclass
+class AlgorithmConfig:
+    adv_estimator: str = "grpo"
+    """Advantage estimator: gae, grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax."""
+    norm_adv_by_std_in_grpo: bool = True
+    """Divide GRPO advantages by the group std; false gives Dr. GRPO."""
+    gamma: float = 1.0
+    """Discount factor (GAE, REINFORCE++)."""
+    lam: float = 1.0
+    """GAE lambda."""
+
+
+@dataclass
+class ActorConfig:
+    lr: float = 1e-5
+    """Peak learning rate of AdamW."""
+    lr_warmup_steps: int = 0
+    """Linear warm-up steps (optimizer steps); then constant."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value (0 = off)."""
+    ppo_mini_batch_size: int = 8
+    """Prompts per optimizer step (times `rollout.n` responses); must divide `data.train_batch_size`."""
+    ppo_micro_batch_size: int = 16
+    """Responses per forward/backward pass (gradient accumulation inside a mini-batch)."""
+    log_prob_micro_batch_size: int = 32
+    """Responses per forward pass when computing log-probs without gradients."""
+    ppo_epochs: int = 1
+    """Passes over each batch."""
+    clip_ratio_low: float = 0.2
+    """PPO clip: ratio lower bound is 1 - clip_ratio_low."""
+    clip_ratio_high: float = 0.2
+    """PPO clip: ratio upper bound is 1 + clip_ratio_high (DAPO clip-higher sets it above low)."""
+    clip_ratio_c: float = 3.0
+    """Dual-clip constant for negative advantages (Ye et al. 2020); must be > 1."""
+    loss_agg_mode: str = "token-mean"
+    """token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm."""
+    entropy_coeff: float = 0.0
+    """Entropy bonus coefficient."""
+    logprob_chunk_size: int = 1024
+    """Tokens per chunk when turning hidden states into log-probs (bounds the vocab-sized buffer)."""
+
+
+@dataclass
+class CustomFunctionConfig:
+    path: str = ""
+    """Python file defining the reward function. Empty = the built-in registry by `data_source`."""
+    name: str = "compute_score"
+    """Function name: `compute_score(data_source, solution_str, ground_truth, extra_info=None)`."""
+
+
+@dataclass
+class RewardConfig:
+    custom_function: CustomFunctionConfig = field(default_factory=CustomFunctionConfig)
+    """A user reward function loaded from a file."""
+
+
+@dataclass
+class TrainerConfig:
+    total_epochs: int = 1
+    """Passes over the training data (bounded by `total_training_steps`)."""
+    total_training_steps: int = 0
+    """Stop after this many steps; 0 = run `total_epochs` epochs."""
+    test_freq: int = 10
+    """Validate every this many steps (0 = only before and after training)."""
+    val_before_train: bool = True
+    """Validate once before the first step."""
+    save_freq: int = 0
+    """Checkpoint every this many steps (0 = only at the end)."""
+    default_local_dir: str = ""
+    """Run directory. Empty = `runs/<experiment_name>-<timestamp>`."""
+    experiment_name: str = "turnrl"
+    """Name used for the run directory and loggers."""
+    logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])
+    """Metric sinks: console, jsonl."""
+    seed: int = 1
+    """Seeds data order, sampling and initialisation."""
+    resume: bool = True
+    """Resume from the latest checkpoint in the run directory if there is one."""
+    device: str = "auto"
+    """`auto`, `cpu` or `cuda`."""
+    num_threads: int = 0
+    """torch CPU threads (0 = torch's default)."""
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)

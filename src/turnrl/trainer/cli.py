@@ -1,0 +1,52 @@
+"""`turnrl train [recipe.yaml] [key=value ...]`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from turnrl.config import ConfigError, field_docs, load_config, to_yaml
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a policy (default: GRPO on the embedded model, built-in task)")
+    p.add_argument("args", nargs="*", help="an optional recipe.yaml, then key=value overrides")
+    p.add_argument("--show-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument("--list-keys", action="store_true", help="list every config key with its docstring")
+    p.set_defaults(func=run)
+
+
+def split_args(args: list[str]) -> tuple[str | None, list[str]]:
+    recipe = None
+    if args and "=" not in args[0]:
+        recipe, args = args[0], args[1:]
+    return recipe, args
+
+
+def run(ns: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if ns.list_keys:
+        for key, doc in field_docs().items():
+            print(f"{key:40s} {doc}")
+        return 0
+    try:
+        recipe, overrides = split_args(ns.args)
+        cfg = load_config(recipe, overrides)
+    except ConfigError as err:
+        print(f"turnrl train: {err}", file=sys.stderr)
+        return 2
+    if ns.show_config:
+        print(to_yaml(cfg))
+        return 0
+    from turnrl.trainer.errors import STARTUP_ERRORS
+    from turnrl.trainer.ppo import Trainer
+
+    try:
+        trainer = Trainer(cfg)
+    except STARTUP_ERRORS as err:
+        print(f"turnrl train: {err}", file=sys.stderr)
+        return 2
+    run_dir = trainer.fit()
+    print(f"run directory: {run_dir}")
+    return 0

@@ -1,0 +1,59 @@
+"""Step metrics, named as verl names them so dashboards carry over."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from turnrl.algorithms.core import masked_mean
+from turnrl.batch import Batch
+
+
+def _stats(prefix: str, x: torch.Tensor) -> dict[str, float]:
+    x = x.float()
+    if x.numel() == 0:
+        return {}
+    return {
+        f"{prefix}/mean": x.mean().item(),
+        f"{prefix}/max": x.max().item(),
+        f"{prefix}/min": x.min().item(),
+    }
+
+
+def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
+    mask = batch["response_mask"]
+    valid = mask.bool()
+    seq_score = batch["token_level_scores"].sum(-1)
+    seq_reward = batch["token_level_rewards"].sum(-1)
+    # response length counts model tokens only: observations are not the policy's length
+    resp_len = mask.sum(-1)
+    prompt_len = batch["attention_mask"][:, : -mask.shape[1]].sum(-1)
+    out: dict[str, float] = {}
+    out.update(_stats("critic/score", seq_score))
+    out.update(_stats("critic/rewards", seq_reward))
+    out.update(_stats("critic/advantages", batch["advantages"][valid]))
+    out.update(_stats("critic/returns", batch["returns"][valid]))
+    out.update(_stats("response_length", resp_len))
+    out["response_length/clip_ratio"] = (resp_len >= max_response_length).float().mean().item()
+    out.update(_stats("prompt_length", prompt_len))
+    if "old_log_probs" in batch and "rollout_log_probs" in batch:
+        # rollout engine vs trainer log-probs of the same tokens: should be ~0 (TRL #4159)
+        gap = (batch["old_log_probs"] - batch["rollout_log_probs"]).abs()
+        out["rollout/logprob_gap/mean"] = masked_mean(gap, mask).item()
+        out["rollout/logprob_gap/max"] = gap[valid].max().item() if valid.any() else 0.0
+    return out
+
+
+def extra_metrics(extras: dict[str, list[float]], prefix: str = "reward_extra") -> dict[str, float]:
+    return {f"{prefix}/{k}/mean": float(np.mean(v)) for k, v in extras.items() if v}
+
+
+def timing_metrics(timing: dict[str, float], batch: Batch, step_time: float) -> dict[str, Any]:
+    out: dict[str, Any] = {f"timing_s/{k}": v for k, v in timing.items()}
+    out["timing_s/step"] = step_time
+    tokens = batch["attention_mask"].sum().item()
+    out["perf/total_num_tokens"] = tokens
+    out["perf/throughput"] = tokens / step_time if step_time > 0 else 0.0
+    return out

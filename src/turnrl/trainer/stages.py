@@ -1,0 +1,99 @@
+"""The stages of one training step (ARCHITECTURE §2), as functions of a Batch.
+
+Each takes what it needs and returns new fields; the loop in `ppo.py` only sequences
+and times them. Stage names double as `timing_s/<name>` metric keys.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+import torch
+
+from turnrl.algorithms.advantages import compute_advantage
+from turnrl.batch import Batch
+from turnrl.config.schema import Config
+from turnrl.rollout.base import RolloutEngine, SamplingParams, assemble
+
+PROMPT_FIELDS = ("input_ids", "attention_mask", "position_ids")
+
+
+class Recorder(Protocol):
+    """Receives every stage's output batch (the step inspector implements this)."""
+
+    def record(self, stage: str, batch: Batch, elapsed_s: float) -> None: ...
+
+
+class StageClock:
+    """Times named stages and hands each stage's result to an optional recorder."""
+
+    def __init__(self, recorder: Recorder | None = None):
+        self.timing: dict[str, float] = {}
+        self.recorder = recorder
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[dict[str, Any]]:
+        slot: dict[str, Any] = {}
+        start = time.perf_counter()
+        yield slot
+        elapsed = time.perf_counter() - start
+        self.timing[name] = self.timing.get(name, 0.0) + elapsed
+        if self.recorder is not None and isinstance(slot.get("batch"), Batch):
+            self.recorder.record(name, slot["batch"], elapsed)
+
+
+def split_generation_input(batch: Batch) -> Batch:
+    """Stage 2: pop the prompt tensors; the engine needs nothing else."""
+    return batch.pop(PROMPT_FIELDS)
+
+
+def generate(
+    engine: RolloutEngine, gen_batch: Batch, params: SamplingParams, pad_id: int, response_length: int
+) -> Batch:
+    """Stage 3: sample `params.n` responses per prompt (interleaved A,A,B,B)."""
+    ids, mask = gen_batch["input_ids"], gen_batch["attention_mask"]
+    prompt_ids = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
+    out = engine.generate(prompt_ids, params)
+    return assemble(gen_batch, out, params.n, pad_id, response_length)
+
+
+def group_and_merge(batch: Batch, rollout: Batch, n: int) -> Batch:
+    """Stage 4: repeat the prompt rows n times like the rollout did, tag groups by `uid`.
+
+    `uid` is the prompt's own `index`, identical for its n samples: a fresh id per row would
+    make every GRPO group a group of one.
+    """
+    merged = batch.repeat(n, interleave=True)
+    merged["uid"] = merged["index"].copy()
+    return merged.union(rollout)
+
+
+def score(
+    reward_fn: Callable[[Batch], tuple[torch.Tensor, dict[str, list[float]]]], batch: Batch
+) -> dict[str, list[float]]:
+    """Stage 6: `token_level_scores`, the score at each response's last model token."""
+    scores, extras = reward_fn(batch)
+    batch["token_level_scores"] = scores
+    return extras
+
+
+def advantages(batch: Batch, cfg: Config) -> None:
+    """Stage 11: estimator-specific advantages and returns."""
+    if "token_level_rewards" not in batch:
+        batch["token_level_rewards"] = batch["token_level_scores"]
+    adv, ret = compute_advantage(
+        cfg.algorithm.adv_estimator,
+        token_level_rewards=batch["token_level_rewards"],
+        response_mask=batch["response_mask"],
+        index=batch["uid"],
+        values=batch.tensors.get("values"),
+        reward_baselines=batch.tensors.get("reward_baselines"),
+        gamma=cfg.algorithm.gamma,
+        lam=cfg.algorithm.lam,
+        norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo,
+    )
+    batch["advantages"] = adv
+    batch["returns"] = ret
