@@ -17,7 +17,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from turnrl import __version__
@@ -120,6 +120,10 @@ def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
             gate.release(slot)
         return JSONResponse(result)
 
+    @app.get("/v1/ping", response_class=PlainTextResponse)
+    async def ping() -> str:
+        return "pong"  # SandboxFusion's liveness probe, for tools written against it
+
     @app.get("/health")
     async def health() -> dict[str, Any]:
         gate = state["gate"]
@@ -132,6 +136,7 @@ def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
             "languages": sorted(languages),
             "isolation": {
                 "mode": iso.mode,
+                "server_is_root": os.geteuid() == 0,
                 "layers": iso.layers(),
                 "network_isolated": iso.net_ns,
                 "uids": None if uid is None else [uid, uid + cfg.workers - 1],

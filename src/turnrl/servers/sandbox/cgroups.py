@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import time
 from pathlib import Path
+
+from turnrl.servers.sandbox import reaper
 
 ROOT = Path("/sys/fs/cgroup")
 PREFIX = "turnrl-sandbox-"
@@ -130,20 +130,9 @@ class CgroupSlots:
                 out.update(int(x) for x in (d / "cgroup.procs").read_text().split())
         return out
 
-    def kill(self, slot: int, deadline_s: float = 2.0) -> int:
-        """SIGKILL everything in the slot's cgroups until empty; returns how many were seen."""
-        seen: set[int] = set()
-        end = time.monotonic() + deadline_s
-        while time.monotonic() < end:
-            pids = self.pids(slot)
-            if not pids:
-                break
-            seen |= pids
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.005)
-        return len(seen)
+    def kill(self, slot: int, spare: frozenset[int] = frozenset(), deadline_s: float = 2.0) -> int:
+        """SIGKILL everything in the slot's cgroups but `spare` until none is left; returns the count."""
+        return reaper.kill_until_gone(lambda: [p for p in self.pids(slot) if p not in spare], deadline_s)
 
     def close(self) -> None:
         for i in range(len(self.slot_dirs)):

@@ -182,9 +182,12 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
             iso.cgroups = None
     else:
         iso.notes.append("cgroup: needs root; memory is capped per process only")
-    if iso.uid_base is None and not iso.pid_ns and iso.cgroups is None:
+    if iso.uid_base is None and iso.cgroups is None:
         iso.notes.append(
-            "fork bombs: RLIMIT_NPROC counts all processes of the server's user; "
-            "a program can signal the server (same uid)"
+            "fork bombs: NOT bounded (RLIMIT_NPROC is not enforced for root)"
+            if root
+            else "fork bombs: bounded by RLIMIT_NPROC over all processes of the server's user"
         )
+    if iso.uid_base is None and not iso.pid_ns and not iso.user_ns:
+        iso.notes.append("programs run as the server's uid and can signal it or read its /proc entries")
     return iso

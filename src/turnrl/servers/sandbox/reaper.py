@@ -60,6 +60,20 @@ def pids_in_session(sid: int) -> list[int]:
     return out
 
 
+def children_of(parent: int) -> list[int]:
+    """Direct children of `parent` (field 4 of /proc/<pid>/stat)."""
+    out = []
+    for pid in _proc_pids():
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+            if int(stat[stat.rindex(b")") + 2 :].split()[1]) == parent:
+                out.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
 def kill_until_gone(find: Callable[[], list[int]], deadline_s: float = 2.0) -> int:
     """SIGKILL whatever `find` returns until it returns nothing; a fork bomb may keep spawning
     for a few rounds. Returns the number of distinct pids killed."""

@@ -145,17 +145,50 @@ class Runner:
             files[rel] = base64.b64encode(data).decode("ascii")
         return files, problems
 
-    def _sweep(self, proc: asyncio.subprocess.Process, slot: int) -> None:
-        """Kill the run's process group and anything that escaped it."""
-        reaper.kill_group(proc.pid)
-        if self.iso.cgroups is not None:
-            self.iso.cgroups.kill(slot)
-        uid = self.iso.uid(slot)
-        if uid is not None and not self.iso.pid_ns:
+    def _kill_program(self, pid: int, slot: int) -> None:
+        """Kill the program and everything it started, escapees included.
+
+        With a PID namespace, `pid` is the root-owned `unshare` launcher: it is spared so that
+        it reaps the namespace's first process itself (the kernel then kills the rest of the
+        namespace); killed first, its child would linger as a zombie of the host's init.
+        """
+        iso, uid = self.iso, self.iso.uid(slot)
+        spare = frozenset({pid}) if iso.pid_ns else frozenset()
+        if iso.cgroups is not None:  # exact: an unprivileged process cannot leave its cgroup
+            iso.cgroups.kill(slot, spare)
+        elif uid is not None:
             reaper.kill_until_gone(lambda: reaper.pids_with_real_uid({uid}))
-        elif uid is None and not self.iso.pid_ns and self.iso.cgroups is None:
-            # weakest net: same session (setsid escapees are not caught)
-            reaper.kill_until_gone(lambda: reaper.pids_in_session(proc.pid))
+        elif iso.pid_ns:
+            reaper.kill_until_gone(lambda: reaper.children_of(pid))
+        else:  # weakest net: the run's session (a setsid escapee is not caught)
+            reaper.kill_until_gone(lambda: reaper.pids_in_session(pid))
+        if not iso.pid_ns:
+            reaper.kill_group(pid)
+
+    def _remove_strays(self, slot: int) -> None:
+        """Without a private /tmp, files the slot's uid left in the shared temp dirs."""
+        uid = self.iso.uid(slot)
+        if uid is None or self.iso.mount_ns:
+            return
+        for top in ("/tmp", "/var/tmp", "/dev/shm"):
+            with contextlib.suppress(OSError):
+                for entry in os.scandir(top):
+                    with contextlib.suppress(OSError):
+                        if entry.stat(follow_symlinks=False).st_uid == uid:
+                            if entry.is_dir(follow_symlinks=False):
+                                shutil.rmtree(entry.path, ignore_errors=True)
+                            else:
+                                os.unlink(entry.path)
+
+    async def _stop(self, proc: asyncio.subprocess.Process, slot: int) -> None:
+        await asyncio.to_thread(self._kill_program, proc.pid, slot)
+        if self.iso.pid_ns:
+            try:
+                await asyncio.wait_for(proc.wait(), 1.0)
+            except TimeoutError:
+                reaper.kill_group(proc.pid)
+        await proc.wait()
+        await asyncio.to_thread(self._remove_strays, slot)
 
     async def run(self, spec: RunSpec, slot: int) -> dict[str, Any]:
         try:
@@ -207,8 +240,7 @@ class Runner:
         finally:
             elapsed = time.monotonic() - start
             # runs even when the request is cancelled, so no run outlives its request
-            await asyncio.to_thread(self._sweep, proc, slot)
-            await proc.wait()
+            await self._stop(proc, slot)
             self.active.pop(slot, None)
             _, pending = await asyncio.wait(pumps, timeout=DRAIN_GRACE_S)
             for task in [*pending, feeder]:
@@ -248,4 +280,4 @@ class Runner:
 
     async def kill_all(self) -> None:
         for slot, proc in list(self.active.items()):
-            await asyncio.to_thread(self._sweep, proc, slot)
+            await self._stop(proc, slot)

@@ -1,0 +1,227 @@
+"""Async client for turnrl's sandbox server or a real SandboxFusion server (same JSON).
+
+    async with SandboxClient("http://127.0.0.1:8080") as sandbox:
+        result = await sandbox.run_code("print(1 + 1)", run_timeout=5)
+        result.ok, result.stdout          # True, "2\\n"
+
+Transient failures (connection errors, timeouts, 5xx including the server's 503 overload
+answer) are retried with exponential backoff; a 4xx is the caller's mistake and raises
+`SandboxRequestError` at once with the server's one-line reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+
+class SandboxError(RuntimeError):
+    """Base of the client's errors."""
+
+
+class SandboxRequestError(SandboxError):
+    """The server refused the request (4xx); retrying would not help."""
+
+
+class SandboxUnavailable(SandboxError):
+    """The server could not be reached or kept failing after all retries."""
+
+
+def base_url(url: str) -> str:
+    """Accept both the server root and a full `/run_code` URL (verl configs hold the latter)."""
+    url = url.strip().rstrip("/")
+    for suffix in ("/run_code", "/health", "/v1/ping"):
+        if url.endswith(suffix):
+            url = url[: -len(suffix)]
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"sandbox url must start with http:// or https://, got {url!r}")
+    return url
+
+
+@dataclass
+class RunResult:
+    """One `/run_code` answer, flattened."""
+
+    status: str
+    """Success | Failed | SandboxError."""
+    run_status: str | None
+    """Finished | Error | TimeLimitExceeded, or None when the program never ran."""
+    stdout: str = ""
+    stderr: str = ""
+    return_code: int | None = None
+    execution_time: float | None = None
+    message: str = ""
+    files: dict[str, bytes] = field(default_factory=dict)
+    latency: float = 0.0
+    """Seconds the client waited, queueing and retries included."""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "Success"
+
+    @property
+    def timed_out(self) -> bool:
+        return self.run_status == "TimeLimitExceeded"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], latency: float = 0.0) -> RunResult:
+        run = data.get("run_result") or {}
+        files = {}
+        for path, content in (data.get("files") or {}).items():
+            try:
+                files[path] = base64.b64decode(content or "")
+            except ValueError:
+                continue
+        return cls(
+            status=str(data.get("status", "SandboxError")),
+            run_status=run.get("status"),
+            stdout=run.get("stdout") or "",
+            stderr=run.get("stderr") or "",
+            return_code=run.get("return_code"),
+            execution_time=run.get("execution_time"),
+            message=data.get("message") or "",
+            files=files,
+            latency=latency,
+            raw=data,
+        )
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:300].strip() or response.reason_phrase
+    if isinstance(body, dict):
+        detail = body.get("detail") or body.get("message") or body
+        return detail if isinstance(detail, str) else str(detail)[:300]
+    return str(body)[:300]
+
+
+def _encode(content: bytes | str) -> str:
+    return base64.b64encode(content.encode() if isinstance(content, str) else content).decode("ascii")
+
+
+class SandboxClient:
+    """Calls `/run_code`; one instance may serve many concurrent coroutines."""
+
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 60.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+    ) -> None:
+        """timeout: seconds per HTTP attempt (a run's time in the queue counts);
+        retries: extra attempts after the first on transient failures."""
+        self.url = base_url(url)
+        self.timeout, self.retries = timeout, retries
+        self.backoff, self.max_backoff = backoff, max_backoff
+        self._http: httpx.AsyncClient | None = None
+
+    async def __aenter__(self) -> SandboxClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout, connect=10.0), limits=limits)
+        return self._http
+
+    def _delay(self, attempt: int, response: httpx.Response | None) -> float:
+        if response is not None:
+            after = response.headers.get("retry-after", "")
+            if after.replace(".", "", 1).isdigit():
+                return min(float(after), self.max_backoff)
+        base = min(self.backoff * 2**attempt, self.max_backoff)
+        return base * (0.5 + random.random() / 2)  # jitter spreads a burst of retries
+
+    async def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> httpx.Response:
+        last = ""
+        for attempt in range(self.retries + 1):
+            response = None
+            try:
+                response = await self._client().request(method, self.url + path, json=payload)
+            except httpx.TransportError as err:
+                last = f"{type(err).__name__}: {err}".rstrip(": ")
+            else:
+                if response.status_code < 400:
+                    return response
+                if response.status_code < 500:
+                    raise SandboxRequestError(
+                        f"sandbox at {self.url} refused {path} ({response.status_code}): {_detail(response)}"
+                    )
+                last = f"HTTP {response.status_code}: {_detail(response)}"
+            if attempt < self.retries:
+                await asyncio.sleep(self._delay(attempt, response))
+        raise SandboxUnavailable(
+            f"sandbox at {self.url} failed {path} after {self.retries + 1} attempts: {last}"
+        )
+
+    async def run_code(
+        self,
+        code: str,
+        language: str = "python",
+        stdin: str = "",
+        run_timeout: float = 10.0,
+        files: dict[str, bytes | str] | None = None,
+        fetch_files: list[str] | None = None,
+        memory_limit_MB: int = -1,
+        compile_timeout: float = 10.0,
+    ) -> RunResult:
+        payload = {
+            "code": code,
+            "language": language,
+            "stdin": stdin,
+            "run_timeout": run_timeout,
+            "compile_timeout": compile_timeout,
+            "memory_limit_MB": memory_limit_MB,
+            "files": {path: _encode(content) for path, content in (files or {}).items()},
+            "fetch_files": list(fetch_files or []),
+        }
+        start = asyncio.get_running_loop().time()
+        response = await self._request("POST", "/run_code", payload)
+        try:
+            data = response.json()
+        except ValueError as err:
+            raise SandboxError(f"sandbox at {self.url} answered /run_code with non-JSON: {err}") from None
+        return RunResult.from_json(data, asyncio.get_running_loop().time() - start)
+
+    async def health(self) -> dict[str, Any]:
+        """turnrl's /health; for a SandboxFusion server (no /health), its /v1/ping."""
+        try:
+            return (await self._request("GET", "/health")).json()
+        except SandboxRequestError:
+            response = await self._request("GET", "/v1/ping")
+            return {"status": "ok", "ping": response.text.strip()}
+
+
+def check_server(url: str, timeout: float = 5.0) -> dict[str, Any]:
+    """Fail fast, with one line naming the URL, when the sandbox is down (training start-up)."""
+    root = base_url(url)
+    try:
+        with httpx.Client(timeout=timeout) as http:
+            response = http.get(root + "/health")
+            if response.status_code == 404:  # a SandboxFusion server
+                response = http.get(root + "/v1/ping")
+                response.raise_for_status()
+                return {"status": "ok", "ping": response.text.strip()}
+            response.raise_for_status()
+            return response.json()
+    except (httpx.HTTPError, ValueError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise SandboxUnavailable(f"sandbox server at {root} is not usable: {reason}") from None

@@ -1,0 +1,155 @@
+"""Run turnrl's own sandbox server as a child process (used when no sandbox URL is configured).
+
+    with SandboxProcess(workers=4) as sandbox:
+        client = SandboxClient(sandbox.url)
+
+The server gets a free port on 127.0.0.1, is waited for through /health, and is terminated
+(SIGTERM, then SIGKILL) on exit, at interpreter exit, or, on Linux, when the process that
+started it dies.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import IO, Any
+
+import httpx
+
+from turnrl.servers.sandbox.client import SandboxUnavailable
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # SIGTERM, not SIGKILL: the server then kills its runs and removes its work dirs
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+class SandboxProcess:
+    """A `turnrl sandbox serve` child process on a free localhost port."""
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        queue: int | None = None,
+        isolation: str = "auto",
+        env: dict[str, str] | None = None,
+        startup_timeout: float = 60.0,
+        extra_args: list[str] | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.workers, self.queue, self.isolation = workers, queue, isolation
+        self.env, self.startup_timeout = env, startup_timeout
+        self.extra_args = list(extra_args or [])
+        self.host = host
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.health: dict[str, Any] = {}
+        self._log: IO[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "SandboxProcess not started"
+        return self.proc.pid
+
+    def _command(self) -> list[str]:
+        cmd = [
+            sys.executable,
+            "-m",
+            "turnrl.cli",
+            "sandbox",
+            "serve",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+        ]
+        if self.workers is not None:
+            cmd += ["--workers", str(self.workers)]
+        if self.queue is not None:
+            cmd += ["--queue", str(self.queue)]
+        return [*cmd, "--isolation", self.isolation, *self.extra_args]
+
+    def log_tail(self, lines: int = 20) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return "\n".join(self._log.read().decode(errors="replace").splitlines()[-lines:])
+
+    def start(self) -> SandboxProcess:
+        for _attempt in range(3):  # another process may grab the free port before the server binds it
+            self.port = free_port(self.host)
+            if self._log is not None:
+                self._log.close()
+            self._log = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the server)
+            self.proc = subprocess.Popen(
+                self._command(),
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+            if self._wait_ready():
+                atexit.register(self.stop)
+                return self
+            if "address already in use" not in self.log_tail().lower():
+                break
+        tail = self.log_tail()
+        self.stop()
+        raise SandboxUnavailable(
+            f"sandbox server did not start on {self.url}: {tail.splitlines()[-1:] or '?'}"
+        )
+
+    def _wait_ready(self) -> bool:
+        assert self.proc is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                response = httpx.get(self.url + "/health", timeout=2.0)
+                if response.status_code == 200:
+                    self.health = response.json()
+                    return True
+            time.sleep(0.1)
+        return False
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+
+    def __enter__(self) -> SandboxProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,316 @@
+"""Hostile programs against the real sandbox server (a subprocess on a free localhost port).
+
+Each program must be contained with the right status; afterwards the server still answers a
+normal request, no process of the run survives and no file is left behind. Where a layer is
+missing on this host, the test asserts that /health says so instead of pretending.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from turnrl.servers.sandbox.process import SandboxProcess
+
+SECRET_NAME = "TURNRL_SANDBOX_TEST_SECRET"
+SECRET = f"s3cret-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[SandboxProcess]:
+    env = {**os.environ, SECRET_NAME: SECRET}
+    with SandboxProcess(workers=4, queue=16, env=env) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def layers(server: SandboxProcess) -> dict[str, bool]:
+    return server.health["isolation"]["layers"]
+
+
+def fork_bounded(server: SandboxProcess) -> bool:
+    """Whether a fork bomb meets a process bound (RLIMIT_NPROC is not enforced for root)."""
+    iso = server.health["isolation"]
+    return bool(iso["layers"]["unprivileged_uid"] or iso["layers"]["cgroup"] or not iso["server_is_root"])
+
+
+def run(server: SandboxProcess, code: str, timeout: float = 60.0, **fields: Any) -> dict[str, Any]:
+    response = httpx.post(server.url + "/run_code", json={"code": code, **fields}, timeout=timeout)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _cmdlines_with(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def _pids_of_uids(lo: int, hi: int) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+        except (OSError, StopIteration, ValueError):
+            continue
+        if lo <= uid <= hi:
+            found.append(int(pid))
+    return found
+
+
+def assert_clean(server: SandboxProcess, marker: str | None = None) -> None:
+    """The server answers normally and the run left nothing behind."""
+    ok = run(server, "print(6 * 7)", run_timeout=10)
+    assert ok["status"] == "Success" and ok["run_result"]["stdout"] == "42\n", ok
+    health = httpx.get(server.url + "/health", timeout=10).json()
+    assert health["pid"] == server.pid
+    assert os.listdir(health["work_root"]) == [], "a work dir was left behind"
+    uids = health["isolation"]["uids"]
+    if uids:
+        assert _pids_of_uids(*uids) == [], "a process of the run survived"
+    if marker:
+        assert _cmdlines_with(marker) == [], f"a process with {marker!r} survived"
+
+
+def test_infinite_loop_times_out(server: SandboxProcess) -> None:
+    start = time.monotonic()
+    out = run(server, "while True:\n    pass\n", run_timeout=1)
+    assert out["status"] == "Failed"
+    assert out["run_result"]["status"] == "TimeLimitExceeded"
+    assert out["run_result"]["return_code"] is None
+    assert 0.9 <= out["run_result"]["execution_time"] < 2.5
+    assert time.monotonic() - start < 4
+    assert_clean(server)
+
+
+def test_sleep_past_timeout_keeps_earlier_output(server: SandboxProcess) -> None:
+    out = run(server, "import time\nprint('before')\ntime.sleep(30)\nprint('after')\n", run_timeout=1)
+    assert out["run_result"]["status"] == "TimeLimitExceeded"
+    assert out["run_result"]["stdout"] == "before\n"  # unbuffered: printed text survives the kill
+    assert "timed out after 1s" in out["message"]
+    assert_clean(server)
+
+
+def test_fork_bomb_is_contained(server: SandboxProcess) -> None:
+    if not fork_bounded(server):
+        assert any("fork bombs: NOT bounded" in n for n in server.health["isolation"]["notes"])
+        pytest.skip("root server without uid or cgroup layer: fork bombs are not bounded, /health says so")
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    start = time.monotonic()
+    out = run(server, code, run_timeout=1.5)
+    assert out["status"] == "Failed"
+    assert out["run_result"]["status"] == "TimeLimitExceeded"
+    assert time.monotonic() - start < 6
+    assert_clean(server)
+
+
+def test_bash_fork_bomb_is_contained(server: SandboxProcess) -> None:
+    if not fork_bounded(server):
+        assert any("fork bombs: NOT bounded" in n for n in server.health["isolation"]["notes"])
+        pytest.skip("root server without uid or cgroup layer: fork bombs are not bounded, /health says so")
+    out = run(server, "bomb() { bomb | bomb & }\nbomb\nsleep 5\n", language="bash", run_timeout=1)
+    assert out["run_result"]["status"] == "TimeLimitExceeded"
+    assert "Resource temporarily unavailable" in out["run_result"]["stderr"]  # the process bound held
+    assert_clean(server)
+
+
+def test_memory_bomb_fails_cleanly(server: SandboxProcess) -> None:
+    code = "blocks = []\nwhile True:\n    blocks.append(bytearray(32 << 20))\n"
+    out = run(server, code, memory_limit_MB=256, run_timeout=5)
+    assert out["status"] == "Failed"
+    assert out["run_result"]["status"] == "Finished"
+    assert "MemoryError" in out["run_result"]["stderr"]
+    assert_clean(server)
+
+
+def test_forked_memory_bomb_is_capped_in_total(server: SandboxProcess, layers: dict[str, bool]) -> None:
+    if not layers["cgroup"]:
+        pytest.skip("no cgroup layer on this host: memory is bounded per process only")
+    # 6 children x 200 MB each fit their own 256 MB rlimit; only the cgroup bounds the sum
+    code = (
+        "import os, time\n"
+        "for _ in range(6):\n"
+        "    if os.fork() == 0:\n"
+        "        b = bytearray(200 << 20)\n"
+        "        b[::4096] = b'x' * len(b[::4096])\n"
+        "        time.sleep(3)\n"
+        "        os._exit(0)\n"
+        "print(sum(os.waitpid(-1, 0)[1] != 0 for _ in range(6)))\n"
+    )
+    out = run(server, code, memory_limit_MB=256, run_timeout=10)
+    killed = int(out["run_result"]["stdout"].strip() or 6)
+    assert killed >= 5, out  # at most one 200 MB child fits in the 256 MB cgroup
+    assert_clean(server)
+
+
+def test_huge_output_is_capped(server: SandboxProcess) -> None:
+    cap = server.health["limits"]["max_output_bytes"]
+    out = run(server, "import sys\nsys.stdout.write('x' * (20 << 20))\n", run_timeout=10)
+    assert out["status"] == "Success"
+    assert len(out["run_result"]["stdout"]) == cap
+    assert f"stdout truncated to {cap} of {20 << 20} bytes" in out["message"]
+    endless = run(server, "import sys\nwhile True:\n    sys.stdout.write('y' * 65536)\n", run_timeout=1)
+    assert endless["run_result"]["status"] == "TimeLimitExceeded"
+    assert len(endless["run_result"]["stdout"]) == cap
+    assert_clean(server)
+
+
+def test_binary_garbage_on_stdout(server: SandboxProcess) -> None:
+    code = "import os, sys\nsys.stdout.buffer.write(bytes(range(256)) * 4 + os.urandom(4096))\nsys.stderr.buffer.write(b'\\xff\\xfe')\n"
+    out = run(server, code)
+    assert out["status"] == "Success"
+    assert "\ufffd" in out["run_result"]["stdout"]
+    assert out["run_result"]["stderr"] == "\ufffd\ufffd"
+    assert_clean(server)
+
+
+def test_file_size_limit(server: SandboxProcess) -> None:
+    out = run(server, "open('big', 'wb').write(b'x' * (200 << 20))\n", run_timeout=10)
+    assert out["status"] == "Failed"
+    assert out["run_result"]["return_code"] != 0
+    assert_clean(server)
+
+
+def test_writes_outside_work_dir_do_not_land(
+    server: SandboxProcess, layers: dict[str, bool], tmp_path
+) -> None:
+    if not (layers["unprivileged_uid"] or layers["mount_namespace"]):
+        assert server.health["isolation"]["notes"], "missing layers must be explained"
+        pytest.skip("runs share the server's uid and filesystem on this host")
+    token = uuid.uuid4().hex
+    os.chmod(tmp_path, 0o755)
+    targets = [
+        f"/tmp/escape-{token}",
+        f"/etc/escape-{token}",
+        f"{tmp_path}/escape-{token}",
+        f"../escape-{token}",
+    ]
+    code = (
+        "import os\n"
+        f"for path in {targets!r}:\n"
+        "    try:\n"
+        "        open(path, 'w').write('x')\n"
+        "        print('wrote', path)\n"
+        "    except OSError as err:\n"
+        "        print('refused', path, err.errno)\n"
+    )
+    out = run(server, code)
+    assert out["status"] == "Success", out
+    work_root = server.health["work_root"]
+    for path in [*targets[:3], os.path.join(work_root, f"escape-{token}")]:
+        assert not os.path.exists(path), f"{path} was written on the host"
+    assert_clean(server)
+
+
+def test_server_environment_is_invisible(server: SandboxProcess, layers: dict[str, bool]) -> None:
+    code = (
+        "import glob, os\n"
+        "print(sorted(os.environ))\n"
+        f"targets = glob.glob('/proc/*/environ') + ['/proc/{server.pid}/environ']\n"
+        "for path in targets:\n"
+        "    try:\n"
+        "        data = open(path, 'rb').read()\n"
+        "    except OSError:\n"
+        "        continue\n"
+        f"    if {SECRET_NAME!r}.encode() in data:\n"
+        "        print('LEAK', path, data)\n"
+    )
+    out = run(server, code)
+    assert out["status"] == "Success", out
+    stdout = out["run_result"]["stdout"]
+    env_names = stdout.splitlines()[0]
+    assert SECRET_NAME not in env_names and "HOME" in env_names  # the environment itself is scrubbed
+    if not (layers["unprivileged_uid"] or layers["pid_namespace"]):
+        assert any("/proc entries" in n for n in server.health["isolation"]["notes"])
+        pytest.skip(
+            "same uid and pid namespace as the server: /proc/<server>/environ is readable, /health says so"
+        )
+    assert SECRET not in stdout and "LEAK" not in stdout
+
+
+def test_network_is_cut(server: SandboxProcess) -> None:
+    health = server.health["isolation"]
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(0.3)
+        port = listener.getsockname()[1]
+        code = (
+            "import socket\n"
+            "try:\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=1).close()\n"
+            "    print('connected')\n"
+            "except OSError as err:\n"
+            "    print('blocked', err)\n"
+        )
+        out = run(server, code)
+        if not health["network_isolated"]:
+            assert health["layers"]["network_namespace"] is False
+            assert out["run_result"]["stdout"].startswith("connected")
+            pytest.skip("network isolation unavailable here, and /health says so")
+        assert out["run_result"]["stdout"].startswith("blocked"), out
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    assert_clean(server)
+
+
+def test_killing_the_parent_or_server_fails(server: SandboxProcess, layers: dict[str, bool]) -> None:
+    if not any(layers[k] for k in ("unprivileged_uid", "pid_namespace", "user_namespace")):
+        pytest.skip("runs share the server's uid and pid namespace here; /health lists the missing layers")
+    code = (
+        "import os, signal\n"
+        "for target in (os.getppid(), " + str(server.pid) + "):\n"
+        "    try:\n"
+        "        os.kill(target, signal.SIGKILL)\n"
+        "        print('sent', target)\n"
+        "    except OSError as err:\n"
+        "        print('refused', target, err.errno)\n"
+        "try:\n"
+        "    os.kill(-1, signal.SIGKILL)\n"  # every process this uid may signal
+        "except OSError:\n"
+        "    pass\n"
+    )
+    run(server, code)
+    assert_clean(server)
+
+
+def test_child_outliving_the_run_is_killed(server: SandboxProcess) -> None:
+    marker = f"{time.time_ns() % 10**6}.{os.getpid() % 1000 + 1000}"
+    code = (
+        "import os, subprocess\n"
+        f"subprocess.Popen(['sleep', '{marker}'], start_new_session=True,\n"
+        "                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "if os.fork() == 0:\n"  # classic double-fork daemon
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        os.execvp('sleep', ['sleep', '{marker}1'])\n"
+        "    os._exit(0)\n"
+        "print('spawned')\n"
+    )
+    out = run(server, code)
+    assert out["status"] == "Success", out
+    assert out["run_result"]["stdout"] == "spawned\n"
+    assert_clean(server, marker=marker)
+
+
+def test_fetching_a_symlink_out_of_the_work_dir_is_refused(server: SandboxProcess) -> None:
+    code = "import os\nos.symlink('/etc/hostname', 'out.txt')\nos.mkfifo('pipe')\n"
+    out = run(server, code, fetch_files=["out.txt", "pipe"])
+    assert out["files"] == {}
+    assert "'out.txt' not returned" in out["message"]
+    assert "'pipe' is not a regular file" in out["message"]
+    assert_clean(server)
