@@ -13,7 +13,7 @@ import pytest
 
 from turnrl.servers.retriever.builtin_corpus import builtin_documents, builtin_qa, write_builtin_corpus
 from turnrl.servers.retriever.client import Passage, endpoints, format_passages
-from turnrl.servers.retriever.corpus import read_corpus, split_title
+from turnrl.servers.retriever.corpus import CorpusStore, read_corpus, split_title, write_corpus_store
 from turnrl.servers.retriever.errors import CorpusError
 
 
@@ -149,3 +149,16 @@ def test_cli_parser_does_not_import_heavy_modules() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_corpus_store_fetches_across_chunks(tmp_path: Path) -> None:
+    ids = [f"d{i}" for i in range(10)]
+    contents = [f"T{i}\ntext {i}" for i in range(10)]
+    write_corpus_store(tmp_path, ids, contents, chunk_rows=3)  # chunks [0-2] [3-5] [6-8] [9]
+    store = CorpusStore(tmp_path)
+    assert len(store) == 10
+    order = [9, 0, 3, 2, 6, 5, 8, 9]
+    assert store.documents(order) == [{"id": ids[i], "contents": contents[i]} for i in order]
+    assert store.documents([]) == []
+    with pytest.raises(IndexError, match="out of range"):
+        store.documents([10])

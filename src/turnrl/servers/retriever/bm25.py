@@ -55,6 +55,8 @@ class BM25Searcher:
         """Top-`k` (positions, scores), each of shape [len(queries), k], best first."""
         import bm25s
 
+        if not queries:
+            return np.zeros((0, k), dtype=np.int64), np.zeros((0, k), dtype=np.float32)
         # String tokens (not ids): terms unseen at index time are dropped by the lookup,
         # instead of growing a query-time vocabulary.
         tokens = bm25s.tokenize(queries, stopwords=self._stopwords, return_ids=False, show_progress=False)

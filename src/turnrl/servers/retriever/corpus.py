@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
 from turnrl.servers.retriever.errors import CorpusError, IndexLoadError
 
 
@@ -122,7 +124,9 @@ def read_corpus(path: str | Path, show_progress: bool = True) -> tuple[list[str]
 CORPUS_FILE = "corpus.arrow"
 
 
-def write_corpus_store(index_dir: Path, ids: Sequence[str], contents: Sequence[str]) -> Path:
+def write_corpus_store(
+    index_dir: Path, ids: Sequence[str], contents: Sequence[str], chunk_rows: int = 65536
+) -> Path:
     """Write the corpus into the index directory as an uncompressed Arrow file (mmap-able)."""
     import pyarrow as pa
 
@@ -131,7 +135,7 @@ def write_corpus_store(index_dir: Path, ids: Sequence[str], contents: Sequence[s
     )
     out = index_dir / CORPUS_FILE
     with pa.OSFile(str(out), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table, max_chunksize=65536)
+        writer.write_table(table, max_chunksize=chunk_rows)
     return out
 
 
@@ -152,20 +156,28 @@ class CorpusStore:
             raise IndexLoadError(
                 f"{path}: expected columns ['id', 'contents'], got {self._table.column_names}"
             )
-        self._ids = self._table.column("id")
-        self._contents = self._table.column("contents")
+        # Per-chunk arrays: ChunkedArray.take concatenates every chunk first, which costs a
+        # copy of the whole corpus per request; indexing inside a chunk touches only the rows asked for.
+        self._id_chunks = self._table.column("id").chunks
+        self._text_chunks = self._table.column("contents").chunks
+        self._starts = np.cumsum([0] + [len(chunk) for chunk in self._id_chunks])
 
     def __len__(self) -> int:
         return self._table.num_rows
 
     def documents(self, positions: Sequence[int]) -> list[dict[str, str]]:
         """Rows at `positions`, in that order, as `{"id", "contents"}` dicts."""
-        import pyarrow as pa
-
-        take = pa.array(positions, pa.int64())
-        ids = self._ids.take(take).to_pylist()
-        texts = self._contents.take(take).to_pylist()
-        return [{"id": i, "contents": c} for i, c in zip(ids, texts, strict=True)]
-
-    def all_contents(self) -> list[str]:
-        return self._contents.to_pylist()
+        where = np.asarray(positions, dtype=np.int64)
+        if where.size and (where.min() < 0 or where.max() >= len(self)):
+            raise IndexError(f"document position out of range 0..{len(self) - 1}")
+        chunk_of = np.searchsorted(self._starts, where, side="right") - 1
+        docs = []
+        for position, chunk in zip(where.tolist(), chunk_of.tolist(), strict=True):
+            offset = position - int(self._starts[chunk])
+            docs.append(
+                {
+                    "id": self._id_chunks[chunk][offset].as_py(),
+                    "contents": self._text_chunks[chunk][offset].as_py(),
+                }
+            )
+        return docs
