@@ -46,10 +46,10 @@ def valid_keys() -> tuple[str, ...]:
 
 
 def _suggest(key: str) -> str:
-    close = difflib.get_close_matches(key, valid_keys(), n=1, cutoff=0.5)
-    if not close:  # a right leaf under a wrong section: suggest by the last part
-        leaf = key.rsplit(".", 1)[-1]
-        close = [k for k in valid_keys() if k.rsplit(".", 1)[-1] == leaf][:1]
+    leaf = key.rsplit(".", 1)[-1]
+    # a right name under the wrong section is the likeliest mistake, then a typo
+    close = [k for k in valid_keys() if k.rsplit(".", 1)[-1] == leaf][:1]
+    close = close or difflib.get_close_matches(key, valid_keys(), n=1, cutoff=0.5)
     return f"; did you mean '{close[0]}'?" if close else ""
 
 

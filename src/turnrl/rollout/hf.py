@@ -54,16 +54,18 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Generation:
-        rows = [p for p in prompt_ids for _ in range(params.n)]  # interleaved A,A,B,B
         device = next(self.model.parameters()).device
         gen = torch.Generator(device=device)
         gen.manual_seed(params.seed if params.seed is not None else torch.seed() % 2**63)
         out = Generation([], [], [])
+        prompts_per_batch = max(1, self.batch_size // params.n)
         was_training = self.model.training
         self.model.eval()
         try:
-            for start in range(0, len(rows), self.batch_size):
-                part = self._generate_batch(rows[start : start + self.batch_size], params, gen, device)
+            for start in range(0, len(prompt_ids), prompts_per_batch):
+                part = self._generate_batch(
+                    prompt_ids[start : start + prompts_per_batch], params, gen, device
+                )
                 out.response_ids += part.response_ids
                 out.log_probs += part.log_probs
                 out.finish_reasons += part.finish_reasons
@@ -81,15 +83,21 @@ class HFEngine:
         ids, mask = left_pad(rows, self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
         pos = position_ids_from_mask(mask)
-        b = len(rows)
-        responses: list[list[int]] = [[] for _ in range(b)]
-        logps: list[list[float]] = [[] for _ in range(b)]
-        reasons = ["length"] * b
-        alive = torch.arange(b, device=device)  # batch rows still generating -> original row
+        # prefill each prompt once, then copy its KV cache for its n samples (A,A,B,B)
         out = self.model(
             input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1
         )
         cache, logits = out.past_key_values, out.logits[:, -1, :]
+        if p.n > 1:
+            cache.batch_repeat_interleave(p.n)
+            logits = logits.repeat_interleave(p.n, dim=0)
+            mask = mask.repeat_interleave(p.n, dim=0)
+            pos = pos.repeat_interleave(p.n, dim=0)
+        b = len(rows) * p.n
+        responses: list[list[int]] = [[] for _ in range(b)]
+        logps: list[list[float]] = [[] for _ in range(b)]
+        reasons = ["length"] * b
+        alive = torch.arange(b, device=device)  # batch rows still generating -> output row
         next_pos = pos[:, -1:] + 1
         for step in range(p.max_new_tokens):
             logits = logits.float()

@@ -13,7 +13,7 @@ from turnrl.algorithms.core import agg_denominator, masked_mean
 from turnrl.algorithms.losses import policy_loss
 from turnrl.batch import Batch
 from turnrl.config.schema import ActorConfig
-from turnrl.models.logprobs import response_log_probs
+from turnrl.models.logprobs import response_log_probs, shared_prefix_log_probs
 from turnrl.workers.microbatch import pad_right, trim
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,15 @@ def warmup_then_constant(warmup_steps: int) -> Any:
         return min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
 
     return factor
+
+
+def group_permutation(uids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Shuffle whole groups, keeping each prompt's samples adjacent (they share one prompt pass)."""
+    groups: dict[object, list[int]] = {}
+    for i, u in enumerate(uids):
+        groups.setdefault(u, []).append(i)
+    blocks = list(groups.values())
+    return np.concatenate([blocks[j] for j in rng.permutation(len(blocks))])
 
 
 class Actor:
@@ -42,7 +51,10 @@ class Actor:
 
     def _log_probs(self, mb: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         trimmed, r = trim(mb)
-        lp, ent = response_log_probs(
+        # gradient checkpointing disables the KV cache that prefix sharing relies on
+        shared = not getattr(self.model, "is_gradient_checkpointing", False)
+        fn = shared_prefix_log_probs if shared else response_log_probs
+        lp, ent = fn(
             self.model,
             trimmed["input_ids"],
             trimmed["attention_mask"],
@@ -67,7 +79,7 @@ class Actor:
         metrics: dict[str, list[float]] = {}
         rng = np.random.default_rng(seed)
         for _ in range(self.cfg.ppo_epochs):
-            order = rng.permutation(len(batch))
+            order = group_permutation(batch["uid"], rng)
             for mini in batch.reorder(order).split(mini_batch_responses):
                 for k, v in self._step(mini).items():
                     metrics.setdefault(k, []).append(v)

@@ -1,0 +1,61 @@
+import pytest
+
+from turnrl.config import ConfigError, field_docs, load_config
+from turnrl.config.loader import valid_keys
+
+
+def test_defaults_yaml_and_overrides_merge_in_order(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("rollout:\n  n: 4\n  temperature: 0.7\nactor:\n  lr: 3.0e-6\n")
+    cfg = load_config(recipe, ["rollout.n=2", "trainer.logger=[console]"])
+    assert cfg.rollout.n == 2  # override beats YAML
+    assert cfg.rollout.temperature == 0.7  # YAML beats default
+    assert cfg.actor.lr == 3e-6
+    assert cfg.trainer.logger == ["console"]
+    assert cfg.data.max_response_length == 16  # default kept
+
+
+def test_unknown_key_names_closest_valid_key():
+    with pytest.raises(ConfigError, match=r"unknown config key 'rollout\.temprature'.*'rollout\.temperature'"):
+        load_config(None, ["rollout.temprature=0.5"])
+    # a right leaf in the wrong section
+    with pytest.raises(ConfigError, match=r"did you mean 'actor\.lr'"):
+        load_config(None, ["trainer.lr=1e-5"])
+
+
+def test_unknown_key_in_yaml_names_file(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("data:\n  train_batch_sise: 4\n")
+    with pytest.raises(ConfigError, match=r"data\.train_batch_sise.*r\.yaml.*data\.train_batch_size"):
+        load_config(recipe)
+
+
+def test_bad_type_names_key():
+    with pytest.raises(ConfigError, match=r"rollout\.n"):
+        load_config(None, ["rollout.n=many"])
+
+
+def test_batch_size_must_divide_into_mini_batches():
+    with pytest.raises(ConfigError, match=r"train_batch_size'=6.*ppo_mini_batch_size'=4"):
+        load_config(None, ["data.train_batch_size=6", "actor.ppo_mini_batch_size=4"])
+
+
+def test_group_estimator_needs_n_at_least_two_and_known_names():
+    with pytest.raises(ConfigError, match="group of one"):
+        load_config(None, ["rollout.n=1"])
+    with pytest.raises(ConfigError, match="valid: gae, grpo"):
+        load_config(None, ["algorithm.adv_estimator=ppo2"])
+
+
+def test_missing_recipe_and_bad_override_form():
+    with pytest.raises(ConfigError, match="recipe file not found"):
+        load_config("nope.yaml")
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(None, ["rollout.n"])
+
+
+def test_every_field_has_a_docstring():
+    docs = field_docs()
+    leaves = [k for k in valid_keys() if k.count(".") >= 1 and k not in ("reward.custom_function",)]
+    missing = [k for k in leaves if not docs.get(k)]
+    assert not missing, f"fields without a docstring: {missing}"

@@ -1,0 +1,71 @@
+import pytest
+import torch
+
+from turnrl.batch import Batch
+from turnrl.rewards.addition import compute_score, extract_answer
+from turnrl.rewards.registry import RewardError, load_custom, resolve, split_score
+from turnrl.rewards.scorer import RuleReward, last_token_index
+
+
+def test_addition_scorer():
+    assert extract_answer("x <answer>3</answer> y <answer> 7 </answer>") == "7"  # the last tag counts
+    assert compute_score("turnrl/addition", "<answer>12</answer>", "12")["score"] == 1.0
+    assert compute_score("turnrl/addition", "<answer>11</answer>", "12")["score"] == 0.1  # format only
+    assert compute_score("turnrl/addition", "the answer is 12", "12")["score"] == 0.0
+
+
+def test_registry_routes_by_data_source_and_names_unknown():
+    assert resolve("turnrl/addition") is compute_score
+    with pytest.raises(RewardError, match="no reward function for data_source 'gsm9k'"):
+        resolve("gsm9k")
+
+
+def test_custom_function_loaded_from_file(tmp_path):
+    f = tmp_path / "my_reward.py"
+    f.write_text("def my_score(data_source, solution_str, ground_truth, extra_info=None):\n    return len(solution_str)\n")
+    fn = load_custom(str(f), "my_score")
+    assert fn("x", "abcd", None) == 4
+    with pytest.raises(RewardError, match="defines no function 'nope'"):
+        load_custom(str(f), "nope")
+    with pytest.raises(RewardError, match="file not found"):
+        load_custom(str(tmp_path / "missing.py"), "f")
+    (tmp_path / "broken.py").write_text("import not_a_module_anywhere\n")
+    with pytest.raises(RewardError, match="importing .*broken.py failed"):
+        load_custom(str(tmp_path / "broken.py"), "f")
+
+
+def test_split_score_dicts_and_numbers():
+    assert split_score(0.5, "f") == (0.5, {})
+    assert split_score({"score": 1, "acc": True, "note": "x"}, "f") == (1.0, {"acc": 1.0})
+    with pytest.raises(RewardError, match="without 'score'"):
+        split_score({"acc": 1}, "f")
+
+
+def test_last_token_index_skips_trailing_padding_and_observations():
+    mask = torch.tensor([[1, 1, 0, 0], [1, 0, 0, 1], [0, 0, 0, 0]], dtype=torch.float32)
+    # row 1: an observation sits at columns 1-2; the last model token is column 3
+    assert last_token_index(mask).tolist() == [1, 3, 0]
+
+
+class SpaceTokenizer:
+    vocab = ["<pad>", "<answer>", "</answer>", "1", "2", "obs"]
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(self.vocab[i] for i in ids if i != 0)
+
+
+def test_scores_land_on_last_model_token():
+    # responses: "<answer>1</answer>" (correct), "<answer>2</answer>" + padding (wrong, formatted)
+    responses = torch.tensor([[1, 3, 2, 0], [1, 4, 2, 0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 0]], dtype=torch.float32)
+    batch = Batch(
+        tensors={
+            "responses": responses,
+            "response_mask": mask,
+            "attention_mask": torch.cat([torch.ones(2, 2, dtype=torch.long), mask.long()], dim=1),
+        },
+        non_tensors={"data_source": ["turnrl/addition"] * 2, "ground_truth": ["1", "1"], "extra_info": [{}, {}]},
+    )
+    scores, extras = RuleReward(SpaceTokenizer())(batch)
+    assert scores.tolist() == [[0, 0, 1.0, 0], [0, 0, pytest.approx(0.1), 0]]
+    assert extras["acc"] == [1.0, 0.0]
