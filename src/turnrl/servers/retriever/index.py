@@ -111,10 +111,10 @@ def build_index(
     start = time.perf_counter()
     if method == "dense":
         # Fail on a missing extra before spending minutes reading the corpus.
-        from turnrl.servers.retriever.dense import _require
+        from turnrl.servers.retriever.dense import require_module
 
         for module in ("faiss", "sentence_transformers"):
-            _require(module)
+            require_module(module)
     replace = _check_out_dir(out_dir)  # before reading: a bad --out fails in a second, not after the read
     ids, contents = read_corpus(corpus_path, show_progress=show_progress)
     if replace:
