@@ -5,21 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
-import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from turnrl.servers.sandbox.isolation import (
-    WORK_PATH,
-    Isolation,
-    Limits,
-    cpu_seconds_for,
-    hidden_paths,
-    mount_script,
-)
+from turnrl.servers.sandbox.isolation import SETUP_EXIT, SETUP_FAILED, Isolation, Limits, cpu_seconds_for
+from turnrl.servers.sandbox.nsetup import WORK_PATH, hidden_paths
 from turnrl.servers.sandbox.runner import CappedOutput
 
 
@@ -31,16 +24,13 @@ def full() -> Isolation:
         mount_ns=True,
         unshare="/usr/bin/unshare",
         setpriv="/usr/bin/setpriv",
-        sh="/bin/sh",
     )
 
 
-def test_argv_layers_wrap_the_program_in_order() -> None:
-    argv = full().argv(["python", "main.py"], slot=3, tmpfs_MB=32)
-    assert argv[:7] == ["/usr/bin/unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
-    assert argv[7:9] == ["/bin/sh", "-c"]  # mounts run as root, before the uid drop
-    assert argv[10:12] == ["turnrl-sandbox", "32m"]
-    assert argv[12:18] == [
+def test_argv_puts_the_uid_drop_after_the_pid_namespace() -> None:
+    argv = full().argv(["python", "main.py"], slot=3)
+    assert argv[:6] == ["/usr/bin/unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
+    assert argv[6:12] == [
         "/usr/bin/setpriv",
         "--reuid=200003",
         "--regid=200003",
@@ -48,13 +38,13 @@ def test_argv_layers_wrap_the_program_in_order() -> None:
         "--no-new-privs",
         "--",
     ]
-    assert argv[18:] == ["python", "main.py"]
+    assert argv[12:] == ["python", "main.py"]
 
 
-def test_argv_without_namespaces_is_the_program() -> None:
-    assert Isolation().argv(["bash", "main.sh"], 0, 64) == ["bash", "main.sh"]
-    userns = Isolation(user_ns=True, net_ns=True, unshare="unshare")
-    assert userns.argv(["p"], 0, 64) == ["unshare", "--user", "--map-root-user", "--net", "--", "p"]
+def test_argv_without_pid_namespace_is_the_program() -> None:
+    # network, mount and user namespaces and the uid drop happen in preexec: nothing to exec
+    no_pid = Isolation(uid_base=5, net_ns=True, mount_ns=True, unshare="/usr/bin/unshare")
+    assert no_pid.argv(["bash", "main.sh"], 0) == ["bash", "main.sh"]
 
 
 def test_env_is_minimal_and_points_home_at_the_work_dir() -> None:
@@ -73,17 +63,6 @@ def test_env_is_minimal_and_points_home_at_the_work_dir() -> None:
     }
     plain = Isolation().env("/host/run-1", [])
     assert plain["HOME"] == plain["TMPDIR"] == "/host/run-1"
-
-
-def test_mount_script_parses_and_exposes_hidden_interpreters() -> None:
-    script = mount_script([("/root/.pyenv/versions/3.11.7", "/root")])
-    subprocess.run(["sh", "-n", "-c", script], check=True)  # syntax only
-    assert "mount --bind /root/.pyenv/versions/3.11.7 /tmp/.expose0" in script
-    assert "mount -t tmpfs -o size=1m,mode=755 tmpfs /root" in script
-    assert script.index("/tmp/.expose0") < script.index("tmpfs /root")  # staged before /root is covered
-    assert script.rstrip().endswith('exec "$@"')
-    odd = mount_script([("/opt/my dir/py", "/opt/my dir")])
-    assert shlex.quote("/opt/my dir/py") in odd
 
 
 def test_hidden_paths_finds_the_blocking_ancestor() -> None:
@@ -117,11 +96,22 @@ def test_preexec_applies_rlimits_in_the_child() -> None:
     code = "import resource as r; print(r.getrlimit(r.RLIMIT_AS)[0] >> 20, r.getrlimit(r.RLIMIT_NOFILE)[0])"
     out = subprocess.run(
         [sys.executable, "-c", code],
-        preexec_fn=Isolation().preexec(limits, 0),
+        preexec_fn=Isolation().preexec(limits, 0, 64),
         capture_output=True,
         check=True,
     )
     assert out.stdout.split() == [b"512", b"32"]
+
+
+def test_preexec_failure_is_reported_not_raised() -> None:
+    broken = Isolation(uid_base=None)
+    broken.cgroups = type("NoCgroup", (), {"procs_files": lambda self, slot: ["/nonexistent/cgroup.procs"]})()
+    limits = Limits(address_space=512 << 20, cpu_seconds=5, file_size=1 << 20, open_files=32, processes=10**6)
+    out = subprocess.run(
+        [sys.executable, "-c", "pass"], preexec_fn=broken.preexec(limits, 0, 64), capture_output=True
+    )
+    assert out.returncode == SETUP_EXIT
+    assert out.stderr.startswith(SETUP_FAILED.encode()) and b"/nonexistent/cgroup.procs" in out.stderr
 
 
 def test_capped_output_keeps_a_prefix_and_counts_the_rest() -> None:

@@ -1,97 +1,33 @@
 """The isolation layers a run executes under, and how a run's process is spawned.
 
-A run's command line is built from the layers in force (see probe.py for how they are chosen):
+With every layer on, the server forks and the child (see `preexec`) sets the parent-death
+signal, joins the slot's cgroups, enters new network and mount namespaces and lays out its
+mounts (nsetup.py), sets rlimits, and then execs
 
-    unshare [--user --map-root-user] [--net] [--pid --fork --kill-child --mount-proc] --
-        sh -c MOUNT_SCRIPT ...        # private /tmp, /var/tmp, /dev/shm; work dir at /tmp/sandbox
-        setpriv --reuid=U ...         # the slot's own unprivileged uid
+    unshare --pid --fork --kill-child --mount-proc --     # own PID namespace and /proc
+        setpriv --reuid=U --regid=U --clear-groups --no-new-privs --   # the slot's own uid
         python main.py
 
-and `preexec()` runs in the forked child before `exec`: parent-death signal, joining the
-slot's cgroups, rlimits, and (when there are no namespaces) the uid drop.
+Without a PID namespace there is no launcher: the child drops to the slot's uid itself and
+execs the program directly. probe.py decides which layers this host supports.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import math
 import os
 import resource
-import shlex
 import signal
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from turnrl.servers.sandbox import nsetup
 from turnrl.servers.sandbox.cgroups import CgroupSlots
+from turnrl.servers.sandbox.nsetup import WORK_PATH
 
-WORK_PATH = "/tmp/sandbox"  # where the work dir appears inside the mount namespace
 SETUP_FAILED = "turnrl-sandbox: setup failed"
 SETUP_EXIT = 125
-
-
-def mount_script(expose: list[tuple[str, str]]) -> str:
-    """Shell run as root inside the new mount namespace, before the uid drop.
-
-    The work dir is bound from /proc/self/cwd because its host path is hidden once a tmpfs
-    covers /tmp. `expose` lists (path, blocked ancestor) pairs: an interpreter installed
-    under a directory other users cannot enter (e.g. /root/.pyenv) is bound read-only onto an
-    empty tmpfs covering that ancestor, so the unprivileged uid can run it and sees nothing
-    else there.
-    """
-    q = shlex.quote
-    lines = [
-        f'fail() {{ echo "{SETUP_FAILED}: $1" >&2; exit {SETUP_EXIT}; }}',
-        "size=$1; shift",
-        "for d in /tmp /var/tmp /dev/shm; do",
-        '  if [ -d "$d" ]; then mount -t tmpfs -o "size=$size,mode=1777,nosuid,nodev" tmpfs "$d" || fail "tmpfs $d"; fi',
-        "done",
-    ]
-    for i, (path, _) in enumerate(expose):
-        lines.append(
-            f"mkdir /tmp/.expose{i} && mount --bind {q(path)} /tmp/.expose{i} || fail {q('stage ' + path)}"
-        )
-    for blocked in dict.fromkeys(b for _, b in expose):
-        lines.append(f"mount -t tmpfs -o size=1m,mode=755 tmpfs {q(blocked)} || fail {q('cover ' + blocked)}")
-    for i, (path, _) in enumerate(expose):
-        lines.append(
-            f"mkdir -p {q(path)} && mount --move /tmp/.expose{i} {q(path)} && rmdir /tmp/.expose{i} "
-            f"&& mount -o remount,bind,ro {q(path)} || fail {q('expose ' + path)}"
-        )
-    lines += [
-        f"mkdir {WORK_PATH} || fail 'mkdir {WORK_PATH}'",
-        f"mount -c --bind /proc/self/cwd {WORK_PATH} || fail 'bind work dir'",
-        f"cd {WORK_PATH} || fail cd",
-        'exec "$@"',
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _blocked_ancestor(path: str) -> str | None:
-    """The first directory on `path` that users other than its owner cannot enter, if any."""
-    current = "/"
-    for part in [p for p in path.split("/") if p]:
-        current = os.path.join(current, part)
-        try:
-            mode = os.stat(current).st_mode
-        except OSError:
-            return None
-        if stat.S_ISDIR(mode) and not mode & stat.S_IXOTH:
-            return current
-    return None
-
-
-def hidden_paths(paths: list[str]) -> list[tuple[str, str]]:
-    """(path, blocked ancestor) for each path an unprivileged uid could not reach, outermost only."""
-    out: list[tuple[str, str]] = []
-    for path in sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)}):
-        if any(path == p or path.startswith(p + "/") for p, _ in out):
-            continue
-        blocked = _blocked_ancestor(path)
-        if blocked is not None and blocked != path:
-            out.append((path, blocked))
-    return out
 
 
 LAYER_INFO = {
@@ -144,18 +80,6 @@ def cpu_seconds_for(run_timeout: float) -> int:
     return math.ceil(run_timeout) + 1
 
 
-def _load_prctl() -> Callable[..., int] | None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _load_prctl()
-_PR_SET_PDEATHSIG = 1
-
-
 @dataclass
 class Isolation:
     """Which layers are in force, with the tools they need. Built by probe.probe_isolation."""
@@ -170,7 +94,6 @@ class Isolation:
     pdeathsig: bool = False
     unshare: str | None = None
     setpriv: str | None = None
-    sh: str | None = None
     expose: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     uid_lock_fd: int | None = None
@@ -211,22 +134,13 @@ class Isolation:
         """The work dir as the program sees it."""
         return WORK_PATH if self.mount_ns else host_dir
 
-    def argv(self, program: list[str], slot: int, tmpfs_MB: int) -> list[str]:
-        if not self.namespaces:
+    def argv(self, program: list[str], slot: int) -> list[str]:
+        if not self.pid_ns:
             return program
         assert self.unshare is not None
-        cmd = [self.unshare]
-        if self.user_ns:
-            cmd += ["--user", "--map-root-user"]
-        if self.net_ns:
-            cmd.append("--net")
-        if self.pid_ns:
-            cmd += ["--pid", "--fork", "--kill-child", "--mount-proc"]
-        elif self.mount_ns:
-            cmd.append("--mount")
-        cmd.append("--")
+        cmd = [self.unshare, "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
         uid = self.uid(slot)
-        if uid is not None:
+        if uid is not None:  # unshare needs root to create the namespace, so the drop comes after it
             assert self.setpriv is not None
             cmd += [
                 self.setpriv,
@@ -236,12 +150,7 @@ class Isolation:
                 "--no-new-privs",
                 "--",
             ]
-        cmd += program
-        if self.mount_ns:
-            assert self.sh is not None
-            cut = cmd.index("--") + 1
-            cmd[cut:cut] = [self.sh, "-c", mount_script(self.expose), "turnrl-sandbox", f"{tmpfs_MB}m"]
-        return cmd
+        return cmd + program
 
     def env(self, work_path: str, path_dirs: list[str]) -> dict[str, str]:
         path = ":".join(dict.fromkeys([*path_dirs, "/usr/local/bin", "/usr/bin", "/bin"]))
@@ -256,33 +165,39 @@ class Isolation:
             "PYTHONIOENCODING": "utf-8",
         }
 
-    def preexec(self, limits: Limits, slot: int) -> Callable[[], None]:
-        """The function run in the child between fork and exec. It only makes system calls:
-        no locks, no allocation-heavy work, since the server is multi-threaded."""
+    def preexec(self, limits: Limits, slot: int, tmpfs_MB: int) -> Callable[[], None]:
+        """The function run in the forked child before exec. The server is multi-threaded, so
+        it sticks to system calls; a failure is reported on stderr with exit code SETUP_EXIT."""
         parent = os.getpid()
         pairs = limits.pairs()
         cgroup_files = self.cgroups.procs_files(slot) if self.cgroups else []
-        # with namespaces, unshare must start as root; setpriv drops the uid inside
-        drop_uid = self.uid(slot) if not self.namespaces else None
-        prctl = _PRCTL if self.pdeathsig else None
+        setup = nsetup.namespace_setup(self.user_ns, self.net_ns, self.mount_ns, tmpfs_MB, self.expose)
+        drop_uid = self.uid(slot) if not self.pid_ns else None  # else setpriv drops it after unshare
+        pdeathsig = self.pdeathsig
 
         def child() -> None:
-            if prctl is not None:
-                prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-                if os.getppid() != parent:  # the server died between fork and prctl
-                    os._exit(SETUP_EXIT)
-            for path in cgroup_files:
-                fd = os.open(path, os.O_WRONLY)
-                try:
-                    os.write(fd, b"0")  # "0" = the writing process itself
-                finally:
-                    os.close(fd)
-            for res, pair in pairs:
-                resource.setrlimit(res, pair)
-            if drop_uid is not None:
-                os.setgroups([])
-                os.setgid(drop_uid)
-                os.setuid(drop_uid)
+            try:
+                if pdeathsig:
+                    nsetup.prctl(nsetup.PR_SET_PDEATHSIG, signal.SIGKILL)
+                    if os.getppid() != parent:  # the server died before prctl took effect
+                        os._exit(SETUP_EXIT)
+                for path in cgroup_files:  # before any user namespace: joining needs host root
+                    fd = os.open(path, os.O_WRONLY)
+                    try:
+                        os.write(fd, b"0")  # "0" = the writing process itself
+                    finally:
+                        os.close(fd)
+                setup()
+                for res, pair in pairs:
+                    resource.setrlimit(res, pair)
+                if drop_uid is not None:
+                    os.setgroups([])
+                    os.setgid(drop_uid)
+                    os.setuid(drop_uid)
+                    nsetup.prctl(nsetup.PR_SET_NO_NEW_PRIVS, 1)
+            except BaseException as err:
+                os.write(2, f"{SETUP_FAILED}: {err}\n".encode(errors="replace"))
+                os._exit(SETUP_EXIT)
 
         return child
 

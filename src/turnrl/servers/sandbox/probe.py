@@ -17,10 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from turnrl.servers.sandbox import reaper
+from turnrl.servers.sandbox import nsetup, reaper
 from turnrl.servers.sandbox.cgroups import CgroupSlots
 from turnrl.servers.sandbox.config import SandboxConfig
-from turnrl.servers.sandbox.isolation import _PRCTL, Isolation, Limits, hidden_paths
+from turnrl.servers.sandbox.isolation import Isolation, Limits
+from turnrl.servers.sandbox.nsetup import hidden_paths
 
 UID_STRIDE = 1024  # uids reserved per server; more workers than this cannot have per-slot uids
 FALLBACK_UID_BASE = 50_000  # for hosts (user-namespaced containers) that map only 16-bit uids
@@ -57,7 +58,7 @@ def _trial(iso: Isolation, cfg: SandboxConfig, work_root: str) -> str | None:
         if uid is not None:
             os.chown(workdir, uid, uid)
         code = "import os, sys; print(os.getuid(), os.getcwd()); sys.stdout.flush()"
-        argv = iso.argv([cfg.python, "-c", code], 0, cfg.tmpfs_MB)
+        argv = iso.argv([cfg.python, "-c", code], 0)
         limits = Limits(cfg.default_memory_MB << 20, 10, cfg.max_file_size, cfg.max_open_files, 1 << 20)
         if uid is not None:
             limits.processes = cfg.max_processes
@@ -68,7 +69,7 @@ def _trial(iso: Isolation, cfg: SandboxConfig, work_root: str) -> str | None:
                 argv,
                 cwd=workdir,
                 env=iso.env(iso.work_path(workdir), [os.path.dirname(cfg.python)]),
-                preexec_fn=iso.preexec(limits, 0),
+                preexec_fn=iso.preexec(limits, 0, cfg.tmpfs_MB),
                 start_new_session=True,
                 capture_output=True,
                 timeout=20,
@@ -101,9 +102,11 @@ def _interpreter_paths(python: str) -> list[str]:
         return [os.path.dirname(os.path.realpath(python))]
 
 
-NS_SETS = [  # strongest first
+NS_SETS = [  # strongest first; a PID namespace needs the `unshare` binary, the rest only syscalls
     {"net_ns": True, "pid_ns": True, "mount_ns": True},
     {"net_ns": False, "pid_ns": True, "mount_ns": True},
+    {"net_ns": True, "pid_ns": False, "mount_ns": True},
+    {"net_ns": False, "pid_ns": False, "mount_ns": True},
     {"net_ns": True, "pid_ns": False, "mount_ns": False},
 ]
 NO_NS = {"net_ns": False, "pid_ns": False, "mount_ns": False}
@@ -121,14 +124,16 @@ def _label(uid: bool, ns: dict[str, bool]) -> str:
 
 def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
     """The strongest working Isolation for this host and config; `notes` say what is missing and why."""
-    iso = Isolation(mode=cfg.isolation, sh=shutil.which("sh"))
+    iso = Isolation(mode=cfg.isolation)
     if cfg.isolation == "basic":
         iso.notes.append("namespaces, uid drop and cgroups disabled by --isolation basic")
         return iso
     if not sys.platform.startswith("linux"):
         iso.notes.append(f"{sys.platform}: only the basic layers exist off Linux")
         return iso
-    iso.pdeathsig = _PRCTL is not None
+    if nsetup.LIBC is None:
+        iso.notes.append("libc not loadable: no namespaces, no parent-death signal")
+    iso.pdeathsig = nsetup.LIBC is not None
     root = os.geteuid() == 0
     iso.unshare, iso.setpriv = shutil.which("unshare"), shutil.which("setpriv")
 
@@ -144,20 +149,20 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
             "unprivileged_uid: server is not root, runs keep its uid (start as root for this layer)"
         )
     if iso.unshare is None:
-        iso.notes.append("namespaces: `unshare` (util-linux) not found; pid, mount and network are shared")
+        iso.notes.append("pid_namespace: `unshare` (util-linux) not found")
+    elif uid_base is not None and iso.setpriv is None:
+        iso.notes.append("pid_namespace: `setpriv` (util-linux) not found; needed with the uid drop")
 
     candidates: list[tuple[bool, dict[str, bool]]] = []
     for with_uid in ([True] if uid_base is not None else []) + [False]:
-        if iso.unshare is not None and not (with_uid and iso.setpriv is None):
-            candidates += [(with_uid, ns) for ns in NS_SETS]
+        pid_ok = iso.unshare is not None and not (with_uid and iso.setpriv is None)
+        if nsetup.LIBC is not None:
+            candidates += [(with_uid, ns) for ns in NS_SETS if pid_ok or not ns["pid_ns"]]
         candidates.append((with_uid, NO_NS))
     failures = []
     for with_uid, ns in candidates:
         iso.uid_base = uid_base if with_uid else None
         _set(iso, user_ns=not root and any(ns.values()), **ns)
-        if ns["mount_ns"] and iso.sh is None:
-            failures.append(f"{_label(with_uid, ns)}: no sh")
-            continue
         why = _trial(iso, cfg, work_root)
         if why is None:
             break

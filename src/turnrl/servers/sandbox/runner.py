@@ -217,13 +217,13 @@ class Runner:
         start = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *iso.argv(program, slot, cfg.tmpfs_MB),
+                *iso.argv(program, slot),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=workdir,
                 env=iso.env(iso.work_path(workdir), [os.path.dirname(cfg.python)]),
-                preexec_fn=iso.preexec(self._limits(spec), slot),
+                preexec_fn=iso.preexec(self._limits(spec), slot, cfg.tmpfs_MB),
                 start_new_session=True,
             )
         except (OSError, subprocess.SubprocessError) as exc:
