@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -74,6 +75,13 @@ def test_read_jsonl_and_parquet(tmp_path: Path) -> None:
     assert contents == ["A\ntext a", "B\ntext b", "C\nno id"]
     pq.write_table(pa.table({"id": ["x", "y"], "contents": ["X\n1", "Y\n2"]}), tmp_path / "c.parquet")
     assert read_corpus(tmp_path / "c.parquet", show_progress=False) == (["x", "y"], ["X\n1", "Y\n2"])
+    # wiki-18 is distributed gzipped.
+    with gzip.open(tmp_path / "wiki.jsonl.gz", "wt", encoding="utf-8") as handle:
+        handle.write(json.dumps({"id": "0", "contents": '"Aaron"\nAaron is a prophet.'}) + "\n")
+    assert read_corpus(tmp_path / "wiki.jsonl.gz", show_progress=False) == (
+        ["0"],
+        ['"Aaron"\nAaron is a prophet.'],
+    )
 
 
 @pytest.mark.parametrize(
