@@ -61,6 +61,16 @@ def test_nonzero_exit_is_failed_with_stderr(server: SandboxProcess) -> None:
     assert error["status"] == "Failed" and "ZeroDivisionError" in error["run_result"]["stderr"]
 
 
+def test_signal_deaths_report_shell_style_status(server: SandboxProcess) -> None:
+    # the program is not pid 1 of its namespace, so default signal actions work as usual
+    code = "import os, signal, time\nprint(os.getpid() != 1, flush=True)\nsignal.alarm(1)\ntime.sleep(5)"
+    out = post(server, {"code": code}).json()
+    assert out["status"] == "Failed" and out["run_result"]["status"] == "Finished"
+    assert out["run_result"]["stdout"] == "True\n"
+    assert out["run_result"]["return_code"] == 128 + 14
+    assert "killed by SIGALRM" in out["message"]
+
+
 def test_files_in_and_fetch_files_out(server: SandboxProcess) -> None:
     code = (
         "import helper\n"

@@ -11,7 +11,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from turnrl.servers.sandbox.isolation import SETUP_EXIT, SETUP_FAILED, Isolation, Limits, cpu_seconds_for
+from turnrl.servers.sandbox.isolation import (
+    INIT_SCRIPT,
+    SETUP_EXIT,
+    SETUP_FAILED,
+    Isolation,
+    Limits,
+    cpu_seconds_for,
+)
 from turnrl.servers.sandbox.nsetup import WORK_PATH, hidden_paths
 from turnrl.servers.sandbox.runner import CappedOutput
 
@@ -24,13 +31,15 @@ def full() -> Isolation:
         mount_ns=True,
         unshare="/usr/bin/unshare",
         setpriv="/usr/bin/setpriv",
+        sh="/bin/sh",
     )
 
 
 def test_argv_puts_the_uid_drop_after_the_pid_namespace() -> None:
     argv = full().argv(["python", "main.py"], slot=3)
     assert argv[:6] == ["/usr/bin/unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
-    assert argv[6:12] == [
+    assert argv[6:10] == ["/bin/sh", "-c", INIT_SCRIPT, "sandbox-init"]  # the program is not pid 1
+    assert argv[10:16] == [
         "/usr/bin/setpriv",
         "--reuid=200003",
         "--regid=200003",
@@ -38,7 +47,7 @@ def test_argv_puts_the_uid_drop_after_the_pid_namespace() -> None:
         "--no-new-privs",
         "--",
     ]
-    assert argv[12:] == ["python", "main.py"]
+    assert argv[16:] == ["python", "main.py"]
 
 
 def test_argv_without_pid_namespace_is_the_program() -> None:

@@ -5,6 +5,7 @@ signal, joins the slot's cgroups, enters new network and mount namespaces and la
 mounts (nsetup.py), sets rlimits, and then execs
 
     unshare --pid --fork --kill-child --mount-proc --     # own PID namespace and /proc
+        sh -c INIT_SCRIPT sandbox-init                        # the namespace's init (pid 1)
         setpriv --reuid=U --regid=U --clear-groups --no-new-privs --   # the slot's own uid
         python main.py
 
@@ -28,6 +29,11 @@ from turnrl.servers.sandbox.nsetup import WORK_PATH
 
 SETUP_FAILED = "turnrl-sandbox: setup failed"
 SETUP_EXIT = 125
+# pid 1 of a namespace ignores every signal it has no handler for (even its own SIGKILL or an
+# alarm), so the program must not be pid 1: a shell runs it in the foreground and passes its
+# status on (128 + N for signal N; the shell also notes "Killed" etc. on stderr, as a terminal
+# would). The trailing `exit` stops the shell from exec'ing the program in its own place.
+INIT_SCRIPT = '"$@"; exit $?'
 
 
 LAYER_INFO = {
@@ -94,6 +100,7 @@ class Isolation:
     pdeathsig: bool = False
     unshare: str | None = None
     setpriv: str | None = None
+    sh: str | None = None
     expose: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     uid_lock_fd: int | None = None
@@ -138,7 +145,9 @@ class Isolation:
         if not self.pid_ns:
             return program
         assert self.unshare is not None
+        assert self.sh is not None
         cmd = [self.unshare, "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
+        cmd += [self.sh, "-c", INIT_SCRIPT, "sandbox-init"]
         uid = self.uid(slot)
         if uid is not None:  # unshare needs root to create the namespace, so the drop comes after it
             assert self.setpriv is not None

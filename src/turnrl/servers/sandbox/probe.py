@@ -135,7 +135,7 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
         iso.notes.append("libc not loadable: no namespaces, no parent-death signal")
     iso.pdeathsig = nsetup.LIBC is not None
     root = os.geteuid() == 0
-    iso.unshare, iso.setpriv = shutil.which("unshare"), shutil.which("setpriv")
+    iso.unshare, iso.setpriv, iso.sh = shutil.which("unshare"), shutil.which("setpriv"), shutil.which("sh")
 
     uid_base = None
     if root:
@@ -148,14 +148,14 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
         iso.notes.append(
             "unprivileged_uid: server is not root, runs keep its uid (start as root for this layer)"
         )
-    if iso.unshare is None:
-        iso.notes.append("pid_namespace: `unshare` (util-linux) not found")
+    if iso.unshare is None or iso.sh is None:
+        iso.notes.append("pid_namespace: `unshare` (util-linux) or `sh` not found")
     elif uid_base is not None and iso.setpriv is None:
         iso.notes.append("pid_namespace: `setpriv` (util-linux) not found; needed with the uid drop")
 
     candidates: list[tuple[bool, dict[str, bool]]] = []
     for with_uid in ([True] if uid_base is not None else []) + [False]:
-        pid_ok = iso.unshare is not None and not (with_uid and iso.setpriv is None)
+        pid_ok = None not in (iso.unshare, iso.sh) and not (with_uid and iso.setpriv is None)
         if nsetup.LIBC is not None:
             candidates += [(with_uid, ns) for ns in NS_SETS if pid_ok or not ns["pid_ns"]]
         candidates.append((with_uid, NO_NS))

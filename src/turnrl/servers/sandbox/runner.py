@@ -148,18 +148,20 @@ class Runner:
     def _kill_program(self, pid: int, slot: int) -> None:
         """Kill the program and everything it started, escapees included.
 
-        With a PID namespace, `pid` is the root-owned `unshare` launcher: it is spared so that
-        it reaps the namespace's first process itself (the kernel then kills the rest of the
-        namespace); killed first, its child would linger as a zombie of the host's init.
+        With a PID namespace, `pid` is the root-owned `unshare` launcher and its child is the
+        namespace's init shell. Both are spared: the shell sees its program die and exits with
+        its status, and the kernel then kills whatever is left in the namespace. (Killing the
+        launcher first would orphan the namespace to the host's init.)
         """
         iso, uid = self.iso, self.iso.uid(slot)
-        spare = frozenset({pid}) if iso.pid_ns else frozenset()
+        inits = reaper.children_of(pid) if iso.pid_ns else []
+        spare = frozenset({pid, *inits}) if iso.pid_ns else frozenset()
         if iso.cgroups is not None:  # exact: an unprivileged process cannot leave its cgroup
             iso.cgroups.kill(slot, spare)
-        elif uid is not None:
+        elif uid is not None:  # the launcher and the init shell are root, the program is not
             reaper.kill_until_gone(lambda: reaper.pids_with_real_uid({uid}))
-        elif iso.pid_ns:
-            reaper.kill_until_gone(lambda: reaper.children_of(pid))
+        elif iso.pid_ns:  # orphans are re-parented to the init shell, so its children are all
+            reaper.kill_until_gone(lambda: [c for i in inits for c in reaper.children_of(i)])
         else:  # weakest net: the run's session (a setsid escapee is not caught)
             reaper.kill_until_gone(lambda: reaper.pids_in_session(pid))
         if not iso.pid_ns:
@@ -260,7 +262,9 @@ class Runner:
         if code == SETUP_EXIT and stderr.startswith(SETUP_FAILED):
             return response("SandboxError", stderr.strip(), run_result("Error", elapsed, code)), False
         notes = []
-        if code == -signal.SIGXCPU:
+        if code is not None and code < 0:
+            code = 128 - code  # shell convention, as the namespace's init shell reports it
+        if code == 128 + signal.SIGXCPU:
             timed_out = True
             notes.append("CPU time limit exceeded")
         if timed_out:
@@ -268,10 +272,8 @@ class Runner:
             run = run_result("TimeLimitExceeded", elapsed, None, out.text(), stderr)
         else:
             run = run_result("Finished", elapsed, code, out.text(), stderr)
-            if code is not None and code < 0:
-                notes.append(
-                    f"killed by {signal.Signals(-code).name}" if -code in signal.valid_signals() else ""
-                )
+            if code is not None and code - 128 in signal.valid_signals():
+                notes.append(f"exit status {code}: killed by {signal.Signals(code - 128).name}")
         for name, stream in (("stdout", out), ("stderr", err)):
             if stream.truncated:
                 notes.append(f"{name} truncated to {len(stream.kept)} of {stream.total} bytes")
