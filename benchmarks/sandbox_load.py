@@ -4,7 +4,7 @@ Starts the real server (`turnrl sandbox serve`) as a child process and sends a t
 program from N concurrent clients; latency is measured at the client (queueing included).
 
     python benchmarks/sandbox_load.py                       # concurrency 1, 8, 32; full isolation
-    python benchmarks/sandbox_load.py --isolation auto basic --workers 4
+    python benchmarks/sandbox_load.py --isolation auto no-cgroup basic --workers 4
 """
 
 from __future__ import annotations
@@ -71,13 +71,20 @@ def main() -> int:
     parser.add_argument(
         "--runs", type=int, default=0, help="runs per level (default: max(40, 6 x concurrency))"
     )
-    parser.add_argument("--isolation", nargs="+", default=["auto"], choices=["auto", "basic"])
+    parser.add_argument(
+        "--isolation",
+        nargs="+",
+        default=["auto"],
+        choices=["auto", "no-cgroup", "basic"],
+        help="server set-ups to compare: every layer, every layer but the cgroup, basic layers only",
+    )
     args = parser.parse_args()
 
     levels: list[Level] = []
     for isolation in args.isolation:
         queue = max(args.concurrency) + 8
-        with SandboxProcess(workers=args.workers, queue=queue, isolation=isolation) as server:
+        mode, extra = ("auto", ["--no-cgroup"]) if isolation == "no-cgroup" else (isolation, [])
+        with SandboxProcess(workers=args.workers, queue=queue, isolation=mode, extra_args=extra) as server:
             layers = [k for k, on in server.health["isolation"]["layers"].items() if on]
             print(f"isolation {isolation}: {', '.join(layers)}", file=sys.stderr)
             for c in args.concurrency:

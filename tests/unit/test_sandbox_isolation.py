@@ -69,7 +69,11 @@ def test_env_is_minimal_and_points_home_at_the_work_dir() -> None:
         "PYTHONUNBUFFERED",
         "PYTHONDONTWRITEBYTECODE",
         "PYTHONIOENCODING",
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
     }
+    assert not any(k.startswith(("TURNRL", "HF_", "AWS", "CUDA")) for k in env)  # nothing of the server
     plain = Isolation().env("/host/run-1", [])
     assert plain["HOME"] == plain["TMPDIR"] == "/host/run-1"
 

@@ -47,6 +47,10 @@ class SandboxConfig:
     """"auto": every layer the host supports; "basic": process group, work dir, rlimits and a
     scrubbed environment only (for hosts where namespaces misbehave, and for measuring)."""
 
+    cgroup: bool = True
+    """Put each run in a per-slot cgroup capping its total memory and process count (root only).
+    Costs about 10 ms per run; without it memory is capped per process only."""
+
     default_run_timeout: float = 10.0
     """Wall-clock seconds a run gets when the request omits run_timeout (SandboxFusion's default)."""
     max_run_timeout: float = 300.0

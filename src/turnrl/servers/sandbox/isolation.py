@@ -172,6 +172,11 @@ class Isolation:
             "PYTHONUNBUFFERED": "1",  # output printed before a timeout kill still reaches us
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONIOENCODING": "utf-8",
+            # numerical libraries would start one thread per host core and trip the process
+            # and address-space limits on a large machine
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
         }
 
     def preexec(self, limits: Limits, slot: int, tmpfs_MB: int) -> Callable[[], None]:

@@ -173,7 +173,9 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
         os.close(iso.uid_lock_fd)
         iso.uid_lock_fd = None
 
-    if root:
+    if root and not cfg.cgroup:
+        iso.notes.append("cgroup: disabled by --no-cgroup; memory is capped per process only")
+    elif root:
         try:
             iso.cgroups = CgroupSlots(cfg.workers)
             why = _trial(iso, cfg, work_root)
