@@ -57,6 +57,9 @@ def test_nonzero_exit_is_failed_with_stderr(server: SandboxProcess) -> None:
     assert out["status"] == "Failed"
     assert out["run_result"]["status"] == "Finished" and out["run_result"]["return_code"] == 3
     assert out["run_result"]["stdout"] == "partial\n"
+    for status in (163, 200):  # 128 + a real-time signal number; beyond every signal
+        odd = post(server, {"code": f"import sys; sys.exit({status})"}).json()
+        assert odd["status"] == "Failed" and odd["run_result"]["return_code"] == status
     error = post(server, {"code": "1/0"}).json()
     assert error["status"] == "Failed" and "ZeroDivisionError" in error["run_result"]["stderr"]
 

@@ -8,6 +8,7 @@ Refused requests get `{"detail": "<field>: <reason>"}` with a 4xx status; the se
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import sys
@@ -24,7 +25,16 @@ from turnrl import __version__
 from turnrl.servers.sandbox.config import SandboxConfig
 from turnrl.servers.sandbox.isolation import Isolation
 from turnrl.servers.sandbox.runner import Runner
-from turnrl.servers.sandbox.schema import BadRequest, RunCodeRequest, check_request, describe_validation_error
+from turnrl.servers.sandbox.schema import (
+    BadRequest,
+    RunCodeRequest,
+    check_request,
+    describe_validation_error,
+    response,
+    run_result,
+)
+
+logger = logging.getLogger("turnrl.sandbox")
 
 
 class Overloaded(Exception):
@@ -116,6 +126,11 @@ def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
             return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
         try:
             result = await runner.run(spec, slot)
+        except Exception as err:  # a bug here must still answer in SandboxFusion's shape
+            logger.exception("run failed inside the sandbox server")
+            result = response(
+                "SandboxError", f"internal error: {type(err).__name__}: {err}", run_result("Error")
+            )
         finally:
             gate.release(slot)
         return JSONResponse(result)

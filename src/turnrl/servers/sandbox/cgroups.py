@@ -78,17 +78,22 @@ class CgroupSlots:
             bases = [base]
         else:
             raise OSError("no writable cgroup hierarchy with memory and pids controllers")
-        for base in bases:
-            self._remove_stale(base)
-            parent = base / f"{PREFIX}{os.getpid()}"
-            parent.mkdir(exist_ok=True)
-            self.parents.append(parent)
-            if self.version == 2:
-                _write(parent / "cgroup.subtree_control", "+memory +pids")
-            for i in range(slots):
-                d = parent / f"slot-{i}"
-                d.mkdir(exist_ok=True)
-                self.slot_dirs[i].append(d)
+        try:
+            for base in bases:
+                self._remove_stale(base)
+                parent = base / f"{PREFIX}{os.getpid()}"
+                parent.mkdir(exist_ok=True)
+                self.parents.append(parent)
+                if self.version == 2:
+                    _write(parent / "cgroup.subtree_control", "+memory +pids")
+                for i in range(slots):
+                    d = parent / f"slot-{i}"
+                    d.mkdir(exist_ok=True)
+                    self.slot_dirs[i].append(d)
+        except OSError:
+            for parent in self.parents:
+                _remove_tree(parent)
+            raise
 
     @staticmethod
     def _remove_stale(base: Path) -> None:

@@ -118,8 +118,9 @@ class SandboxClient:
         backoff: float = 0.5,
         max_backoff: float = 8.0,
     ) -> None:
-        """timeout: seconds per HTTP attempt (a run's time in the queue counts);
-        retries: extra attempts after the first on transient failures."""
+        """timeout: seconds an HTTP attempt may take beyond the run's own `run_timeout` (time
+        in the server's queue counts here); retries: extra attempts after the first on
+        transient failures."""
         self.url = base_url(url)
         self.timeout, self.retries = timeout, retries
         self.backoff, self.max_backoff = backoff, max_backoff
@@ -150,12 +151,17 @@ class SandboxClient:
         base = min(self.backoff * 2**attempt, self.max_backoff)
         return base * (0.5 + random.random() / 2)  # jitter spreads a burst of retries
 
-    async def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> httpx.Response:
+    async def _request(
+        self, method: str, path: str, payload: dict[str, Any] | None = None, extra_time: float = 0.0
+    ) -> httpx.Response:
         last = ""
+        timeout = httpx.Timeout(self.timeout + extra_time, connect=10.0)
         for attempt in range(self.retries + 1):
             response = None
             try:
-                response = await self._client().request(method, self.url + path, json=payload)
+                response = await self._client().request(
+                    method, self.url + path, json=payload, timeout=timeout
+                )
             except httpx.TransportError as err:
                 last = f"{type(err).__name__}: {err}".rstrip(": ")
             else:
@@ -194,7 +200,7 @@ class SandboxClient:
             "fetch_files": list(fetch_files or []),
         }
         start = asyncio.get_running_loop().time()
-        response = await self._request("POST", "/run_code", payload)
+        response = await self._request("POST", "/run_code", payload, extra_time=run_timeout)
         try:
             data = response.json()
         except ValueError as err:

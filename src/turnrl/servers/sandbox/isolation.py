@@ -45,8 +45,8 @@ LAYER_INFO = {
     "parent_death": "runs are killed if the server dies (PR_SET_PDEATHSIG)",
     "unprivileged_uid": "each worker slot runs as its own unprivileged uid (fork bound, no access to server files)",
     "user_namespace": "unprivileged user namespace (non-root server)",
-    "pid_namespace": "own PID namespace: sees no other process; everything dies with the run",
-    "mount_namespace": "private /tmp, /var/tmp, /dev/shm and /proc; work dir at /tmp/sandbox",
+    "pid_namespace": "own PID namespace and /proc: sees no other process; everything dies with the run",
+    "mount_namespace": "private /tmp, /var/tmp, /dev/shm; work dir at /tmp/sandbox",
     "network_namespace": "own network namespace with no interfaces up: no network at all",
     "cgroup": "per-slot cgroup: total memory and process count of the run capped",
 }

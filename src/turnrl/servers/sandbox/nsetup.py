@@ -1,8 +1,8 @@
 """Namespace and mount set-up done with raw system calls in the forked child, before exec.
 
 Doing this with `unshare`/`mount` binaries costs a dozen fork+exec round trips per run
-(about 50 ms on a small machine); the same work as system calls takes well under a
-millisecond. Everything here runs in the child between fork and exec, so it only makes
+(about 50 ms on a small machine); the same work as system calls takes about a millisecond,
+most of it creating the network namespace. Everything here runs in the child between fork and exec, so it only makes
 system calls and touches no lock the server's other threads might hold.
 
 The mount layout a program sees:

@@ -78,9 +78,8 @@ def _trial(iso: Isolation, cfg: SandboxConfig, work_root: str) -> str | None:
         except (OSError, subprocess.SubprocessError) as err:
             return f"{type(err).__name__}: {err}"
         if proc.returncode != 0:
-            return (proc.stderr.decode(errors="replace").strip().splitlines() or [f"exit {proc.returncode}"])[
-                -1
-            ]
+            lines = proc.stderr.decode(errors="replace").strip().splitlines()
+            return lines[-1] if lines else f"exit status {proc.returncode}"
         want_uid = str(uid) if uid is not None else str(0 if iso.user_ns else os.getuid())
         got = proc.stdout.decode(errors="replace").split()
         if not got or got[0] != want_uid:

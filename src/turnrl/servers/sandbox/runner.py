@@ -55,6 +55,13 @@ class CappedOutput:
         return self.kept.decode("utf-8", errors="replace")
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:  # real-time signals have no name of their own
+        return f"signal {number}"
+
+
 async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
         if data:
@@ -273,7 +280,7 @@ class Runner:
         else:
             run = run_result("Finished", elapsed, code, out.text(), stderr)
             if code is not None and code - 128 in signal.valid_signals():
-                notes.append(f"exit status {code}: killed by {signal.Signals(code - 128).name}")
+                notes.append(f"exit status {code}: killed by {_signal_name(code - 128)}")
         for name, stream in (("stdout", out), ("stderr", err)):
             if stream.truncated:
                 notes.append(f"{name} truncated to {len(stream.kept)} of {stream.total} bytes")
