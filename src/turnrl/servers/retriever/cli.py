@@ -29,7 +29,8 @@ def _guarded(name: str, body: Callable[[argparse.Namespace], int]) -> Callable[[
         try:
             return body(args)
         except RetrieverError as err:
-            print(f"turnrl retriever {name}: error: {err}", file=sys.stderr)
+            # Library messages (pyarrow, faiss) embedded in ours may span lines; keep it one line.
+            print(f"turnrl retriever {name}: error: {' '.join(str(err).split())}", file=sys.stderr)
             return 1
 
     return run
