@@ -147,7 +147,7 @@ def test_forked_memory_bomb_is_capped_in_total(server: SandboxProcess, layers: d
         "    if os.fork() == 0:\n"
         "        b = bytearray(200 << 20)\n"
         "        b[::4096] = b'x' * len(b[::4096])\n"
-        "        time.sleep(3)\n"
+        "        time.sleep(1)\n"
         "        os._exit(0)\n"
         "print(sum(os.waitpid(-1, 0)[1] != 0 for _ in range(6)))\n"
     )
