@@ -22,6 +22,9 @@ from omegaconf.errors import OmegaConfBaseException
 from turnrl.config.schema import Config
 
 
+LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
+
+
 class ConfigError(ValueError):
     """A bad recipe or override; the message is one line naming the key and the fix."""
 
@@ -155,9 +158,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"unknown 'algorithm.adv_estimator' '{est}'; valid: {', '.join(ADV_ESTIMATORS)}")
     if est in ("grpo", "rloo", "reinforce_plus_plus_baseline") and r.n < 2:
         raise ConfigError(f"'{est}' needs 'rollout.n' >= 2 (a group of one has no baseline), got {r.n}")
-    bad_loggers = set(cfg.trainer.logger) - {"console", "jsonl"}
+    bad_loggers = set(cfg.trainer.logger) - set(LOGGERS)
     if bad_loggers:
-        raise ConfigError(f"unknown 'trainer.logger' {sorted(bad_loggers)}; valid: console, jsonl")
+        raise ConfigError(f"unknown 'trainer.logger' {sorted(bad_loggers)}; valid: {', '.join(LOGGERS)}")
 
 
 def to_yaml(cfg: Config) -> str:

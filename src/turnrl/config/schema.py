@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from turnrl.config.agent_schema import MultiTurnConfig
+
 
 @dataclass
 class DataConfig:
@@ -68,6 +70,8 @@ class RolloutConfig:
     """Temperature for validation; 0 = greedy."""
     val_n: int = 1
     """Samples per validation prompt."""
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    """Agent mode: multi-turn episodes with tools."""
 
 
 @dataclass
@@ -147,7 +151,11 @@ class TrainerConfig:
     experiment_name: str = "turnrl"
     """Name used for the run directory and loggers."""
     logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])
-    """Metric sinks: console, jsonl."""
+    """Metric sinks: console, jsonl, tensorboard, wandb (the last two when installed)."""
+    project_name: str = "turnrl"
+    """Project name for loggers that group runs (wandb)."""
+    rollout_dump_freq: int = 0
+    """Write the step's samples (prompt, response, score) to `<run>/rollouts/` every this many steps (0 = off)."""
     seed: int = 1
     """Seeds data order, sampling and initialisation."""
     resume: bool = True

@@ -1,4 +1,14 @@
-"""Scorer of the built-in addition task: the number in the last `<answer>` tag."""
+"""Scorer of the built-in addition task.
+
+    1.0  the number in the last <answer> tag is the sum       (`acc`: the strict metric)
+    0.3  no correct tag, but the last number in the text is the sum
+    0.1  a tag holding a wrong integer
+    0.0  anything else
+
+The two partial credits give GRPO groups variance before the model is ever fully right,
+the way Search-R1's format reward does, and rank being right above being well-formed, so
+the policy cannot settle on a well-formed constant.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +19,9 @@ from turnrl.data.tasks.addition import DATA_SOURCE
 from turnrl.rewards.registry import register
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-FORMAT_SCORE = 0.1
-"""Partial credit for a well-formed answer tag with a wrong number: it gives GRPO groups
-variance before the model is ever right, the way Search-R1's format reward does."""
+NUMBER = re.compile(r"-?\d+")
+CORRECT_UNTAGGED = 0.3
+FORMAT_ONLY = 0.1
 
 
 def extract_answer(text: str) -> str | None:
@@ -20,10 +30,17 @@ def extract_answer(text: str) -> str | None:
 
 
 @register(DATA_SOURCE)
-def compute_score(
-    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None
-) -> dict[str, Any]:
+def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict[str, Any]:
+    truth = str(ground_truth).strip()
     answer = extract_answer(solution_str)
-    correct = answer is not None and answer == str(ground_truth).strip()
-    score = 1.0 if correct else FORMAT_SCORE if answer is not None else 0.0
-    return {"score": score, "acc": float(correct), "formatted": float(answer is not None)}
+    tagged_int = answer is not None and NUMBER.fullmatch(answer) is not None
+    numbers = NUMBER.findall(solution_str)
+    if tagged_int and answer == truth:
+        score = 1.0
+    elif numbers and numbers[-1] == truth:
+        score = CORRECT_UNTAGGED
+    elif tagged_int:
+        score = FORMAT_ONLY
+    else:
+        score = 0.0
+    return {"score": score, "acc": float(score == 1.0), "formatted": float(tagged_int)}

@@ -39,7 +39,7 @@ class Trainer:
         )
         self.reward.check({e.data_source for e in parts.train_examples + parts.val_examples})
         self.engine = HFEngine(self.model, self.tokenizer, cfg.rollout.generation_batch_size)
-        self.actor = Actor(self.model, cfg.actor, cfg.rollout.temperature)
+        self.actor = Actor(self.model, cfg.actor, cfg.rollout.temperature, not cfg.model.gradient_checkpointing)
         self.loader = StatefulLoader(
             parts.train_examples, cfg.data.train_batch_size, self.pad_id, cfg.trainer.seed, cfg.data.shuffle
         )

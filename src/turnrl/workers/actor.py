@@ -36,8 +36,10 @@ def group_permutation(uids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 class Actor:
-    def __init__(self, model: torch.nn.Module, cfg: ActorConfig, temperature: float):
+    def __init__(self, model: torch.nn.Module, cfg: ActorConfig, temperature: float, share_prompts: bool = True):
         self.model = model
+        # one prompt pass per group; off with gradient checkpointing, which disables the KV cache
+        self.share_prompts = share_prompts
         self.cfg = cfg
         self.temperature = temperature
         params = [p for p in model.parameters() if p.requires_grad]
@@ -51,9 +53,7 @@ class Actor:
 
     def _log_probs(self, mb: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         trimmed, r = trim(mb)
-        # gradient checkpointing disables the KV cache that prefix sharing relies on
-        shared = not getattr(self.model, "is_gradient_checkpointing", False)
-        fn = shared_prefix_log_probs if shared else response_log_probs
+        fn = shared_prefix_log_probs if self.share_prompts else response_log_probs
         lp, ent = fn(
             self.model,
             trimmed["input_ids"],
