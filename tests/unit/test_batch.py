@@ -40,9 +40,9 @@ def test_union_adds_and_refuses_conflicts():
     a.union(other)
     assert torch.equal(a["scores"], torch.ones(2))
     a.union(Batch(tensors={"scores": torch.ones(2)}))  # equal values are fine
-    with pytest.raises(ValueError, match="conflict.*scores"):
+    with pytest.raises(ValueError, match=r"conflict.*scores"):
         a.union(Batch(tensors={"scores": torch.zeros(2)}))
-    with pytest.raises(ValueError, match="conflict.*gt"):
+    with pytest.raises(ValueError, match=r"conflict.*gt"):
         a.union(Batch(non_tensors={"gt": ["x", "y"]}))
     with pytest.raises(ValueError, match="length"):
         a.union(Batch(tensors={"z": torch.ones(3)}))

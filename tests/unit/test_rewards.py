@@ -34,7 +34,7 @@ def test_custom_function_loaded_from_file(tmp_path):
     with pytest.raises(RewardError, match="file not found"):
         load_custom(str(tmp_path / "missing.py"), "f")
     (tmp_path / "broken.py").write_text("import not_a_module_anywhere\n")
-    with pytest.raises(RewardError, match="importing .*broken.py failed"):
+    with pytest.raises(RewardError, match=r"importing .*broken\.py failed"):
         load_custom(str(tmp_path / "broken.py"), "f")
 
 
@@ -52,7 +52,7 @@ def test_last_token_index_skips_trailing_padding_and_observations():
 
 
 class SpaceTokenizer:
-    vocab = ["<pad>", "<answer>", "</answer>", "1", "2", "obs"]
+    vocab = ("<pad>", "<answer>", "</answer>", "1", "2", "obs")
 
     def decode(self, ids, skip_special_tokens=True):
         return "".join(self.vocab[i] for i in ids if i != 0)

@@ -21,7 +21,6 @@ from omegaconf.errors import OmegaConfBaseException
 
 from turnrl.config.schema import Config
 
-
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 
 
@@ -170,11 +169,11 @@ def to_yaml(cfg: Config) -> str:
 @cache
 def field_docs() -> dict[str, str]:
     """`section.key` -> the docstring written under the field in schema.py."""
-    from turnrl.config import schema
+    from turnrl.config import agent_schema, schema
 
-    tree = ast.parse(inspect.getsource(schema))
+    nodes = [n for mod in (schema, agent_schema) for n in ast.parse(inspect.getsource(mod)).body]
     per_class: dict[str, dict[str, str]] = {}
-    for node in tree.body:
+    for node in nodes:
         if isinstance(node, ast.ClassDef):
             docs: dict[str, str] = {}
             body = node.body
