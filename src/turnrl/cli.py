@@ -17,6 +17,8 @@ COMMANDS: dict[str, str] = {
     "train": "turnrl.trainer.cli",
     "sandbox": "turnrl.servers.sandbox.cli",
     "retriever": "turnrl.servers.retriever.cli",
+    "trace": "turnrl.tracking.cli",
+    "report": "turnrl.tracking.cli",
 }
 
 
@@ -24,15 +26,17 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="turnrl", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = argv[0] if argv and argv[0] in COMMANDS else None
-    for name, module in COMMANDS.items():
-        if wanted is None or name == wanted:
-            try:
-                importlib.import_module(module).register(sub)
-            except ModuleNotFoundError as err:
-                if err.name and err.name.startswith("turnrl"):
-                    continue  # command family not built yet
-                raise
-        else:
+    # one module may register several commands (trace and report): import each module once
+    modules = dict.fromkeys(m for n, m in COMMANDS.items() if wanted is None or n == wanted)
+    for module in modules:
+        try:
+            importlib.import_module(module).register(sub)
+        except ModuleNotFoundError as err:
+            if err.name and err.name.startswith("turnrl"):
+                continue  # command family not built yet
+            raise
+    for name in COMMANDS:
+        if name not in sub.choices:
             sub.add_parser(name)  # listed in --help without importing it
     return parser
 

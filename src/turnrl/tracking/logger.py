@@ -1,4 +1,5 @@
-"""Metric sinks: a compact console line and `metrics.jsonl` (one JSON object per step)."""
+"""Metric sinks: a compact console line, `metrics.jsonl` (one JSON object per step), and the
+optional TensorBoard and wandb sinks of `turnrl.tracking.sinks`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
+
+from turnrl.tracking.sinks import Sink, make_sinks, scalars
 
 CONSOLE_KEYS = (
     "critic/score/mean",
@@ -27,9 +30,18 @@ def _clean(value: Any) -> Any:
 
 
 class Tracker:
-    def __init__(self, run_dir: Path, sinks: list[str]):
+    def __init__(
+        self,
+        run_dir: Path,
+        sinks: list[str],
+        project: str = "turnrl",
+        experiment: str = "turnrl",
+        config: dict[str, Any] | None = None,
+    ):
         self.sinks = set(sinks)
         self.path = run_dir / "metrics.jsonl"
+        # optional sinks first: a missing package fails before any file is opened
+        self._extra: list[Sink] = make_sinks(list(sinks), run_dir, project, experiment, config)
         self._fh = self.path.open("a", encoding="utf-8") if "jsonl" in self.sinks else None
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
@@ -50,8 +62,15 @@ class Tracker:
                 if k.startswith("val/test_score/") and k != "val/test_score/mean"
             ]
             tqdm.write(f"step {step}: " + "  ".join(shown))
+        if self._extra:
+            values = scalars(metrics)
+            for sink in self._extra:
+                sink.log(values, step)
 
     def close(self) -> None:
         if self._fh:
             self._fh.close()
             self._fh = None
+        for sink in self._extra:
+            sink.close()
+        self._extra = []

@@ -1,0 +1,219 @@
+"""`turnrl trace`: run one real training step and show every stage with its real tensors.
+
+The trainer hands each stage's batch to `TraceRecorder.record`; the recorder clones it on the
+spot because later stages change the same batch in place (the prompt tensors are popped, new
+fields are added). After the step the recorded batches become one self-contained HTML page and
+a Markdown summary.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from turnrl.batch import Batch
+from turnrl.tracking.trace_view import Decoder, StageView, metrics_view, stage_view
+
+# a small step unless the user says otherwise: 2 prompts x 2 samples, one mini-batch
+TRACE_DEFAULTS: dict[str, str] = {
+    "data.train_batch_size": "2",
+    "rollout.n": "2",
+    "actor.ppo_mini_batch_size": "2",
+    "trainer.val_before_train": "false",
+    "trainer.logger": "[]",  # the trace logs nothing: its output is the page
+}
+
+
+class TraceSetupError(ValueError):
+    """The traced run could not start (bad recipe, override, data or model); one line."""
+
+
+@dataclass
+class Record:
+    stage: str
+    batch: Batch
+    elapsed_s: float
+
+
+def snapshot(batch: Batch) -> Batch:
+    """A deep copy on the CPU that later in-place changes to `batch` cannot reach."""
+    tensors = {k: v.detach().to("cpu", copy=True) for k, v in batch.tensors.items()}
+    non_tensors = {k: copy.deepcopy(v) for k, v in batch.non_tensors.items()}
+    try:
+        meta = copy.deepcopy(batch.meta)
+    except (TypeError, copy.Error):  # meta may hold objects that refuse copying; keep the references
+        meta = dict(batch.meta)
+    return Batch(tensors, non_tensors, meta)
+
+
+class TraceRecorder:
+    """Implements the trainer's `Recorder` protocol; keeps a snapshot of every stage in order."""
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+
+    def record(self, stage: str, batch: Batch, elapsed_s: float) -> None:
+        seen = sum(1 for r in self.records if r.stage.split("#", 1)[0] == stage)
+        name = stage if seen == 0 else f"{stage}#{seen + 1}"  # a stage recorded twice keeps both
+        self.records.append(Record(name, snapshot(batch), elapsed_s))
+
+
+def trace_overrides(user: list[str], run_dir: str | None) -> list[str]:
+    """The trace's defaults, then the user's overrides (which win)."""
+    given = {item.split("=", 1)[0].strip().lstrip("+") for item in user if "=" in item}
+    out = [f"{k}={v}" for k, v in TRACE_DEFAULTS.items() if k not in given]
+    if run_dir and "trainer.default_local_dir" not in given:
+        out.append(f"trainer.default_local_dir={run_dir}")
+    return out + list(user)
+
+
+def after_update(trainer: Any, batch: Batch) -> Batch | None:
+    """Score the step's responses with the updated policy: the ratio the next PPO epoch would see."""
+    needed = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "old_log_probs")
+    if any(k not in batch for k in needed):
+        return None
+    inputs = batch.select(needed).to(trainer.device)
+    new_lp, _ = trainer.actor.compute_log_prob(inputs)
+    new_lp = new_lp.float().cpu()
+    old, mask = batch["old_log_probs"].float(), batch["response_mask"] > 0
+    zero = torch.zeros(())
+    ratio = torch.where(mask, torch.exp((new_lp - old).clamp(-20.0, 20.0)), zero)
+    a = trainer.cfg.actor
+    outside = mask & ((ratio < 1.0 - a.clip_ratio_low) | (ratio > 1.0 + a.clip_ratio_high))
+    return Batch(
+        tensors={
+            "responses": batch["responses"],
+            "response_mask": batch["response_mask"],
+            "attention_mask": batch["attention_mask"],
+            "old_log_probs": old,
+            "log_probs_after": torch.where(mask, new_lp, zero),
+            "ratio_after": ratio,
+            "outside_clip": outside,
+        },
+        non_tensors={k: batch[k] for k in ("uid",) if k in batch},
+    )
+
+
+@dataclass
+class TraceResult:
+    html: Path
+    markdown: Path
+    views: list[StageView]
+    metrics: dict[str, Any]
+
+
+def build_views(
+    records: list[Record], tokenizer: Any, metrics: dict[str, Any], max_rows: int
+) -> list[StageView]:
+    decode = Decoder(tokenizer)
+    views: list[StageView] = []
+    prev: Batch | None = None
+    for i, rec in enumerate(records, 1):
+        views.append(stage_view(i, rec.stage, rec.batch, rec.elapsed_s, prev, decode, max_rows))
+        prev = rec.batch
+    step_time = float(metrics.get("timing_s/step", 0.0))
+    views.append(metrics_view(len(views) + 1, metrics, step_time))
+    return views
+
+
+def run_trace(
+    recipe: str | None,
+    overrides: list[str],
+    out_dir: Path,
+    max_rows: int = 8,
+    command: str = "turnrl trace",
+) -> TraceResult:
+    """One real step of the configured run, written to `out_dir/trace.html` and `trace.md`."""
+    from turnrl.config import load_config, to_yaml
+    from turnrl.trainer.errors import STARTUP_ERRORS
+    from turnrl.trainer.ppo import Trainer
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    given_dir = next(
+        (o.split("=", 1)[1] for o in overrides if o.startswith("trainer.default_local_dir=")), None
+    )
+    tmp = None if given_dir else tempfile.mkdtemp(prefix="turnrl-trace-")
+    # a given run directory is traced at its latest checkpoint; its config.yaml is put back afterwards
+    # so the trace's small-batch config never replaces the run's own
+    saved = _read_bytes(Path(given_dir) / "config.yaml") if given_dir else None
+    try:
+        recorder = TraceRecorder()
+        start = time.perf_counter()
+        try:
+            cfg = load_config(recipe, trace_overrides(overrides, tmp))
+            trainer = Trainer(cfg, recorder=recorder)
+        except STARTUP_ERRORS as err:  # bad input: one line; a failure inside the step keeps its traceback
+            raise TraceSetupError(str(err).splitlines()[0] if str(err) else type(err).__name__) from err
+        setup_s = time.perf_counter() - start
+        trainer.global_step += 1  # as fit() numbers its steps
+        batch = next(iter(trainer.loader.epoch_batches()))
+        metrics = trainer.step(batch)
+        last = next((r.batch for r in reversed(recorder.records) if "old_log_probs" in r.batch), None)
+        if last is not None:
+            t0 = time.perf_counter()
+            after = after_update(trainer, last)
+            if after is not None:
+                recorder.records.append(Record("after_update", after, time.perf_counter() - t0))
+        views = build_views(recorder.records, trainer.tokenizer, metrics, max_rows)
+        header = {
+            "command": command,
+            "step": trainer.global_step,
+            "setup_s": setup_s,
+            "config": to_yaml(cfg),
+            "summary": config_summary(cfg),
+        }
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if given_dir and saved is not None:
+            (Path(given_dir) / "config.yaml").write_bytes(saved)
+    from turnrl.tracking.trace_html import render_html
+    from turnrl.tracking.trace_md import render_markdown
+
+    html_path, md_path = out_dir / "trace.html", out_dir / "trace.md"
+    _write(html_path, render_html(views, header))
+    _write(md_path, render_markdown(views, header))
+    return TraceResult(html_path, md_path, views, metrics)
+
+
+def config_summary(cfg: Any) -> dict[str, str]:
+    d, r, a = cfg.data, cfg.rollout, cfg.actor
+    out = {
+        "model": cfg.model.path,
+        "estimator": cfg.algorithm.adv_estimator,
+        "prompts x samples": f"{d.train_batch_size} x {r.n}",
+        "max prompt / response tokens": f"{d.max_prompt_length} / {d.max_response_length}",
+        "temperature": f"{r.temperature:g}",
+        "clip range": f"[{1 - a.clip_ratio_low:g}, {1 + a.clip_ratio_high:g}]",
+        "loss aggregation": a.loss_agg_mode,
+        "agent mode": "on" if r.multi_turn.enable else "off",
+    }
+    return out
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+__all__ = [
+    "TRACE_DEFAULTS",
+    "TraceRecorder",
+    "TraceResult",
+    "TraceSetupError",
+    "build_views",
+    "run_trace",
+    "snapshot",
+]
