@@ -1,8 +1,55 @@
-"""Configuration of multi-turn agent rollouts (`rollout.multi_turn.*`)."""
+"""Configuration of multi-turn agent rollouts (`rollout.multi_turn.*`).
+
+Token budgets count tokens of one response (one episode), never of the batch.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+DEFAULT_INVALID = (
+    "\nMy previous action is invalid. To use a tool, put its input between the tool's tags, "
+    "e.g. <{tool_tag}> ... </{tool_tag}>. To answer, put the answer between <{answer_tag}> and "
+    "</{answer_tag}>. Let me try again.\n"
+)
+
+
+@dataclass
+class SearchToolConfig:
+    url: str = ""
+    """Retriever URL (Search-R1's `POST /retrieve` API). Empty = start turnrl's own retriever as a child process."""
+    index: str = ""
+    """Index directory for the child retriever. Empty = the built-in corpus (indexed once into the cache)."""
+    topk: int = 3
+    """Passages per query."""
+    tag: str = "search"
+    """XML action tag: the model writes `<search>query</search>`."""
+    obs_tag: str = "information"
+    """XML tag wrapping the passages shown to the model."""
+
+
+@dataclass
+class PythonToolConfig:
+    url: str = ""
+    """SandboxFusion-compatible `/run_code` URL. Empty = start turnrl's own sandbox as a child process."""
+    run_timeout: float = 5.0
+    """Wall-clock seconds one program may run in the sandbox."""
+    memory_limit_mb: int = -1
+    """Memory limit per run in MB (-1 = the server's default)."""
+    workers: int = 0
+    """Concurrent runs of the child sandbox (0 = one per CPU core); ignored with `url`."""
+    tag: str = "code"
+    """XML action tag: the model writes `<code>program</code>`."""
+    obs_tag: str = "observation"
+    """XML tag wrapping the program's output."""
+
+
+@dataclass
+class CalculatorToolConfig:
+    tag: str = "calculator"
+    """XML action tag: the model writes `<calculator>12 * 34</calculator>`."""
+    obs_tag: str = "result"
+    """XML tag wrapping the calculator's answer."""
 
 
 @dataclass
@@ -11,3 +58,31 @@ class MultiTurnConfig:
     """Run episodes of generate -> tool call -> observation -> generate instead of one response."""
     max_turns: int = 4
     """Tool-using turns per episode; after the last one the model answers without tools."""
+    tools: list[str] = field(default_factory=lambda: ["search"])
+    """Built-in tools the model may call: any of calculator, python, search."""
+    custom_tools: list[str] = field(default_factory=list)
+    """User tools as `path/to/file.py:Name` (a class with name/description/parameters/call, or a function)."""
+    format: str = "xml"
+    """`xml`: `<tag>input</tag>` actions (Search-R1, Code-R1); `json`: `<tool_call>{"name", "arguments"}</tool_call>` in the chat template."""
+    answer_tag: str = "answer"
+    """XML tag of the final answer; `<answer>...</answer>` ends the episode."""
+    max_obs_length: int = 512
+    """Tokens of one tool output shown to the model; longer outputs are cut and end with `obs_truncation_marker`."""
+    obs_truncation_marker: str = "...[truncated]"
+    """Text appended to a cut observation, so the model can see it was cut."""
+    max_tokens_per_turn: int = 0
+    """Model tokens one turn may generate (0 = up to the remaining response budget)."""
+    tool_timeout: float = 30.0
+    """Seconds one tool call may take; a late call becomes an error observation and the episode goes on."""
+    max_concurrent_calls: int = 64
+    """Tool calls in flight at once across the batch (they run concurrently within a turn)."""
+    invalid_action_observation: str = DEFAULT_INVALID
+    """Shown after an unusable action (`{tool_tag}`, `{answer_tag}` are filled in); empty = end the episode instead."""
+    eos_ends_episode: bool = True
+    """An EOS with no action ends the episode (true) or counts as an invalid action (false, Search-R1's way)."""
+    search: SearchToolConfig = field(default_factory=SearchToolConfig)
+    """The `search` tool (retriever client)."""
+    python: PythonToolConfig = field(default_factory=PythonToolConfig)
+    """The `python` tool (code sandbox client)."""
+    calculator: CalculatorToolConfig = field(default_factory=CalculatorToolConfig)
+    """The `calculator` tool (exact arithmetic, no code execution)."""

@@ -35,7 +35,7 @@ def register(*data_sources: str) -> Callable[[ScoreFn], ScoreFn]:
 
 def _builtin() -> None:
     # importing the scorer modules registers them
-    from turnrl.rewards import addition  # noqa: F401
+    from turnrl.rewards import addition, code, math, qa  # noqa: F401
 
 
 def registered() -> dict[str, ScoreFn]:

@@ -53,7 +53,18 @@ class HFEngine:
         self.pad_id = int(tokenizer.pad_token_id)
 
     @torch.no_grad()
-    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Generation:
+    def generate(
+        self,
+        prompt_ids: list[list[int]],
+        params: SamplingParams,
+        max_new_tokens_per_row: list[int] | None = None,
+    ) -> Generation:
+        """`max_new_tokens_per_row` (one per output row, at most `params.max_new_tokens`) lets rows of
+        one batch stop at different budgets, as multi-turn episodes need."""
+        rows = len(prompt_ids) * params.n
+        limits = max_new_tokens_per_row or [params.max_new_tokens] * rows
+        if len(limits) != rows or min(limits, default=1) < 1:
+            raise ValueError(f"max_new_tokens_per_row needs {rows} values >= 1, got {max_new_tokens_per_row}")
         device = next(self.model.parameters()).device
         gen = torch.Generator(device=device)
         gen.manual_seed(params.seed if params.seed is not None else torch.seed() % 2**63)
@@ -64,7 +75,11 @@ class HFEngine:
         try:
             for start in range(0, len(prompt_ids), prompts_per_batch):
                 part = self._generate_batch(
-                    prompt_ids[start : start + prompts_per_batch], params, gen, device
+                    prompt_ids[start : start + prompts_per_batch],
+                    params,
+                    gen,
+                    device,
+                    limits[start * params.n : (start + prompts_per_batch) * params.n],
                 )
                 out.response_ids += part.response_ids
                 out.log_probs += part.log_probs
@@ -78,7 +93,12 @@ class HFEngine:
         return any(s in tail for s in stops)
 
     def _generate_batch(
-        self, rows: list[list[int]], p: SamplingParams, gen: torch.Generator, device: torch.device
+        self,
+        rows: list[list[int]],
+        p: SamplingParams,
+        gen: torch.Generator,
+        device: torch.device,
+        limits: list[int],
     ) -> Generation:
         ids, mask = left_pad(rows, self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
@@ -99,7 +119,7 @@ class HFEngine:
         reasons = ["length"] * b
         alive = torch.arange(b, device=device)  # batch rows still generating -> output row
         next_pos = pos[:, -1:] + 1
-        for step in range(p.max_new_tokens):
+        for step in range(min(p.max_new_tokens, max(limits))):
             logits = logits.float()
             if p.temperature <= 0:
                 token = logits.argmax(-1)
@@ -116,7 +136,7 @@ class HFEngine:
                 logps[r].append(v)
                 if t in self.eos or (p.stop and self._stopped_by_string(responses[r], p.stop)):
                     reasons[r] = "stop"
-                else:
+                elif len(responses[r]) < limits[r]:
                     keep.append(j)
             if not keep or step == p.max_new_tokens - 1:
                 break

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from turnrl.data.tasks import addition
+from turnrl.data.tasks import addition, calculator, code, search
 
 # name -> writer(out_dir, seed) -> (train_file, val_file)
 TASKS: dict[str, Callable[[Path, int], tuple[Path, Path]]] = {
     "addition": addition.write,
+    "calculator": calculator.write,
+    "code": code.write,
+    "search": search.write,
 }
 
 

@@ -1,0 +1,123 @@
+"""Build the configured tools, start the servers they need, check they answer, stop them at the end.
+
+A tool server named by URL is health-checked at start-up: a server that is down stops the run
+in one line naming the URL, instead of a hang at the first tool call. Without a URL, turnrl
+starts its own sandbox / retriever (over the built-in corpus index) as a child process.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from turnrl.agent.tools.base import ToolError
+from turnrl.agent.tools.calculator import Calculator
+from turnrl.agent.tools.custom import load_custom_tool
+from turnrl.config.agent_schema import MultiTurnConfig
+
+log = logging.getLogger(__name__)
+
+BUILTIN_TOOLS = ("calculator", "python", "search")
+
+
+class ToolSet:
+    """Tools by name, plus the child servers started for them (use as a context manager)."""
+
+    def __init__(self, cfg: MultiTurnConfig, cache_dir: Path):
+        self.cfg, self.cache_dir = cfg, cache_dir
+        self.tools: dict[str, Any] = {}
+        self._children: list[Any] = []
+        self.sandbox_url = ""
+
+    def start(self) -> ToolSet:
+        try:
+            for name in self.cfg.tools:
+                if name not in BUILTIN_TOOLS:
+                    raise ToolError(
+                        f"rollout.multi_turn.tools: unknown tool '{name}'; built-in: {', '.join(BUILTIN_TOOLS)} "
+                        "(add your own with rollout.multi_turn.custom_tools)"
+                    )
+                self._add(getattr(self, f"_{name}")())
+            for spec in self.cfg.custom_tools:
+                self._add(load_custom_tool(spec))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _add(self, tool: Any) -> None:
+        if tool.name in self.tools:
+            raise ToolError(f"rollout.multi_turn: two tools are named '{tool.name}'")
+        self.tools[tool.name] = tool
+
+    def _calculator(self) -> Any:
+        c = self.cfg.calculator
+        return Calculator(c.tag, c.obs_tag)
+
+    def _python(self) -> Any:
+        from turnrl.agent.tools.python import PythonTool
+        from turnrl.servers.sandbox import SandboxError, SandboxProcess, check_server
+
+        p = self.cfg.python
+        url = p.url
+        if url:
+            try:
+                check_server(url)
+            except (SandboxError, ValueError) as err:
+                raise ToolError(f"rollout.multi_turn.python.url: {err}") from None
+        else:
+            child = SandboxProcess(workers=p.workers or None)
+            try:
+                child.start()
+            except SandboxError as err:
+                raise ToolError(
+                    f"rollout.multi_turn.python: could not start turnrl's sandbox: {err}"
+                ) from None
+            self._children.append(child)
+            url = child.url
+            log.warning("started turnrl's code sandbox at %s (no rollout.multi_turn.python.url given)", url)
+        self.sandbox_url = url
+        return PythonTool(url, p.run_timeout, p.memory_limit_mb, p.tag, p.obs_tag)
+
+    def _search(self) -> Any:
+        from turnrl.agent.tools.search import SearchTool, builtin_index
+        from turnrl.servers.retriever.client import check_server
+        from turnrl.servers.retriever.errors import RetrieverError
+        from turnrl.servers.retriever.launcher import LocalRetriever
+
+        s = self.cfg.search
+        url = s.url
+        if url:
+            try:
+                check_server(url)
+            except (RetrieverError, ValueError) as err:
+                raise ToolError(f"rollout.multi_turn.search.url: {err}") from None
+        else:
+            index = Path(s.index) if s.index else builtin_index(self.cache_dir)
+            child = LocalRetriever(index, topk=s.topk)
+            try:
+                child.start()
+            except RetrieverError as err:
+                raise ToolError(
+                    f"rollout.multi_turn.search: could not start turnrl's retriever: {err}"
+                ) from None
+            self._children.append(child)
+            url = child.url
+            log.warning("started turnrl's retriever over %s at %s", index, url)
+        return SearchTool(url, s.topk, s.tag, s.obs_tag, timeout=self.cfg.tool_timeout)
+
+    def close(self) -> None:
+        """Stop the child servers (tool clients are closed by the executor that owns their event loop)."""
+        while self._children:
+            child = self._children.pop()
+            try:
+                child.stop()
+            except Exception as err:  # stopping must go on for the others
+                log.warning("stopping %s failed: %r", type(child).__name__, err)
+
+    def __enter__(self) -> ToolSet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,125 @@
+"""Code rewards: run the model's final program against tests in the code sandbox.
+
+The program is the last fenced code block (```python ... ```) inside the last `<answer>` tag, or
+else the last fenced block of the response, or else the answer tag's text itself.
+
+Ground truth (a dict, or the same as a JSON string, as verl/Code-R1 datasets store it):
+- `{"inputs": [stdin, ...], "outputs": [expected stdout, ...]}`: one run per case, stdout compared
+  line by line with trailing whitespace ignored;
+- `{"assert": "assert f(2) == 4\\n..."}`: appended to the program, one run, passes if it exits 0.
+
+Score 1 when every test passes, else 0 (`pass_rate` is reported as a metric).
+
+The sandbox: the URL given to `use_sandbox()` (an agent run passes its own), else
+`$TURNRL_SANDBOX_URL`, else a turnrl sandbox started on first use as a child process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import os
+import re
+import threading
+from typing import Any
+
+from turnrl.rewards.registry import register
+
+ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL)
+CODE_SOURCES = ("turnrl/code", "codecontests", "apps", "taco", "codeforces")
+DEFAULT_RUN_TIMEOUT = 5.0
+
+_state: dict[str, Any] = {"url": "", "child": None}
+_lock = threading.Lock()
+
+
+def use_sandbox(url: str) -> None:
+    """Send code rewards to this sandbox (an agent run shares the one its code tool uses)."""
+    _state["url"] = url
+
+
+def sandbox_url() -> str:
+    with _lock:
+        if _state["url"]:
+            return str(_state["url"])
+        if os.environ.get("TURNRL_SANDBOX_URL"):
+            return os.environ["TURNRL_SANDBOX_URL"]
+        from turnrl.servers.sandbox import SandboxProcess
+
+        child = SandboxProcess().start()  # stopped at interpreter exit
+        _state["child"], _state["url"] = child, child.url
+        return child.url
+
+
+def extract_program(text: str) -> str | None:
+    answer = ANSWER.findall(text)
+    scope = answer[-1] if answer else text
+    blocks = FENCE.findall(scope)
+    if blocks:
+        return blocks[-1]
+    if answer and answer[-1].strip():
+        return answer[-1].strip()
+    return None
+
+
+def parse_tests(ground_truth: Any) -> dict[str, Any]:
+    data = ground_truth
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError:
+            raise ValueError("code ground truth string is not JSON") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"code ground truth must be a dict, got {type(data).__name__}")
+    if "assert" in data:
+        return {"assert": str(data["assert"])}
+    inputs, outputs = data.get("inputs"), data.get("outputs")
+    if inputs is None or outputs is None or len(list(inputs)) != len(list(outputs)):
+        raise ValueError("code ground truth needs 'inputs' and 'outputs' of equal length, or 'assert'")
+    return {"inputs": [str(i) for i in inputs], "outputs": [str(o) for o in outputs]}
+
+
+def same_output(actual: str, expected: str) -> bool:
+    def lines(s: str) -> list[str]:
+        return [line.rstrip() for line in s.strip().splitlines()]
+
+    return lines(actual) == lines(expected)
+
+
+async def _run_tests(url: str, program: str, tests: dict[str, Any], run_timeout: float) -> list[bool]:
+    from turnrl.servers.sandbox import SandboxClient
+
+    async with SandboxClient(url, timeout=30.0, retries=2) as client:
+        if "assert" in tests:
+            result = await client.run_code(program + "\n\n" + tests["assert"], run_timeout=run_timeout)
+            return [result.ok]
+        runs = await asyncio.gather(
+            *(client.run_code(program, stdin=i, run_timeout=run_timeout) for i in tests["inputs"])
+        )
+        return [r.ok and same_output(r.stdout, o) for r, o in zip(runs, tests["outputs"], strict=True)]
+
+
+def _run_sync(coro: Any) -> Any:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # called from inside an event loop
+        return pool.submit(asyncio.run, coro).result()
+
+
+@register(*CODE_SOURCES)
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None
+) -> dict[str, float]:
+    tests = parse_tests(ground_truth)
+    program = extract_program(solution_str)
+    if program is None:
+        return {"score": 0.0, "pass_rate": 0.0, "formatted": 0.0}
+    info = extra_info if isinstance(extra_info, dict) else {}
+    timeout = float(info.get("run_timeout", DEFAULT_RUN_TIMEOUT))
+    passed = _run_sync(_run_tests(sandbox_url(), program, tests, timeout))
+    rate = sum(passed) / len(passed) if passed else 0.0
+    return {"score": float(rate == 1.0), "pass_rate": rate, "formatted": 1.0}

@@ -1,0 +1,322 @@
+"""Agent rollouts end to end on a real (tiny) model, real tools and the trainer's own stage functions.
+
+The tiny random model is first taught one calculator trajectory (60 Adam steps, a few seconds), so
+it really emits `<calculator>12 * 34</calculator>`, reads `<result>408</result>` and answers: the
+episodes below are genuine multi-turn samples, not scripted text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import torch
+
+from turnrl.agent.rollout import AgentRollout
+from turnrl.batch import Batch
+from turnrl.config import load_config
+from turnrl.data.dataset import left_pad, position_ids_from_mask
+from turnrl.models.loader import load_model
+from turnrl.models.logprobs import response_log_probs
+from turnrl.rollout.base import Generation, SamplingParams
+from turnrl.rollout.hf import HFEngine
+
+BUDGET = 48
+
+
+def encode(tok, text: str) -> list[int]:
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def chat_prompt(tok, text: str) -> list[int]:
+    return encode(
+        tok,
+        tok.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+        ),
+    )
+
+
+@pytest.fixture(scope="module")
+def tool_model():
+    torch.manual_seed(0)
+    model, tok = load_model("tiny-random", torch.device("cpu"), seed=0)
+    prompt = chat_prompt(tok, "Compute 12 * 34.")
+    target = (
+        encode(tok, "<calculator>12 * 34</calculator>")
+        + encode(tok, "\n\n<result>")
+        + encode(tok, "408")
+        + encode(tok, "</result>\n\n")
+        + encode(tok, "<answer>408</answer>")
+        + [tok.eos_token_id]
+    )
+    x = torch.tensor([prompt + target])
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(60):
+        logits = model(input_ids=x[:, :-1]).logits[0, len(prompt) - 1 :]
+        loss = torch.nn.functional.cross_entropy(logits, x[0, len(prompt) :])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    assert loss.item() < 0.1
+    return model, tok
+
+
+class RecordingEngine(HFEngine):
+    """The real engine, keeping every call's contexts and outputs for the token-in-token-out check."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[list[list[int]], int, Generation]] = []
+
+    def generate(self, prompt_ids, params, max_new_tokens_per_row=None):
+        out = super().generate(prompt_ids, params, max_new_tokens_per_row)
+        self.calls.append(([list(p) for p in prompt_ids], params.n, out))
+        return out
+
+
+class PlainEngine:
+    """An engine with only the protocol's `generate(prompt_ids, params)` (no per-row budgets)."""
+
+    def __init__(self, inner: HFEngine):
+        self.inner = inner
+        self.eos = inner.eos
+
+    def generate(self, prompt_ids, params):
+        return self.inner.generate(prompt_ids, params)
+
+
+def gen_batch(tok, texts: list[str]) -> Batch:
+    ids, mask = left_pad([chat_prompt(tok, t) for t in texts], tok.pad_token_id)
+    return Batch({"input_ids": ids, "attention_mask": mask, "position_ids": position_ids_from_mask(mask)})
+
+
+def agent_cfg(tmp_path, **extra):
+    base = {
+        "rollout.multi_turn.enable": True,
+        "rollout.multi_turn.tools": "[calculator]",
+        "rollout.multi_turn.max_turns": 2,
+        "model.cache_dir": str(tmp_path),
+    }
+    base.update(extra)
+    return load_config(None, [f"{k}={v}" for k, v in base.items()])
+
+
+def run(agent, tok, texts, n=2, budget=BUDGET, seed=1, temperature=1.0):
+    params = SamplingParams(max_new_tokens=budget, n=n, temperature=temperature, seed=seed)
+    return agent.generate(gen_batch(tok, texts), params, tok.pad_token_id, budget)
+
+
+def unpadded(batch: Batch, i: int) -> tuple[list[int], list[int], list[float]]:
+    r = batch["responses"].shape[1]
+    full = batch["input_ids"][i][batch["attention_mask"][i].bool()].tolist()
+    k = int(batch["attention_mask"][i, -r:].sum())
+    return full, batch["response_mask"][i, :k].tolist(), batch["rollout_log_probs"][i, :k].tolist()
+
+
+def segments(batch: Batch, i: int) -> list[tuple[int, list[int]]]:
+    """The response of row i as runs of (response_mask value, ids): model turns and observations."""
+    _, mask, _ = unpadded(batch, i)
+    ids = batch["responses"][i, : len(mask)].tolist()
+    runs: list[tuple[int, list[int]]] = []
+    for m, t in zip(mask, ids, strict=True):
+        if runs and runs[-1][0] == int(m):
+            runs[-1][1].append(t)
+        else:
+            runs.append((int(m), [t]))
+    return runs
+
+
+def test_multi_turn_episodes_keep_exact_ids_and_logprobs_match_trainer(tool_model, tmp_path):
+    model, tok = tool_model
+    engine = RecordingEngine(model, tok, 64)
+    with AgentRollout(engine, tok, agent_cfg(tmp_path)) as agent:
+        batch, metrics = run(agent, tok, ["Compute 12 * 34.", "Compute 7 * 8 please."], n=3)
+    assert len(batch) == 6
+    assert metrics["agent/tool_calls/mean"] > 0.5 and metrics["agent/turns/mean"] > 1.5, metrics
+    mask = batch["response_mask"]
+    # observation tokens exist, are attended to, and are out of the loss
+    obs = (mask == 0) & (batch["attention_mask"][:, -BUDGET:] == 1)
+    assert obs.any()
+    assert (batch["rollout_log_probs"][obs] == 0).all()
+    text = tok.decode(batch["responses"][0][batch["attention_mask"][0, -BUDGET:].bool()])
+    assert "<result>408</result>" in text, text
+
+    # token in, token out: every generated id list sits verbatim right after the exact context it came from
+    finals = [unpadded(batch, i) for i in range(len(batch))]
+    checked = 0
+    for contexts, n, out in engine.calls:
+        for row, (ids, lps) in enumerate(zip(out.response_ids, out.log_probs, strict=True)):
+            ctx = contexts[row // n]
+            hits = [
+                f for f in finals if f[0][: len(ctx)] == ctx and f[0][len(ctx) : len(ctx) + len(ids)] == ids
+            ]
+            assert hits, f"generated ids of call row {row} not found after their context"
+            full, m, lp = hits[0]
+            start = len(ctx) - (len(full) - len(m))
+            assert all(v == 1 for v in m[start : start + len(ids)])
+            assert lp[start : start + len(ids)] == pytest.approx(lps, abs=0)
+            checked += 1
+    assert checked > len(batch)  # more than one turn was checked
+    # the hazard this avoids is real: a loop that decodes the response and re-encodes it (text in, text
+    # out) would train on other ids than the sampled ones, here at the tool-call/observation boundary
+    drift = 0
+    for full, m, _ in finals:
+        response = full[len(full) - len(m) :]
+        drift += int(encode(tok, tok.decode(response, skip_special_tokens=False)) != response)
+    assert drift > 0
+
+    # the trainer's recomputation (fp32, CPU) equals the rollout log-probs on every model token
+    lp, _ = response_log_probs(
+        model, batch["input_ids"], batch["attention_mask"], batch["position_ids"], BUDGET
+    )
+    gap = ((lp - batch["rollout_log_probs"]).abs() * mask).max().item()
+    assert gap < 1e-4, gap
+
+
+def test_groups_are_interleaved_with_identical_prompts(tool_model, tmp_path):
+    model, tok = tool_model
+    with AgentRollout(HFEngine(model, tok), tok, agent_cfg(tmp_path)) as agent:
+        batch, _ = run(agent, tok, ["Compute 12 * 34.", "What is 5 * 6?", "Multiply 3 by 9."], n=4)
+    prompts = batch["prompts"]
+    assert len(batch) == 12
+    for g in range(3):
+        block = prompts[4 * g : 4 * g + 4]
+        assert (block == block[0]).all()
+    assert not torch.equal(prompts[0], prompts[4]) and not torch.equal(prompts[4], prompts[8])
+    assert set(batch.keys()) >= {
+        "prompts", "responses", "input_ids", "attention_mask", "position_ids",
+        "response_mask", "rollout_log_probs", "finish_reason",
+    }  # fmt: skip
+
+
+def test_budget_truncates_and_counts_never_crashes(tool_model, tmp_path):
+    model, tok = tool_model
+    with AgentRollout(HFEngine(model, tok), tok, agent_cfg(tmp_path)) as agent:
+        # 14 tokens hold the tool call but not its observation: every episode ends truncated
+        batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=14)
+    assert batch["responses"].shape[1] == 14
+    assert metrics["agent/truncated_ratio"] > 0.5
+    assert list(batch["finish_reason"]).count("length") == round(metrics["agent/truncated_ratio"] * 4)
+    assert (batch["attention_mask"][:, -14:].sum(1) <= 14).all()
+
+
+def test_engine_without_per_row_budgets_is_cut_to_the_budget(tool_model, tmp_path):
+    model, tok = tool_model
+    cfg = agent_cfg(
+        tmp_path,
+        **{
+            "rollout.multi_turn.max_tokens_per_turn": 5,
+            "rollout.multi_turn.max_turns": 3,
+            "rollout.multi_turn.invalid_action_observation": "' Invalid.'",
+        },
+    )
+    with AgentRollout(PlainEngine(HFEngine(model, tok)), tok, cfg) as agent:
+        batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=2, budget=30)
+    # a per-turn cap of 5 splits the tool call, so turns end without a complete action
+    assert metrics["agent/turns/mean"] > 1
+    model_runs = batch["response_mask"][0]
+    runs, current = [], 0
+    for v in model_runs.tolist() + [0]:
+        if v:
+            current += 1
+        elif current:
+            runs.append(current)
+            current = 0
+    assert runs and max(runs) <= 5, runs
+
+
+def test_observation_is_cut_with_visible_marker(tool_model, tmp_path):
+    model, tok = tool_model
+    cfg = agent_cfg(
+        tmp_path, **{"rollout.multi_turn.max_obs_length": 2, "rollout.multi_turn.obs_truncation_marker": "'~'"}
+    )
+    with AgentRollout(HFEngine(model, tok), tok, cfg) as agent:
+        batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=60)
+    observations = [tok.decode(ids) for i in range(4) for kind, ids in segments(batch, i) if kind == 0]
+    assert observations
+    # "408" is 3 tokens; 2 allowed: one digit, then the marker; the closing tag survives the cut
+    assert set(observations) == {"\n\n<result>4~</result>\n\n"}, observations
+    assert metrics["agent/obs_truncated/mean"] > 0
+
+
+def test_bad_tools_become_error_observations_and_the_step_goes_on(tool_model, tmp_path):
+    model, tok = tool_model
+    tools = tmp_path / "bad_tools.py"
+    tools.write_text(
+        "import asyncio\n"
+        "class Raises:\n"
+        "    name = 'calculator'\n    description = 'x'\n    parameters = {'type': 'object', 'properties': {'expression': {'type': 'string'}}}\n"
+        "    async def call(self, arguments):\n        raise RuntimeError('boom')\n"
+        "class Slow:\n"
+        "    name = 'calculator'\n    description = 'x'\n    parameters = {'type': 'object', 'properties': {'expression': {'type': 'string'}}}\n"
+        "    async def call(self, arguments):\n        await asyncio.sleep(30)\n        return 'late'\n"
+        "class NotText:\n"
+        "    name = 'calculator'\n    description = 'x'\n    parameters = {'type': 'object', 'properties': {'expression': {'type': 'string'}}}\n"
+        "    async def call(self, arguments):\n        return 42\n"
+    )
+    expected = {
+        "Raises": "failed: RuntimeError: boom",
+        "Slow": "timed out after 0.5 s",
+        "NotText": "returned int, not text",
+    }
+    for cls, message in expected.items():
+        cfg = agent_cfg(
+            tmp_path,
+            **{
+                "rollout.multi_turn.tools": "[]",
+                "rollout.multi_turn.custom_tools": f"['{tools}:{cls}']",
+                "rollout.multi_turn.tool_timeout": 0.5,
+                "rollout.multi_turn.max_obs_length": 64,
+            },
+        )
+        start = time.perf_counter()
+        with AgentRollout(HFEngine(model, tok), tok, cfg) as agent:
+            batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=64)
+        assert time.perf_counter() - start < 10
+        texts = [tok.decode(batch["responses"][i][batch["attention_mask"][i, -64:].bool()]) for i in range(4)]
+        assert any(message in t for t in texts), (cls, texts)
+        assert metrics["agent/tool_error_ratio"] == 1.0, (cls, metrics)
+
+
+def test_trainer_stages_run_on_agent_batches(tool_model, tmp_path):
+    """Rollout -> group -> reward -> old log-prob (the actor's shared-prefix path) -> GRPO -> update."""
+    from turnrl.rewards.scorer import RuleReward
+    from turnrl.trainer import stages
+    from turnrl.workers.actor import Actor
+
+    model, tok = tool_model
+    cfg = agent_cfg(tmp_path, **{"rollout.n": 4, "actor.lr": 1e-4})
+    texts = ["Compute 12 * 34.", "Compute 21 * 3."]
+    prompts = gen_batch(tok, texts)
+    prompts["data_source"] = ["turnrl/calculator"] * 2
+    prompts["ground_truth"] = ["408", "63"]
+    prompts["extra_info"] = [{}, {}]
+    prompts["index"] = [0, 1]
+    g = stages.split_generation_input(prompts)
+    with AgentRollout(HFEngine(model, tok), tok, cfg) as agent:
+        rollout, _ = agent.generate(
+            g, SamplingParams(max_new_tokens=BUDGET, n=4, seed=5), tok.pad_token_id, BUDGET
+        )
+    batch = stages.group_and_merge(prompts, rollout, 4)
+    stages.score(RuleReward(tok), batch)
+    assert batch["token_level_scores"][:4].sum(-1).max() == 1.0  # the memorised answer 408 is right
+    actor = Actor(model, cfg.actor, 1.0)
+    batch["old_log_probs"], _ = actor.compute_log_prob(batch)
+    gap = ((batch["old_log_probs"] - batch["rollout_log_probs"]).abs() * batch["response_mask"]).max()
+    assert gap < 1e-4
+    stages.advantages(batch, cfg)
+    assert (batch["advantages"][batch["response_mask"] == 0] == 0).all()
+    metrics = actor.update(batch, 8, seed=0)
+    assert torch.isfinite(torch.tensor(metrics["actor/pg_loss"]))
+
+
+def test_close_is_idempotent(tool_model, tmp_path):
+    model, tok = tool_model
+    agent = AgentRollout(HFEngine(model, tok), tok, agent_cfg(tmp_path))
+    agent.close()
+    agent.close()
+    assert asyncio.iscoroutinefunction(agent.tools["calculator"].call)
