@@ -107,6 +107,7 @@ class TraceResult:
     markdown: Path
     views: list[StageView]
     metrics: dict[str, Any]
+    records: list[Record]
 
 
 def build_views(
@@ -116,7 +117,9 @@ def build_views(
     views: list[StageView] = []
     prev: Batch | None = None
     for i, rec in enumerate(records, 1):
-        views.append(stage_view(i, rec.stage, rec.batch, rec.elapsed_s, prev, decode, max_rows))
+        # a record made inside a stage (the update's first micro-batch) carries no time of its own
+        elapsed = rec.elapsed_s or float(metrics.get(f"timing_s/{rec.stage}", 0.0))
+        views.append(stage_view(i, rec.stage, rec.batch, elapsed, prev, decode, max_rows))
         prev = rec.batch
     step_time = float(metrics.get("timing_s/step", 0.0))
     views.append(metrics_view(len(views) + 1, metrics, step_time))
@@ -180,7 +183,7 @@ def run_trace(
     html_path, md_path = out_dir / "trace.html", out_dir / "trace.md"
     _write(html_path, render_html(views, header))
     _write(md_path, render_markdown(views, header))
-    return TraceResult(html_path, md_path, views, metrics)
+    return TraceResult(html_path, md_path, views, metrics, recorder.records)
 
 
 def config_summary(cfg: Any) -> dict[str, str]:

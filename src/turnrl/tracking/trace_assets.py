@@ -43,7 +43,7 @@ table.fields td:nth-child(3), table.fields td:nth-child(4) { font-family: ui-mon
 .info b { color: var(--fg); font-weight: 500; }
 .toks { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 13px;
   line-height: 1.9; white-space: pre-wrap; word-break: break-all; margin: 4px 0; }
-.t { border-radius: 3px; padding: 1px 0; margin: 0 1px 0 0; box-shadow: inset 0 0 0 1px rgba(0,0,0,.06);
+.t { border-radius: 3px; padding: 1px 0; margin: 0 1px 0 0; box-shadow: inset 0 0 0 1px rgba(0,0,0,.13);
   cursor: default; }
 .t.prompt { background: var(--prompt); }
 .t.model { background: var(--model); }
@@ -88,5 +88,6 @@ JS = """
   }
   document.getElementById('expand').addEventListener('click', function () { setAll(true); });
   document.getElementById('collapse').addEventListener('click', function () { setAll(false); });
+  document.body.setAttribute('data-ready', '1');  // lets a headless test see the script ran through
 })();
 """

@@ -107,12 +107,11 @@ def token_table(toks: list[Tok], view: StageView, label: str) -> str:
     toks = toks[:keep]
     if not toks:
         return ""
-    fields = list(toks[0].values)
+    # rows: what this stage adds or changes, with the masks for context (hover shows the rest)
+    fresh = {f.name for f in view.fields if f.status != "same"} | {"response_mask", "attention_mask"}
+    fields = [f for f in toks[0].values if f in fresh]
     head = "".join(f"<th>{c}</th>" for c in range(len(toks)))
-    text = "".join(
-        f'<td title="{escape(tok_title(c, t))}">{escape(shown_text(t.text).replace(chr(10), ""))}</td>'
-        for c, t in enumerate(toks)
-    )
+    text = "".join(f"<td>{escape(shown_text(t.text).replace(chr(10), ''))}</td>" for t in toks)
     ids = "".join(f"<td>{t.id}</td>" for t in toks)
     kinds = "".join(f'<td class="t {t.kind}">{t.kind}</td>' for t in toks)
     rows = [
@@ -211,13 +210,18 @@ def groups_html(view: StageView) -> str:
     if not view.groups or not (view.name.startswith("group") or new & set(GROUP_TRIGGERS)):
         return ""
     cols = list(view.groups[0].cells)
-    head = "".join(f"<th>{escape(c)}</th>" for c in ["uid", "row", *cols, "group"])
+    with_summary = any(g.summary for g in view.groups)
+    head = "".join(
+        f"<th>{escape(c)}</th>" for c in ["uid", "row", *cols, *(["group"] if with_summary else [])]
+    )
     body = []
     for g in view.groups:
         for k, r in enumerate(g.rows):
             cells = "".join(f"<td>{escape(g.cells[c][k])}</td>" for c in cols)
             first = f'<td rowspan="{len(g.rows)}">{escape(g.uid)}</td>' if k == 0 else ""
-            summary = f'<td rowspan="{len(g.rows)}">{escape(g.summary)}</td>' if k == 0 else ""
+            summary = (
+                f'<td rowspan="{len(g.rows)}">{escape(g.summary)}</td>' if k == 0 and with_summary else ""
+            )
             body.append(f"<tr>{first}<td>{r}</td>{cells}{summary}</tr>")
     return (
         f"<p class=note>Samples grouped by <code>uid</code> ({len(view.groups)} groups):</p>"
@@ -276,14 +280,26 @@ def stage_html(view: StageView) -> str:
 
 
 # -- page --------------------------------------------------------------------------------------------
+def stage_times(views: list[StageView]) -> list[tuple[str, float]]:
+    """The step's own stage timings (`timing_s/*`, the update included); recorded times otherwise."""
+    metrics = next((v.metrics for v in views if v.name == "metrics"), {})
+    timed = [
+        (k.split("/", 1)[1], float(v))
+        for k, v in metrics.items()
+        if k.startswith("timing_s/") and k != "timing_s/step" and isinstance(v, int | float)
+    ]
+    return timed or [(v.name, v.elapsed_s) for v in views if v.name != "metrics"]
+
+
 def header_html(views: list[StageView], header: dict[str, Any]) -> str:
-    stages = [v for v in views if v.name != "metrics"]
-    total = sum(v.elapsed_s for v in stages) or 1.0
+    times = stage_times(views)
+    total = sum(t for _, t in times) or 1.0
+    present = {v.name for v in views}
     bars = "".join(
-        f'<a href="#stage-{escape(v.name)}" style="flex:{max(v.elapsed_s / total, 0.004):.4f};'
-        f'background:{PALETTE[i % len(PALETTE)]}" title="{escape(v.name)}: {v.elapsed_s * 1000:.1f} ms">'
-        f"{escape(v.name)}</a>"
-        for i, v in enumerate(stages)
+        f'<a href="#stage-{escape(name) if name in present else ""}" style="flex:{max(t / total, 0.004):.4f};'
+        f'background:{PALETTE[i % len(PALETTE)]}" title="{escape(name)}: {t * 1000:.1f} ms">'
+        f"{escape(name)}</a>"
+        for i, (name, t) in enumerate(times)
     )
     nav = "".join(f'<a href="#stage-{escape(v.name)}">{v.number}. {escape(v.name)}</a>' for v in views)
     summary = "".join(
@@ -305,8 +321,8 @@ def header_html(views: list[StageView], header: dict[str, Any]) -> str:
         f'<pre class="cmd">{escape(header.get("command", ""))}</pre>'
         f'<dl class="summary">{summary}</dl>'
         f'<div class="timeline">{bars}</div>'
-        f'<p class="note">Stage times of this step ({total:.2f} s in recorded stages; '
-        f"set-up {header.get('setup_s', 0.0):.1f} s). Click a bar or a name to jump.</p>"
+        f'<p class="note">Stage times of this step ({total:.2f} s in all; loading the model and data '
+        f"took {header.get('setup_s', 0.0):.1f} s). Hover a bar for its time; click a name to jump.</p>"
         f'<nav class="stages">{nav}</nav><div class="legend">{legend}</div></header>'
     )
 

@@ -43,7 +43,8 @@ def _fence(text: str) -> list[str]:
 
 def sample_md(view: StageView, row: RowView) -> list[str]:
     lines = [f"Sample {row.row}" + (f" (uid {row.info['uid']})" if "uid" in row.info else "") + ":"]
-    keys = [k for k in row.info if k not in ("uid", "raw_prompt", "extra_info")]
+    fresh = {f.name for f in view.fields if f.status != "same"}
+    keys = [k for k in row.info if k in fresh and k not in ("uid", "raw_prompt", "extra_info")]
     if keys:
         lines.append("; ".join(f"{k} = `{_cell(row.info[k])}`" for k in keys))
     if row.response:
@@ -88,7 +89,8 @@ def render_markdown(views: list[StageView], header: dict[str, Any]) -> str:
     lines += ["| # | stage | time (ms) | rows | new fields |", "|---|---|---|---|---|"]
     for v in views:
         new = ", ".join(f"`{f.name}`" for f in v.fields if f.status == "new")
-        lines.append(f"| {v.number} | `{v.name}` | {v.elapsed_s * 1000:.1f} | {v.size} | {new} |")
+        ms = f"{v.elapsed_s * 1000:.1f}" + (" (whole step)" if v.name == "metrics" else "")
+        lines.append(f"| {v.number} | `{v.name}` | {ms} | {v.size or '-'} | {new} |")
     lines.append("")
     for v in views:
         lines.extend(stage_md(v))

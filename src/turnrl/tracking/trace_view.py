@@ -8,7 +8,6 @@ are recognised by shape: a 2-D tensor as wide as `responses` is a response field
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,11 +138,6 @@ class Decoder:
             self.cache[token_id] = text
         return text
 
-    def text(self, ids: Sequence[int], skip_special: bool = False) -> str:
-        if self.tokenizer is None:
-            return " ".join(str(i) for i in ids)
-        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special)
-
 
 @dataclass
 class Layout:
@@ -161,6 +155,9 @@ def layout(batch: Batch) -> Layout:
     width = int(t["input_ids"].shape[1]) if "input_ids" in t and t["input_ids"].dim() == 2 else 0
     if not width and resp and "prompts" in t:
         width = int(t["prompts"].shape[1]) + resp
+    if not width and resp and "attention_mask" in t and t["attention_mask"].dim() == 2:
+        # a batch without prompt ids (an update micro-batch) still knows padding from its attention mask
+        width = max(int(t["attention_mask"].shape[1]), resp)
     per_token = [k for k, v in t.items() if v.dim() == 2 and k not in ID_FIELDS]
     response_fields = [k for k in per_token if resp and v_width(t[k]) == resp and v_width(t[k]) != width]
     full_fields = [k for k in per_token if width and v_width(t[k]) == width]
