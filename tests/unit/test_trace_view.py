@@ -65,10 +65,11 @@ def test_a_stage_recorded_twice_keeps_both():
 
 
 def test_trace_overrides_put_the_users_last_and_skip_defaults_they_set():
-    out = trace_overrides(["rollout.n=4", "data.max_response_length=8"], "/tmp/x")
-    assert "rollout.n=2" not in out and out[-2:] == ["rollout.n=4", "data.max_response_length=8"]
-    assert "data.train_batch_size=2" in out and "trainer.default_local_dir=/tmp/x" in out
-    assert len(out) == len(TRACE_DEFAULTS) - 1 + 1 + 2
+    out = trace_overrides(["rollout.n=4", "data.max_response_length=8", "trainer.logger=[wandb]"], "/tmp/x")
+    assert "rollout.n=2" not in out and out.index("rollout.n=4") > out.index("data.train_batch_size=2")
+    assert "trainer.default_local_dir=/tmp/x" in out
+    assert len(out) == len(TRACE_DEFAULTS) - 1 + 1 + 3 + 1
+    assert out[-1] == "trainer.logger=[]"  # the trace never logs, whatever it is told
 
 
 def test_tokens_are_classified_model_observation_padding_with_turns():

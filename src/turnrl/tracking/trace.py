@@ -27,8 +27,10 @@ TRACE_DEFAULTS: dict[str, str] = {
     "rollout.n": "2",
     "actor.ppo_mini_batch_size": "2",
     "trainer.val_before_train": "false",
-    "trainer.logger": "[]",  # the trace logs nothing: its output is the page
 }
+# always, whatever the recipe or the command line says: the trace's output is its page, so it opens no
+# metrics file and no wandb run (in a given run directory that would add a stray entry to the run)
+TRACE_FORCED: dict[str, str] = {"trainer.logger": "[]"}
 
 
 class TraceSetupError(ValueError):
@@ -71,7 +73,7 @@ def trace_overrides(user: list[str], run_dir: str | None) -> list[str]:
     out = [f"{k}={v}" for k, v in TRACE_DEFAULTS.items() if k not in given]
     if run_dir and "trainer.default_local_dir" not in given:
         out.append(f"trainer.default_local_dir={run_dir}")
-    return out + list(user)
+    return out + list(user) + [f"{k}={v}" for k, v in TRACE_FORCED.items()]
 
 
 def after_update(trainer: Any, batch: Batch) -> Batch | None:

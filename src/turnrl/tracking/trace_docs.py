@@ -142,9 +142,19 @@ FOCUS: dict[str, tuple[str, ...]] = {
 }
 
 
+# other spellings of the same stages (verl's timing names and longer forms)
+ALIASES: dict[str, str] = {
+    "ref_log_prob": "ref",
+    "compute_values": "values",
+    "kl_in_reward": "kl",
+    "balance_batch": "balance",
+    "advantages": "adv",
+}
+
+
 def stage_doc(name: str) -> StageDoc:
     base = name.split("#", 1)[0]
-    doc = STAGE_DOCS.get(base)
+    doc = STAGE_DOCS.get(ALIASES.get(base, base))
     if doc is None:
         return StageDoc(base.replace("_", " ").capitalize(), GENERIC.inputs, GENERIC.why)
     return doc
