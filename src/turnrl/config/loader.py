@@ -157,9 +157,53 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"unknown 'algorithm.adv_estimator' '{est}'; valid: {', '.join(ADV_ESTIMATORS)}")
     if est in ("grpo", "rloo", "reinforce_plus_plus_baseline") and r.n < 2:
         raise ConfigError(f"'{est}' needs 'rollout.n' >= 2 (a group of one has no baseline), got {r.n}")
+    _validate_algorithm(cfg)
     bad_loggers = set(cfg.trainer.logger) - set(LOGGERS)
     if bad_loggers:
         raise ConfigError(f"unknown 'trainer.logger' {sorted(bad_loggers)}; valid: {', '.join(LOGGERS)}")
+
+
+def _one_of(key: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ConfigError(f"unknown '{key}' '{value}'; valid: {', '.join(valid)}")
+
+
+def _validate_algorithm(cfg: Config) -> None:
+    from turnrl.algorithms.core import LOSS_AGG_MODES
+    from turnrl.algorithms.kl import KL_CONTROLLERS, KL_ESTIMATORS
+    from turnrl.algorithms.losses import POLICY_LOSS_MODES
+
+    alg, actor = cfg.algorithm, cfg.actor
+    _one_of("actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
+    _one_of("critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
+    _one_of("actor.policy_loss_mode", actor.policy_loss_mode, POLICY_LOSS_MODES)
+    _one_of("algorithm.kl_penalty", alg.kl_penalty, KL_ESTIMATORS)
+    _one_of("actor.kl_loss_type", actor.kl_loss_type, KL_ESTIMATORS)
+    _one_of("algorithm.kl_ctrl.type", alg.kl_ctrl.type, KL_CONTROLLERS)
+    if alg.adv_estimator == "gae" and not cfg.critic.enable:
+        raise ConfigError("'algorithm.adv_estimator=gae' needs a critic: set critic.enable=true")
+    needs_ref = [
+        k
+        for k, on in (
+            ("actor.use_kl_loss", actor.use_kl_loss),
+            ("algorithm.use_kl_in_reward", alg.use_kl_in_reward),
+        )
+        if on
+    ]
+    if needs_ref and not cfg.ref.enable:
+        raise ConfigError(f"'{needs_ref[0]}=true' needs the reference policy: set ref.enable=true")
+    if cfg.reward_model.enable and not cfg.reward_model.model.path:
+        raise ConfigError("'reward_model.enable=true' needs 'reward_model.model.path'")
+    if cfg.critic.enable and cfg.data.train_batch_size % cfg.critic.ppo_mini_batch_size:
+        raise ConfigError(
+            f"'data.train_batch_size'={cfg.data.train_batch_size} prompts does not divide into "
+            f"'critic.ppo_mini_batch_size'={cfg.critic.ppo_mini_batch_size} prompts; pick a divisor"
+        )
+    ob = cfg.reward.overlong_buffer
+    if ob.enable and not 0 < ob.len < cfg.data.max_response_length:
+        raise ConfigError(
+            f"'reward.overlong_buffer.len' must be in (0, data.max_response_length), got {ob.len}"
+        )
 
 
 def to_yaml(cfg: Config) -> str:

@@ -75,6 +75,26 @@ class RolloutConfig:
 
 
 @dataclass
+class KLControlConfig:
+    type: str = "fixed"
+    """`fixed` or `adaptive` (Ziegler et al. 2019: the coefficient tracks `target_kl`)."""
+    kl_coef: float = 0.001
+    """Initial (or fixed) KL penalty coefficient beta."""
+    target_kl: float = 0.1
+    """Adaptive controller: the per-token KL it steers towards."""
+    horizon: int = 10000
+    """Adaptive controller: responses over which the coefficient may change by about 20 %."""
+
+
+@dataclass
+class FilterGroupsConfig:
+    enable: bool = False
+    """DAPO dynamic sampling: drop groups whose scores are all equal, sample more prompts until the batch is full."""
+    max_num_gen_batches: int = 4
+    """At most this many generation rounds per step; then train on what was kept (counted in metrics)."""
+
+
+@dataclass
 class AlgorithmConfig:
     adv_estimator: str = "grpo"
     """Advantage estimator: gae, grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax."""
@@ -84,6 +104,14 @@ class AlgorithmConfig:
     """Discount factor (GAE, REINFORCE++)."""
     lam: float = 1.0
     """GAE lambda."""
+    use_kl_in_reward: bool = False
+    """Subtract beta * KL(policy || reference) from the token rewards (needs the reference)."""
+    kl_penalty: str = "k1"
+    """KL estimator in the reward: k1 (kl), abs, k2 (mse), k3 (low_var_kl)."""
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    """The KL coefficient controller for the reward penalty."""
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    """DAPO dynamic sampling."""
 
 
 @dataclass
@@ -116,8 +144,84 @@ class ActorConfig:
     """token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm."""
     entropy_coeff: float = 0.0
     """Entropy bonus coefficient."""
+    policy_loss_mode: str = "vanilla"
+    """`vanilla` (token-level PPO ratio) or `gspo` (sequence-level ratio, Zheng et al. 2025)."""
+    use_kl_loss: bool = False
+    """Add kl_loss_coef * KL(policy || reference) to the actor loss (GRPO's form; needs the reference)."""
+    kl_loss_coef: float = 0.001
+    """Weight of the KL loss."""
+    kl_loss_type: str = "k3"
+    """KL estimator of the loss: k1 (kl), abs, k2 (mse), k3 (low_var_kl)."""
     logprob_chunk_size: int = 1024
     """Tokens per chunk when turning hidden states into log-probs (bounds the vocab-sized buffer)."""
+
+
+@dataclass
+class CriticModelConfig:
+    path: str = ""
+    """Backbone of the critic; empty = the actor's `model.path`."""
+
+
+@dataclass
+class CriticConfig:
+    enable: bool = False
+    """Train a value model (needed by `gae`)."""
+    model: CriticModelConfig = field(default_factory=CriticModelConfig)
+    """Where the critic's backbone comes from."""
+    lr: float = 1e-5
+    """Peak learning rate of the critic's AdamW."""
+    lr_warmup_steps: int = 0
+    """Linear warm-up steps of the critic's optimizer."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Clip the critic's gradient norm (0 = off)."""
+    ppo_epochs: int = 1
+    """Passes of the critic over each batch."""
+    ppo_mini_batch_size: int = 8
+    """Prompts per critic optimizer step (times `rollout.n` responses)."""
+    ppo_micro_batch_size: int = 16
+    """Responses per critic forward/backward pass."""
+    cliprange_value: float = 0.5
+    """Value clipping range around the old values (PPO2); 0 = no clipping."""
+    loss_agg_mode: str = "token-mean"
+    """Aggregation of the value loss (as `actor.loss_agg_mode`)."""
+
+
+@dataclass
+class RefConfig:
+    enable: bool = True
+    """Allow a reference policy (built only when a KL term needs it; with LoRA it is the actor without adapters)."""
+    log_prob_micro_batch_size: int = 32
+    """Responses per reference forward pass."""
+
+
+@dataclass
+class RewardModelSubConfig:
+    path: str = ""
+    """A Hugging Face sequence-classification model directory (num_labels=1) or `tiny-random`."""
+
+
+@dataclass
+class RewardModelConfig:
+    enable: bool = False
+    """Score responses with a reward model (added to rule scores where a rule exists)."""
+    model: RewardModelSubConfig = field(default_factory=RewardModelSubConfig)
+    """The reward model."""
+    coef: float = 1.0
+    """Weight of the reward-model score in the total score."""
+    micro_batch_size: int = 32
+    """Responses per reward-model forward pass."""
+
+
+@dataclass
+class OverlongBufferConfig:
+    enable: bool = False
+    """DAPO overlong shaping: penalise responses that enter the last `len` tokens of the budget."""
+    len: int = 4
+    """Buffer length in tokens (model tokens only: observations do not count)."""
+    penalty_factor: float = 1.0
+    """Penalty at the full budget; it grows linearly across the buffer."""
 
 
 @dataclass
@@ -132,6 +236,8 @@ class CustomFunctionConfig:
 class RewardConfig:
     custom_function: CustomFunctionConfig = field(default_factory=CustomFunctionConfig)
     """A user reward function loaded from a file."""
+    overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    """DAPO overlong reward shaping."""
 
 
 @dataclass
@@ -140,6 +246,8 @@ class TrainerConfig:
     """Passes over the training data (bounded by `total_training_steps`)."""
     total_training_steps: int = 0
     """Stop after this many steps; 0 = run `total_epochs` epochs."""
+    critic_warmup: int = 0
+    """Steps during which only the critic is trained (the actor is held back)."""
     test_freq: int = 10
     """Validate every this many steps (0 = only before and after training)."""
     val_before_train: bool = True
@@ -173,5 +281,8 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)

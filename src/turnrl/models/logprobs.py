@@ -1,14 +1,14 @@
-"""Per-token log-probabilities without a full-vocabulary float32 log-softmax for the batch.
+"""Per-token log-probabilities (and values) without a full-vocabulary float32 log-softmax.
 
-The trunk gives hidden states; the output head is applied to response positions only,
-in chunks of `chunk_size` tokens.
+The trunk gives hidden states; a head is applied to the positions that predict response
+tokens only. The vocabulary head runs in chunks of `chunk_size` tokens; with gradients
+each chunk is checkpointed so backward recomputes its logits instead of keeping
+(tokens x vocab) floats alive: peak memory is one chunk's logits, whatever the batch.
 
-Samples of one prompt share it: `shared_prefix_log_probs` runs each distinct prompt through
-the trunk once and copies its KV cache to its samples, so a group of n responses costs one
-prompt plus n responses instead of n prompts plus n responses. Gradients flow through the
-copies into the single prompt pass, so the result and its gradient equal the plain forward. With gradients, each chunk is checkpointed so backward
-recomputes its logits instead of keeping (tokens x vocab) floats alive: peak memory is
-one chunk's logits, whatever the batch.
+Samples of one prompt share it: with `share_prompts`, each distinct prompt goes through
+the trunk once and its KV cache is copied to its samples, so a group of n responses costs
+one prompt plus n responses instead of n prompts plus n responses. Gradients flow through
+the copies into the single prompt pass, so values and gradients equal the plain forward.
 """
 
 from __future__ import annotations
@@ -19,9 +19,51 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 
-def _trunk_and_head(model: Any) -> tuple[torch.nn.Module, torch.nn.Module]:
-    # PeftModel forwards attribute access to the wrapped model; LoRA layers live inside the trunk
-    return model.get_decoder(), model.get_output_embeddings()
+def prompt_runs(prompts: torch.Tensor) -> torch.Tensor:
+    """Start row of each run of identical consecutive prompts (a group of samples)."""
+    if prompts.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long)
+    differs = (prompts[1:] != prompts[:-1]).any(dim=1)
+    return torch.cat([torch.zeros(1, dtype=torch.long), differs.nonzero().flatten().cpu() + 1])
+
+
+def response_hidden(
+    trunk: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    response_length: int,
+    share_prompts: bool = True,
+) -> torch.Tensor:
+    """(B, R, H): the hidden state that predicts each of the last R tokens (the one before it)."""
+    r = response_length
+    prompt_ids, prompt_mask = input_ids[:, :-r], attention_mask[:, :-r]
+    starts = prompt_runs(torch.cat([prompt_ids, prompt_mask], dim=1)) if share_prompts else None
+    if starts is None or len(starts) == len(input_ids):
+        hidden = trunk(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+        ).last_hidden_state
+        return hidden[:, -r - 1 : -1, :]
+    counts = torch.diff(torch.cat([starts, torch.tensor([len(input_ids)])]))
+    first = starts.to(input_ids.device)
+    p_out = trunk(
+        input_ids=prompt_ids[first],
+        attention_mask=prompt_mask[first],
+        position_ids=position_ids[first, :-r],
+        use_cache=True,
+    )
+    cache = p_out.past_key_values
+    expand = torch.repeat_interleave(torch.arange(len(starts)), counts).to(input_ids.device)
+    cache.batch_select_indices(expand)  # index_select: differentiable, one copy per sample
+    last_prompt_hidden = p_out.last_hidden_state[:, -1:, :][expand]
+    r_out = trunk(
+        input_ids=input_ids[:, -r:],
+        attention_mask=attention_mask,
+        position_ids=position_ids[:, -r:],
+        past_key_values=cache,
+        use_cache=True,
+    )
+    return torch.cat([last_prompt_hidden, r_out.last_hidden_state[:, :-1, :]], dim=1)
 
 
 def _chunk_stats(
@@ -39,10 +81,10 @@ def _chunk_stats(
     return logp, entropy
 
 
-def _head_log_probs(
+def head_log_probs(
     head: torch.nn.Module, h: torch.Tensor, labels: torch.Tensor, temperature: float, chunk_size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """h: (B, R, H) hidden states that predict labels (B, R)."""
+    """(log_probs, entropy) of labels (B, R) under the vocabulary head applied to h (B, R, H)."""
     shape = labels.shape
     h, labels = h.reshape(-1, h.shape[-1]), labels.reshape(-1)
     out_lp, out_ent = [], []
@@ -59,12 +101,21 @@ def _head_log_probs(
     return torch.cat(out_lp).view(shape), torch.cat(out_ent).view(shape)
 
 
-def prompt_runs(prompts: torch.Tensor) -> torch.Tensor:
-    """Start row of each run of identical consecutive prompts (a group of samples)."""
-    if prompts.shape[0] == 0:
-        return torch.zeros(0, dtype=torch.long)
-    differs = (prompts[1:] != prompts[:-1]).any(dim=1)
-    return torch.cat([torch.zeros(1, dtype=torch.long), differs.nonzero().flatten() + 1])
+def response_log_probs(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    response_length: int,
+    temperature: float = 1.0,
+    chunk_size: int = 1024,
+    share_prompts: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log_probs, entropy), each (B, response_length), of the last `response_length` tokens."""
+    # PeftModel forwards attribute access to the wrapped model; LoRA layers live inside the trunk
+    trunk, head = model.get_decoder(), model.get_output_embeddings()
+    h = response_hidden(trunk, input_ids, attention_mask, position_ids, response_length, share_prompts)
+    return head_log_probs(head, h, input_ids[:, -response_length:], temperature, chunk_size)
 
 
 def shared_prefix_log_probs(
@@ -76,54 +127,14 @@ def shared_prefix_log_probs(
     temperature: float = 1.0,
     chunk_size: int = 1024,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Same result as `response_log_probs`, computing each distinct prompt once."""
-    r = response_length
-    prompt_ids, prompt_mask = input_ids[:, :-r], attention_mask[:, :-r]
-    starts = prompt_runs(torch.cat([prompt_ids, prompt_mask], dim=1))
-    rows = len(input_ids)
-    if len(starts) == rows:  # nothing shared
-        return response_log_probs(model, input_ids, attention_mask, position_ids, r, temperature, chunk_size)
-    trunk, head = _trunk_and_head(model)
-    counts = torch.diff(torch.cat([starts, torch.tensor([rows])]))
-    p_out = trunk(
-        input_ids=prompt_ids[starts],
-        attention_mask=prompt_mask[starts],
-        position_ids=position_ids[starts, :-r],
-        use_cache=True,
+    """`response_log_probs` computing each distinct prompt once."""
+    return response_log_probs(
+        model,
+        input_ids,
+        attention_mask,
+        position_ids,
+        response_length,
+        temperature,
+        chunk_size,
+        share_prompts=True,
     )
-    cache = p_out.past_key_values
-    expand = torch.repeat_interleave(torch.arange(len(starts)), counts).to(input_ids.device)
-    cache.batch_select_indices(expand)  # index_select: differentiable, one copy per sample
-    last_prompt_hidden = p_out.last_hidden_state[:, -1:, :][expand]
-    r_out = trunk(
-        input_ids=input_ids[:, -r:],
-        attention_mask=attention_mask,
-        position_ids=position_ids[:, -r:],
-        past_key_values=cache,
-        use_cache=True,
-    )
-    # token t of the response is predicted by the hidden state just before it
-    h = torch.cat([last_prompt_hidden, r_out.last_hidden_state[:, :-1, :]], dim=1)
-    return _head_log_probs(head, h, input_ids[:, -r:], temperature, chunk_size)
-
-
-def response_log_probs(
-    model: Any,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    position_ids: torch.Tensor,
-    response_length: int,
-    temperature: float = 1.0,
-    chunk_size: int = 1024,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log_probs, entropy), each (B, response_length), of the last `response_length` tokens.
-
-    The token at column t is predicted by the hidden state at column t-1, so we keep the
-    hidden states of the R positions before each response token.
-    """
-    trunk, head = _trunk_and_head(model)
-    hidden = trunk(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
-    ).last_hidden_state
-    r = response_length
-    return _head_log_probs(head, hidden[:, -r - 1 : -1, :], input_ids[:, -r:], temperature, chunk_size)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from turnrl.batch import Batch
-from turnrl.rewards.registry import ScoreFn, load_custom, resolve, split_score
+from turnrl.rewards.registry import ScoreFn, load_custom, registered, resolve, split_score
 
 
 def last_token_index(response_mask: torch.Tensor) -> torch.Tensor:
@@ -20,12 +20,22 @@ def last_token_index(response_mask: torch.Tensor) -> torch.Tensor:
 class RuleReward:
     """Calls the reward function of each row's data source on its decoded response."""
 
-    def __init__(self, tokenizer: Any, custom_path: str = "", custom_name: str = "compute_score"):
+    def __init__(
+        self,
+        tokenizer: Any,
+        custom_path: str = "",
+        custom_name: str = "compute_score",
+        missing_ok: bool = False,
+    ):
         self.tokenizer = tokenizer
+        # with a reward model, a data source may have no rule: it then scores 0 here
+        self.missing_ok = missing_ok
         self.custom: ScoreFn | None = load_custom(custom_path, custom_name) if custom_path else None
 
     def check(self, data_sources: set[str]) -> None:
         """Fail at start-up, not mid-run, when a data source has no scorer."""
+        if self.missing_ok:
+            return
         for source in data_sources:
             resolve(source, self.custom)
 
@@ -44,6 +54,8 @@ class RuleReward:
         extras: dict[str, list[float]] = defaultdict(list)
         for i, text in enumerate(texts):
             source = batch["data_source"][i]
+            if self.missing_ok and self.custom is None and source not in registered():
+                continue
             fn = resolve(source, self.custom)
             result = fn(source, text, batch["ground_truth"][i], batch["extra_info"][i])
             score, extra = split_score(result, f"reward function for '{source}'")

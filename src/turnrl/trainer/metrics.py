@@ -35,6 +35,8 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     out.update(_stats("critic/rewards", seq_reward))
     out.update(_stats("critic/advantages", batch["advantages"][valid]))
     out.update(_stats("critic/returns", batch["returns"][valid]))
+    if "values" in batch:
+        out.update(_stats("critic/values", batch["values"][valid]))
     out.update(_stats("response_length", resp_len))
     out["response_length/clip_ratio"] = (resp_len >= max_response_length).float().mean().item()
     out.update(_stats("prompt_length", prompt_len))

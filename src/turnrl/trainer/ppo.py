@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
+from turnrl.algorithms.kl import make_kl_controller
 from turnrl.batch import Batch
 from turnrl.config import Config, to_yaml
 from turnrl.data.loader import StatefulLoader
+from turnrl.models.loader import load_model
 from turnrl.rewards.scorer import RuleReward
 from turnrl.rollout.base import SamplingParams
 from turnrl.rollout.hf import HFEngine
@@ -22,6 +23,9 @@ from turnrl.trainer.metrics import data_metrics, extra_metrics, timing_metrics
 from turnrl.trainer.setup import build, make_run_dir
 from turnrl.trainer.validation import validate
 from turnrl.workers.actor import Actor
+from turnrl.workers.critic import Critic
+from turnrl.workers.reference import Reference
+from turnrl.workers.reward_model import RewardModel
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +39,49 @@ class Trainer:
         self.val_examples = parts.val_examples
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.reward = RuleReward(
-            self.tokenizer, cfg.reward.custom_function.path, cfg.reward.custom_function.name
+            self.tokenizer,
+            cfg.reward.custom_function.path,
+            cfg.reward.custom_function.name,
+            missing_ok=cfg.reward_model.enable,
         )
         self.reward.check({e.data_source for e in parts.train_examples + parts.val_examples})
         self.engine = HFEngine(self.model, self.tokenizer, cfg.rollout.generation_batch_size)
-        self.actor = Actor(self.model, cfg.actor, cfg.rollout.temperature, not cfg.model.gradient_checkpointing)
+        share = not cfg.model.gradient_checkpointing  # prefix sharing needs the KV cache
+        self.actor = Actor(self.model, cfg.actor, cfg.rollout.temperature, share)
+        self.ref = self.critic = self.reward_model = self.kl_ctrl = None
+        if cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
+            self.ref = Reference(
+                self.model,
+                cfg.rollout.temperature,
+                cfg.ref.log_prob_micro_batch_size,
+                cfg.actor.logprob_chunk_size,
+                share,
+            )
+        if cfg.algorithm.use_kl_in_reward:
+            kc = cfg.algorithm.kl_ctrl
+            self.kl_ctrl = make_kl_controller(kc.type, kc.kl_coef, kc.target_kl, kc.horizon)
+        if cfg.critic.enable:
+            critic_lm, _ = load_model(
+                cfg.critic.model.path or cfg.model.path,
+                self.device,
+                cfg.model.dtype,
+                cfg.model.cache_dir,
+                cfg.trainer.seed,
+            )
+            self.critic = Critic(critic_lm, cfg.critic, share)
+        if cfg.reward_model.enable:
+            self.reward_model = RewardModel(
+                cfg.reward_model.model.path,
+                self.tokenizer,
+                self.device,
+                cfg.reward_model.micro_batch_size,
+                cfg.trainer.seed,
+            )
         self.loader = StatefulLoader(
             parts.train_examples, cfg.data.train_batch_size, self.pad_id, cfg.trainer.seed, cfg.data.shuffle
         )
-        per_epoch = len(self.loader)
-        self.total_steps = cfg.trainer.total_training_steps or per_epoch * cfg.trainer.total_epochs
+        self.batches = self._batch_stream()
+        self.total_steps = cfg.trainer.total_training_steps or len(self.loader) * cfg.trainer.total_epochs
         self.global_step = 0
         self.run_dir = make_run_dir(cfg)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -55,7 +92,120 @@ class Trainer:
         self._resume()
 
     # -- the step ------------------------------------------------------------------------------
-    def sampling(self, step: int) -> SamplingParams:
+    def step(self, batch: Batch) -> dict[str, Any]:
+        cfg, clock, n = self.cfg, stages.StageClock(self.recorder), self.cfg.rollout.n
+        start = time.perf_counter()
+        with clock("load_batch") as s:
+            s["batch"] = batch
+        batch, metrics = self.rollout_and_score(batch, clock)  # stages 2-6, repeated by dynamic sampling
+        with clock("old_log_prob") as s:
+            batch["old_log_probs"], _ = self.actor.compute_log_prob(batch)
+            s["batch"] = batch
+        if self.ref:
+            with clock("ref") as s:
+                batch["ref_log_prob"] = self.ref.compute_ref_log_prob(batch)
+                s["batch"] = batch
+        if self.critic:
+            with clock("values") as s:
+                batch["values"] = self.critic.compute_values(batch)
+                s["batch"] = batch
+        if self.kl_ctrl:
+            with clock("kl_in_reward") as s:
+                metrics.update(stages.kl_in_reward(batch, self.kl_ctrl, cfg.algorithm.kl_penalty))
+                s["batch"] = batch
+        with clock("adv") as s:
+            stages.advantages(batch, cfg)
+            s["batch"] = batch
+        if self.critic:
+            with clock("update_critic"):
+                metrics.update(
+                    self.critic.update(batch, cfg.critic.ppo_mini_batch_size * n, seed=self.global_step)
+                )
+        if self.global_step > cfg.trainer.critic_warmup:
+            with clock("update_actor"):
+                metrics.update(
+                    self.actor.update(batch, cfg.actor.ppo_mini_batch_size * n, seed=self.global_step)
+                )
+        metrics.update(data_metrics(batch, cfg.data.max_response_length))
+        metrics.update(timing_metrics(clock.timing, batch, time.perf_counter() - start))
+        return metrics
+
+    def rollout_and_score(self, batch: Batch, clock: stages.StageClock) -> tuple[Batch, dict[str, Any]]:
+        """Stages 2-6; with DAPO dynamic sampling, repeated on fresh prompts until the batch is full."""
+        cfg, n, fg = self.cfg, self.cfg.rollout.n, self.cfg.algorithm.filter_groups
+        kept: list[Batch] = []
+        extras: dict[str, list[float]] = {}
+        dropped = rounds = 0
+        while True:
+            rounds += 1
+            with clock("gen_batch") as s:
+                gen_batch = s["batch"] = stages.split_generation_input(batch)
+            with clock("gen") as s:
+                rollout = s["batch"] = stages.generate(
+                    self.engine,
+                    gen_batch,
+                    self.sampling(self.global_step, rounds),
+                    self.pad_id,
+                    cfg.data.max_response_length,
+                )
+            with clock("group") as s:
+                merged = s["batch"] = stages.group_and_merge(batch, rollout, n)
+            if cfg.algorithm.adv_estimator == "remax":
+                with clock("gen_max"):
+                    merged["reward_baselines"] = self.greedy_baseline(batch, gen_batch).repeat_interleave(n)
+            with clock("reward") as s:
+                for k, v in self.score(merged).items():
+                    extras.setdefault(k, []).extend(v)
+                s["batch"] = merged
+            if not fg.enable:
+                return merged, extra_metrics(extras)
+            merged, n_dropped = stages.keep_varied_groups(merged)
+            dropped += n_dropped
+            kept.append(merged)
+            have = sum(len(b) for b in kept) // n
+            if have >= cfg.data.train_batch_size or rounds >= fg.max_num_gen_batches:
+                break
+            batch = next(self.batches)
+        merged = Batch.concat(kept).index(slice(0, cfg.data.train_batch_size * n))
+        metrics = extra_metrics(extras)
+        metrics.update(
+            {
+                "batch/num_gen_batches": rounds,
+                "batch/dropped_groups": dropped,
+                "batch/kept_prompts": len(merged) // n,
+            }
+        )
+        if len(merged) == 0:
+            raise RuntimeError(
+                f"dynamic sampling kept no group in {rounds} rounds: every group's scores were equal"
+            )
+        return merged, metrics
+
+    def score(self, batch: Batch) -> dict[str, list[float]]:
+        """Stage 6: rule score, plus reward model, plus overlong shaping, at the last model token."""
+        cfg = self.cfg
+        extras = stages.score(self.reward, batch)
+        if self.reward_model:
+            rm = self.reward_model.score(batch)
+            stages.add_to_last_token(batch, cfg.reward_model.coef * rm)
+            extras["reward_model_score"] = rm.tolist()
+        ob = cfg.reward.overlong_buffer
+        if ob.enable:
+            stages.overlong_shaping(batch, cfg.data.max_response_length, ob.len, ob.penalty_factor)
+        return extras
+
+    def greedy_baseline(self, prompts: Batch, gen_batch: Batch) -> Any:
+        """ReMax's baseline: the score of a greedy response to the same prompt."""
+        params = self.sampling(self.global_step, 0)
+        params.n, params.temperature = 1, 0.0
+        rollout = stages.generate(
+            self.engine, gen_batch, params, self.pad_id, self.cfg.data.max_response_length
+        )
+        greedy = stages.group_and_merge(prompts, rollout, 1)
+        self.score(greedy)
+        return greedy["token_level_scores"].sum(-1)
+
+    def sampling(self, step: int, round_: int = 1) -> SamplingParams:
         r = self.cfg.rollout
         return SamplingParams(
             max_new_tokens=self.cfg.data.max_response_length,
@@ -64,47 +214,13 @@ class Trainer:
             top_p=r.top_p,
             top_k=r.top_k,
             stop=list(r.stop),
-            seed=self.cfg.trainer.seed * 1_000_003 + step,  # seeded runs are reproducible
+            seed=(self.cfg.trainer.seed * 1_000_003 + step) * 31 + round_,  # seeded runs are reproducible
         )
-
-    def step(self, batch: Batch) -> dict[str, Any]:
-        cfg, clock, n = self.cfg, stages.StageClock(self.recorder), self.cfg.rollout.n
-        start = time.perf_counter()
-        with clock("load_batch") as s:
-            s["batch"] = batch
-        with clock("gen_batch") as s:
-            gen_batch = s["batch"] = stages.split_generation_input(batch)
-        with clock("gen") as s:
-            rollout = s["batch"] = stages.generate(
-                self.engine,
-                gen_batch,
-                self.sampling(self.global_step),
-                self.pad_id,
-                cfg.data.max_response_length,
-            )
-        with clock("group") as s:
-            batch = s["batch"] = stages.group_and_merge(batch, rollout, n)
-        with clock("reward") as s:
-            extras = stages.score(self.reward, batch)
-            s["batch"] = batch
-        with clock("old_log_prob") as s:
-            batch["old_log_probs"], _ = self.actor.compute_log_prob(batch)
-            s["batch"] = batch
-        with clock("adv") as s:
-            stages.advantages(batch, cfg)
-            s["batch"] = batch
-        with clock("update_actor"):
-            actor_metrics = self.actor.update(batch, cfg.actor.ppo_mini_batch_size * n, seed=self.global_step)
-        metrics = {
-            **actor_metrics,
-            **data_metrics(batch, cfg.data.max_response_length),
-            **extra_metrics(extras),
-        }
-        metrics.update(timing_metrics(clock.timing, batch, time.perf_counter() - start))
-        return metrics
 
     # -- the loop ------------------------------------------------------------------------------
     def fit(self) -> Path:
+        from tqdm import tqdm
+
         t = self.cfg.trainer
         if t.val_before_train and self.global_step == 0:
             self.tracker.log(self.validate(), step=0)
@@ -113,26 +229,28 @@ class Trainer:
         )
         last_val = self.global_step
         while self.global_step < self.total_steps:
-            for batch in self.loader.epoch_batches():
-                self.global_step += 1
-                metrics = self.step(batch)
-                metrics["training/global_step"] = self.global_step
-                metrics["training/epoch"] = self.loader.epoch
-                if t.test_freq and self.global_step % t.test_freq == 0:
-                    metrics.update(self.validate())
-                    last_val = self.global_step
-                self.tracker.log(metrics, step=self.global_step)
-                bar.update(1)
-                if t.save_freq and self.global_step % t.save_freq == 0:
-                    self.save()
-                if self.global_step >= self.total_steps:
-                    break
+            batch = next(self.batches)
+            self.global_step += 1
+            metrics = self.step(batch)
+            metrics["training/global_step"] = self.global_step
+            metrics["training/epoch"] = self.loader.epoch
+            if t.test_freq and self.global_step % t.test_freq == 0:
+                metrics.update(self.validate())
+                last_val = self.global_step
+            self.tracker.log(metrics, step=self.global_step)
+            bar.update(1)
+            if t.save_freq and self.global_step % t.save_freq == 0:
+                self.save()
         bar.close()
         if last_val != self.global_step:
             self.tracker.log(self.validate(), step=self.global_step)
         self.save()
         self.tracker.close()
         return self.run_dir
+
+    def _batch_stream(self) -> Iterator[Batch]:
+        while True:  # epochs roll over; a resume at an epoch's end simply starts the next one
+            yield from self.loader.epoch_batches()
 
     def validate(self) -> dict[str, float]:
         r = self.cfg.rollout
@@ -163,8 +281,16 @@ class Trainer:
 
     # -- checkpoints ---------------------------------------------------------------------------
     def save(self) -> None:
-        state = {"global_step": self.global_step, "loader": self.loader.state_dict()}
-        checkpoint.save(self.run_dir, self.global_step, self.model, self.actor.state_dict(), state)
+        state = {
+            "global_step": self.global_step,
+            "loader": self.loader.state_dict(),
+            "kl_coef": self.kl_ctrl.value if self.kl_ctrl else None,
+        }
+        roles = {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict() if self.critic else None,
+        }
+        checkpoint.save(self.run_dir, self.global_step, self.model, roles, state)
 
     def _resume(self) -> None:
         if not self.cfg.trainer.resume:
@@ -172,8 +298,12 @@ class Trainer:
         path = checkpoint.latest(self.run_dir)
         if path is None:
             return
-        actor_state, state = checkpoint.load(path, self.model)
-        self.actor.load_state_dict(actor_state)
+        roles, state = checkpoint.load(path, self.model)
+        self.actor.load_state_dict(roles["actor"])
+        if self.critic and roles.get("critic"):
+            self.critic.load_state_dict(roles["critic"])
+        if self.kl_ctrl and state.get("kl_coef") is not None:
+            self.kl_ctrl.value = float(state["kl_coef"])
         self.loader.load_state_dict(state["loader"])
         self.global_step = int(state["global_step"])
         log.warning("resumed from %s at step %d", path, self.global_step)

@@ -97,3 +97,50 @@ def advantages(batch: Batch, cfg: Config) -> None:
     )
     batch["advantages"] = adv
     batch["returns"] = ret
+
+
+def add_to_last_token(batch: Batch, per_seq: torch.Tensor) -> None:
+    """Add a per-sequence amount to `token_level_scores` at the last model token."""
+    from turnrl.rewards.scorer import last_token_index
+
+    mask = batch["response_mask"]
+    rows = torch.arange(len(batch))
+    scores = batch["token_level_scores"].clone()
+    scores[rows, last_token_index(mask)] += per_seq.to(scores.dtype) * (mask.sum(1) > 0).to(scores.dtype)
+    batch["token_level_scores"] = scores
+
+
+def overlong_shaping(batch: Batch, max_length: int, buffer: int, factor: float) -> dict[str, float]:
+    from turnrl.rewards.shaping import overlong_penalty
+
+    penalty = overlong_penalty(batch["response_mask"].sum(-1), max_length, buffer, factor)
+    add_to_last_token(batch, penalty)
+    return {"reward/overlong_penalty/mean": penalty.mean().item()}
+
+
+def kl_in_reward(batch: Batch, controller: Any, kind: str) -> dict[str, float]:
+    """Stage 10: r_t = score_t - beta * KL_t over model tokens; then let the controller adapt beta."""
+    from turnrl.algorithms.kl import apply_kl_in_reward
+
+    rewards, metrics = apply_kl_in_reward(
+        batch["token_level_scores"],
+        batch["old_log_probs"],
+        batch["ref_log_prob"],
+        batch["response_mask"],
+        controller.value,
+        kind,
+    )
+    batch["token_level_rewards"] = rewards
+    controller.update(metrics["critic/kl"], n_steps=len(batch))
+    return metrics
+
+
+def keep_varied_groups(batch: Batch) -> tuple[Batch, int]:
+    """DAPO dynamic sampling: drop groups whose sequence scores are all equal (no learning signal)."""
+    scores = batch["token_level_scores"].sum(-1)
+    spread: dict[object, list[float]] = {}
+    for uid, s in zip(batch["uid"], scores.tolist(), strict=True):
+        spread.setdefault(uid, []).append(s)
+    keep_uids = {u for u, v in spread.items() if max(v) - min(v) > 1e-8}
+    rows = [i for i, u in enumerate(batch["uid"]) if u in keep_uids]
+    return batch.index(rows), len(spread) - len(keep_uids)

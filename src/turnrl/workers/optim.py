@@ -1,0 +1,96 @@
+"""What the actor and critic share: AdamW with warm-up, a guarded step, the epoch/mini-batch loop."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from turnrl.batch import Batch
+
+log = logging.getLogger(__name__)
+
+
+def group_permutation(uids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Shuffle whole groups, keeping each prompt's samples adjacent (they share one prompt pass)."""
+    groups: dict[object, list[int]] = {}
+    for i, u in enumerate(uids):
+        groups.setdefault(u, []).append(i)
+    blocks = list(groups.values())
+    return np.concatenate([blocks[j] for j in rng.permutation(len(blocks))])
+
+
+def epochs_of_mini_batches(
+    batch: Batch, epochs: int, mini_batch_responses: int, seed: int, step: Callable[[Batch], dict[str, float]]
+) -> dict[str, float]:
+    """Run `step` on shuffled mini-batches for `epochs` passes; average its metrics."""
+    metrics: dict[str, list[float]] = {}
+    rng = np.random.default_rng(seed)
+    for _ in range(epochs):
+        for mini in batch.reorder(group_permutation(batch["uid"], rng)).split(mini_batch_responses):
+            for k, v in step(mini).items():
+                metrics.setdefault(k, []).append(v)
+    return {k: float(np.mean(v)) for k, v in metrics.items()}
+
+
+class Optimizer:
+    """AdamW + linear warm-up, and a step that never writes a NaN/inf into the weights."""
+
+    def __init__(
+        self,
+        params: list[torch.nn.Parameter],
+        lr: float,
+        warmup_steps: int,
+        weight_decay: float,
+        grad_clip: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        name: str = "actor",
+    ):
+        self.params = params
+        self.grad_clip = grad_clip
+        self.name = name
+        self.opt = torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)
+        factor = (lambda s: min(1.0, (s + 1) / warmup_steps)) if warmup_steps > 0 else (lambda s: 1.0)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.opt, factor)
+        self.skipped_steps = 0
+
+    def zero_grad(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
+
+    def step(self, finite_loss: bool = True) -> dict[str, float]:
+        """Clip and step; skip (and count) the step when the loss or gradient is not finite."""
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.params, self.grad_clip if self.grad_clip > 0 else math.inf
+        )
+        out = {f"{self.name}/skipped_steps": float(self.skipped_steps)}
+        if not finite_loss or not torch.isfinite(grad_norm):
+            self.skipped_steps += 1
+            log.warning(
+                "%s: non-finite loss or gradient, optimizer step skipped (%d so far)",
+                self.name,
+                self.skipped_steps,
+            )
+            self.zero_grad()
+            out[f"{self.name}/skipped_steps"] = float(self.skipped_steps)
+            return out
+        out[f"{self.name}/lr"] = self.opt.param_groups[0]["lr"]
+        out[f"{self.name}/grad_norm"] = float(grad_norm)
+        self.opt.step()
+        self.scheduler.step()
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "skipped": self.skipped_steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.opt.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.skipped_steps = int(state["skipped"])

@@ -1,0 +1,68 @@
+"""Two real steps of every estimator and loss variant on `tiny-random` (issue: the PPO family)."""
+
+import json
+
+import pytest
+
+from turnrl.config import load_config
+from turnrl.trainer.ppo import Trainer
+
+from .test_train_tiny import reward_file
+
+COMMON = {
+    "model.path": "tiny-random",
+    "data.train_batch_size": 2,
+    "data.max_response_length": 6,
+    "data.val_batch_size": 100,
+    "rollout.n": 4,
+    "actor.ppo_mini_batch_size": 1,
+    "critic.ppo_mini_batch_size": 1,
+    "trainer.total_training_steps": 2,
+    "trainer.test_freq": 0,
+    "trainer.val_before_train": False,
+    "trainer.logger": "[jsonl]",
+}
+
+CASES = {
+    "grpo": {"algorithm.adv_estimator": "grpo"},
+    "dr_grpo": {"algorithm.norm_adv_by_std_in_grpo": False, "actor.loss_agg_mode": "seq-mean-token-sum-norm"},
+    "rloo": {"algorithm.adv_estimator": "rloo"},
+    "reinforce_plus_plus": {"algorithm.adv_estimator": "reinforce_plus_plus", "rollout.n": 1,
+                            "actor.use_kl_loss": True},
+    "reinforce_plus_plus_baseline": {"algorithm.adv_estimator": "reinforce_plus_plus_baseline"},
+    "remax": {"algorithm.adv_estimator": "remax"},
+    "gae": {"algorithm.adv_estimator": "gae", "critic.enable": True, "algorithm.use_kl_in_reward": True,
+            "algorithm.kl_ctrl.type": "adaptive", "trainer.critic_warmup": 1},
+    "gspo_kl_loss": {"actor.policy_loss_mode": "gspo", "actor.use_kl_loss": True, "actor.kl_loss_type": "k3",
+                     "actor.clip_ratio_high": 0.28, "actor.loss_agg_mode": "seq-mean-token-mean"},
+    "dapo": {"algorithm.filter_groups.enable": True, "algorithm.filter_groups.max_num_gen_batches": 3,
+             "reward.overlong_buffer.enable": True, "reward.overlong_buffer.len": 2, "actor.clip_ratio_high": 0.28},
+    "reward_model": {"reward_model.enable": True, "reward_model.model.path": "tiny-random"},
+}
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", list(CASES))
+def test_two_steps(tmp_path, name):
+    overrides = {**COMMON, "trainer.default_local_dir": str(tmp_path / "run"), **CASES[name]}
+    if name != "reward_model":
+        overrides["reward.custom_function.path"] = reward_file(tmp_path)
+    cfg = load_config(None, [f"{k}={v}" for k, v in overrides.items()])
+    run = Trainer(cfg).fit()
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "critic/score/mean" in r]
+    assert len(steps) == 2
+    last = steps[-1]
+    for key in ("critic/advantages/mean", "actor/pg_loss", "actor/grad_norm"):
+        assert key in last and last[key] == last[key], key  # present and not NaN
+    if name == "gae":
+        for key in ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/values/mean",
+                    "critic/returns/mean", "critic/kl", "critic/kl_coeff"):
+            assert key in last, key
+        assert "actor/pg_loss" not in steps[0]  # critic warm-up held the actor back at step 1
+    if name in ("gspo_kl_loss", "reinforce_plus_plus"):
+        assert "actor/kl_loss" in last and "actor/kl_coef" in last
+    if name == "dapo":
+        assert "batch/num_gen_batches" in last and "batch/dropped_groups" in last
+    if name == "reward_model":
+        assert "reward_extra/reward_model_score/mean" in last
