@@ -26,6 +26,7 @@ TRACE_DEFAULTS: dict[str, str] = {
     "data.train_batch_size": "2",
     "rollout.n": "2",
     "actor.ppo_mini_batch_size": "2",
+    "critic.ppo_mini_batch_size": "2",  # a recipe with a critic must divide the same 2 prompts
     "trainer.val_before_train": "false",
 }
 # always, whatever the recipe or the command line says: the trace's output is its page, so it opens no
@@ -69,8 +70,10 @@ class TraceRecorder:
 
 def trace_overrides(user: list[str], run_dir: str | None) -> list[str]:
     """The trace's defaults, then the user's overrides (which win)."""
+    from turnrl.config.loader import valid_keys
+
     given = {item.split("=", 1)[0].strip().lstrip("+") for item in user if "=" in item}
-    out = [f"{k}={v}" for k, v in TRACE_DEFAULTS.items() if k not in given]
+    out = [f"{k}={v}" for k, v in TRACE_DEFAULTS.items() if k not in given and k in valid_keys()]
     if run_dir and "trainer.default_local_dir" not in given:
         out.append(f"trainer.default_local_dir={run_dir}")
     return out + list(user) + [f"{k}={v}" for k, v in TRACE_FORCED.items()]
@@ -158,7 +161,9 @@ def run_trace(
             raise TraceSetupError(str(err).splitlines()[0] if str(err) else type(err).__name__) from err
         setup_s = time.perf_counter() - start
         trainer.global_step += 1  # as fit() numbers its steps
-        batch = next(iter(trainer.loader.epoch_batches()))
+        # the trainer's own batch stream when it has one (dynamic sampling draws more prompts from it)
+        stream = getattr(trainer, "batches", None)
+        batch = next(stream) if stream is not None else next(iter(trainer.loader.epoch_batches()))
         metrics = trainer.step(batch)
         last = next((r.batch for r in reversed(recorder.records) if "old_log_probs" in r.batch), None)
         if last is not None:
