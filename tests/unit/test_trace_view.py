@@ -71,8 +71,8 @@ def test_trace_overrides_put_the_users_last_and_skip_defaults_they_set():
     from turnrl.config.loader import valid_keys
 
     defaults = [k for k in TRACE_DEFAULTS if k in valid_keys()]  # sections a build lacks are skipped
-    assert len(out) == len(defaults) - 1 + 1 + 3 + 1
-    assert out[-1] == "trainer.logger=[]"  # the trace never logs, whatever it is told
+    assert len(out) == len(defaults) - 1 + 1 + 3 + 2
+    assert out[-2:] == ["trainer.logger=[]", "trainer.rollout_dump_freq=0"]  # never logs, whatever it is told
 
 
 def test_tokens_are_classified_model_observation_padding_with_turns():

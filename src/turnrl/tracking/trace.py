@@ -30,8 +30,8 @@ TRACE_DEFAULTS: dict[str, str] = {
     "trainer.val_before_train": "false",
 }
 # always, whatever the recipe or the command line says: the trace's output is its page, so it opens no
-# metrics file and no wandb run (in a given run directory that would add a stray entry to the run)
-TRACE_FORCED: dict[str, str] = {"trainer.logger": "[]"}
+# metrics file, no wandb run and writes no rollout dump (in a given run directory those would be strays)
+TRACE_FORCED: dict[str, str] = {"trainer.logger": "[]", "trainer.rollout_dump_freq": "0"}
 
 
 class TraceSetupError(ValueError):
@@ -76,7 +76,7 @@ def trace_overrides(user: list[str], run_dir: str | None) -> list[str]:
     out = [f"{k}={v}" for k, v in TRACE_DEFAULTS.items() if k not in given and k in valid_keys()]
     if run_dir and "trainer.default_local_dir" not in given:
         out.append(f"trainer.default_local_dir={run_dir}")
-    return out + list(user) + [f"{k}={v}" for k, v in TRACE_FORCED.items()]
+    return out + list(user) + [f"{k}={v}" for k, v in TRACE_FORCED.items() if k in valid_keys()]
 
 
 def after_update(trainer: Any, batch: Batch) -> Batch | None:
