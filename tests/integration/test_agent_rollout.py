@@ -38,23 +38,15 @@ def chat_prompt(tok, text: str) -> list[int]:
     )
 
 
-@pytest.fixture(scope="module")
-def tool_model():
+def teach(target: list[int], steps: int = 60):
+    """A fresh tiny random model that has memorised `target` after the calculator prompt."""
     torch.manual_seed(0)
     model, tok = load_model("tiny-random", torch.device("cpu"), seed=0)
     prompt = chat_prompt(tok, "Compute 12 * 34.")
-    target = (
-        encode(tok, "<calculator>12 * 34</calculator>")
-        + encode(tok, "\n\n<result>")
-        + encode(tok, "408")
-        + encode(tok, "</result>\n\n")
-        + encode(tok, "<answer>408</answer>")
-        + [tok.eos_token_id]
-    )
     x = torch.tensor([prompt + target])
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     model.train()
-    for _ in range(60):
+    for _ in range(steps):
         logits = model(input_ids=x[:, :-1]).logits[0, len(prompt) - 1 :]
         loss = torch.nn.functional.cross_entropy(logits, x[0, len(prompt) :])
         opt.zero_grad()
@@ -63,6 +55,21 @@ def tool_model():
     model.eval()
     assert loss.item() < 0.1
     return model, tok
+
+
+@pytest.fixture(scope="module")
+def tool_model():
+    from turnrl.models.loader import load_tokenizer
+
+    tok = load_tokenizer("tiny-random")
+    return teach(
+        encode(tok, "<calculator>12 * 34</calculator>")
+        + encode(tok, "\n\n<result>")
+        + encode(tok, "408")
+        + encode(tok, "</result>\n\n")
+        + encode(tok, "<answer>408</answer>")
+        + [tok.eos_token_id]
+    )
 
 
 class RecordingEngine(HFEngine):
@@ -232,7 +239,8 @@ def test_engine_without_per_row_budgets_is_cut_to_the_budget(tool_model, tmp_pat
 def test_observation_is_cut_with_visible_marker(tool_model, tmp_path):
     model, tok = tool_model
     cfg = agent_cfg(
-        tmp_path, **{"rollout.multi_turn.max_obs_length": 2, "rollout.multi_turn.obs_truncation_marker": "'~'"}
+        tmp_path,
+        **{"rollout.multi_turn.max_obs_length": 2, "rollout.multi_turn.obs_truncation_marker": "'~'"},
     )
     with AgentRollout(HFEngine(model, tok), tok, cfg) as agent:
         batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=60)
@@ -320,3 +328,35 @@ def test_close_is_idempotent(tool_model, tmp_path):
     agent.close()
     agent.close()
     assert asyncio.iscoroutinefunction(agent.tools["calculator"].call)
+
+
+def test_json_tool_calls_through_the_chat_template(tmp_path):
+    from turnrl.agent.chat_template import ToolMessages
+    from turnrl.models.loader import load_tokenizer
+
+    tok = load_tokenizer("tiny-random")
+    template = ToolMessages.probe(tok)
+    call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "12 * 34"}}\n</tool_call>'
+    model, tok = teach(
+        encode(tok, call)
+        + [tok.eos_token_id]
+        + encode(tok, template.render(["408"], "<|im_end|>"))
+        + encode(tok, "<answer>408</answer>")
+        + [tok.eos_token_id],
+        steps=80,
+    )
+    cfg = agent_cfg(
+        tmp_path, **{"rollout.multi_turn.format": "json", "rollout.multi_turn.max_obs_length": 16}
+    )
+    with AgentRollout(HFEngine(model, tok), tok, cfg) as agent:
+        batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=64)
+    assert metrics["agent/tool_calls/mean"] > 0.5, metrics
+    observations = {tok.decode(ids) for i in range(4) for kind, ids in segments(batch, i) if kind == 0}
+    # the tool result arrives as a tool message of the chat template, after the model's own <|im_end|>
+    assert "\n<|im_start|>tool\n408<|im_end|>\n<|im_start|>assistant\n" in observations, observations
+    for i in range(4):
+        runs = segments(batch, i)
+        if len(runs) > 1:
+            assert runs[0][1][-1] == tok.eos_token_id  # the model's message end is a model token
+    lp, _ = response_log_probs(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"], 64)
+    assert ((lp - batch["rollout_log_probs"]).abs() * batch["response_mask"]).max() < 1e-4

@@ -2,9 +2,9 @@
 
 `Compute 4821 * 739.` with a calculator tool (`<calculator>4821 * 739</calculator>` ->
 `<result>3562719</result>`) and the answer in `<answer>` tags. A 135M model essentially never
-multiplies 3-4 digit numbers right unaided, so reward above the format credit means the policy
-learned to call the tool and copy its result. The prompt shows the whole protocol once, with
-other numbers, so the untrained model already succeeds now and then and GRPO has signal.
+multiplies 3-4 digit numbers right unaided, so a rising score means the policy learned to call
+the tool and copy its result. The prompt shows the whole protocol once, with other numbers, so
+the untrained model already succeeds now and then and GRPO has signal.
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 DATA_SOURCE = "turnrl/calculator"
-PROMPT = (
-    "Compute {a} * {b}. You cannot multiply large numbers in your head, so use the calculator: write "
-    "<calculator>EXPRESSION</calculator> and the result comes back as <result>NUMBER</result>. Then "
-    "give the final answer as <answer>NUMBER</answer>. Example: <calculator>{x} * {y}</calculator>"
-    "<result>{xy}</result><answer>{xy}</answer>"
+SYSTEM = (
+    "You solve arithmetic with a calculator. Write <calculator>EXPRESSION</calculator>; the result comes "
+    "back as <result>NUMBER</result>. Then answer with <answer>NUMBER</answer>."
 )
+QUESTION = "Compute {a} * {b}."
 
 
 def _operand(rng: random.Random) -> int:
@@ -29,9 +28,17 @@ def _operand(rng: random.Random) -> int:
 
 def make_row(rng: random.Random, split: str, index: int) -> dict[str, Any]:
     a, b, x, y = (_operand(rng) for _ in range(4))
+    # one worked exchange as chat turns: a 135M model follows a shown turn far more often than a
+    # described format (measured: about half its samples call the tool, against none without it)
+    example = f"<calculator>{x} * {y}</calculator>\n\n<result>{x * y}</result>\n\n<answer>{x * y}</answer>"
     return {
         "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": PROMPT.format(a=a, b=b, x=x, y=y, xy=x * y)}],
+        "prompt": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": QUESTION.format(a=x, b=y)},
+            {"role": "assistant", "content": example},
+            {"role": "user", "content": QUESTION.format(a=a, b=b)},
+        ],
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": str(a * b)},
         "extra_info": {"split": split, "index": index, "a": a, "b": b},

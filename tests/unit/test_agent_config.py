@@ -1,0 +1,88 @@
+from pathlib import Path
+
+import pytest
+
+from turnrl.agent.rollout import check_multi_turn
+from turnrl.agent.tools.base import ToolError
+from turnrl.agent.tools.toolset import ToolSet
+from turnrl.config import load_config
+from turnrl.config.agent_schema import MultiTurnConfig
+from turnrl.data.dataset import load_examples
+from turnrl.data.tasks import write_task
+from turnrl.models.loader import load_tokenizer
+from turnrl.rewards.registry import resolve
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer("tiny-random")
+
+
+@pytest.mark.parametrize("recipe", ["search_agent.yaml", "code_agent.yaml", "calculator_agent.yaml"])
+def test_agent_recipes_load_and_pass_checks(recipe):
+    cfg = load_config(EXAMPLES / recipe)
+    mt = cfg.rollout.multi_turn
+    assert mt.enable and mt.tools
+    check_multi_turn(mt)
+    assert cfg.data.task in ("search", "code", "calculator")
+
+
+def test_search_recipe_is_search_r1_shaped():
+    cfg = load_config(EXAMPLES / "search_agent.yaml")
+    mt = cfg.rollout.multi_turn
+    assert (cfg.rollout.n, mt.max_turns, mt.search.tag, mt.search.obs_tag, cfg.algorithm.adv_estimator) == (
+        5, 4, "search", "information", "grpo",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("format=yaml", "must be xml or json"),
+        ("max_turns=-1", "max_turns' must be >= 0"),
+        ("max_obs_length=0", "max_obs_length' must be >= 1"),
+        ("tool_timeout=0", "tool_timeout' must be > 0"),
+        ("tools=[]", "names no tool"),
+        ("search.topk=0", "topk' must be >= 1"),
+    ],
+)
+def test_bad_multi_turn_settings_are_named(override, message):
+    cfg = load_config(None, [f"rollout.multi_turn.{override}"])
+    with pytest.raises(ToolError, match=message):
+        check_multi_turn(cfg.rollout.multi_turn)
+
+
+def test_unknown_tool_is_named(tmp_path):
+    with pytest.raises(ToolError, match="unknown tool 'browser'; built-in: calculator, python, search"):
+        ToolSet(MultiTurnConfig(tools=["calculator", "browser"]), tmp_path).start()
+    with pytest.raises(ToolError, match="two tools are named 'calculator'"):
+        ToolSet(MultiTurnConfig(tools=["calculator", "calculator"]), tmp_path).start()
+
+
+@pytest.mark.parametrize("task", ["search", "code", "calculator"])
+def test_agent_tasks_write_loadable_rows_with_a_scorer(task, tmp_path, tok):
+    train, val = write_task(task, tmp_path, seed=3)
+    examples = load_examples([str(val)], tok, 1024)
+    assert len(examples) >= 10
+    sources = {e.data_source for e in examples}
+    assert sources == {f"turnrl/{task}"}
+    resolve(next(iter(sources)))  # a scorer is registered
+    assert len(load_examples([str(train)], tok, 1024)) > len(examples)
+    again, _ = write_task(task, tmp_path / "again", seed=3)
+    assert again.read_text() == train.read_text()  # a pure function of the seed
+
+
+def test_search_task_questions_are_answered_by_the_builtin_corpus(tmp_path, tok):
+    from turnrl.agent.tools.search import BUILTIN_ENTITIES, BUILTIN_SEED
+    from turnrl.servers.retriever.builtin_corpus import builtin_documents
+
+    docs = {
+        d["contents"].split("\n", 1)[0]: d["contents"]
+        for d in builtin_documents(BUILTIN_ENTITIES, BUILTIN_SEED)
+    }
+    _, val = write_task("search", tmp_path, seed=0)
+    for e in load_examples([str(val)], tok, 1024)[:20]:
+        answers = e.ground_truth["target"]
+        assert any(any(a in text for a in answers) for text in docs.values())

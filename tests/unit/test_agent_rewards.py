@@ -1,0 +1,98 @@
+import numpy as np
+import pytest
+
+from turnrl.rewards import code, math, qa
+from turnrl.rewards.registry import resolve
+
+
+def test_normalisation_follows_search_r1():
+    assert qa.normalize_answer("  The  Eiffel-Tower!  ") == "eiffeltower"
+    assert qa.normalize_answer("An Apple a day") == "apple day"
+
+
+def test_em_subem_f1():
+    answers = ["Roupoba River", "Roupoba"]
+    assert qa.em_check("the roupoba river.", answers) == 1.0
+    assert qa.em_check("Roupoba River delta", answers) == 0.0
+    assert qa.subem_check("Roupoba River delta", answers) == 1.0
+    # "roupoba river delta" vs "roupoba river": common 2, P = 2/3, R = 1, F1 = 0.8
+    assert qa.f1_score("Roupoba River delta", ["Roupoba River"]) == pytest.approx(0.8)
+    assert qa.f1_score("nothing", answers) == 0.0
+
+
+def test_qa_scores_only_the_last_answer_of_the_response():
+    truth = {"target": ["Jisok"]}
+    assert qa.compute_score("nq", "<search>x</search> <answer>Jisok</answer>", truth)["score"] == 1.0
+    # the prompt's example (<answer> Paris </answer>) is never part of solution_str; within the response the
+    # last tag decides, so an early wrong guess followed by the right answer counts as right
+    assert qa.compute_score("nq", "<answer>Paris</answer> ... <answer>Jisok</answer>", truth)["score"] == 1.0
+    assert qa.compute_score("nq", "<answer>Jisok</answer> <answer>Paris</answer>", truth)["score"] == 0.0
+    assert qa.compute_score("nq", "Jisok", truth) == {
+        "score": 0.0,
+        "em": 0.0,
+        "subem": 0.0,
+        "f1": 0.0,
+        "formatted": 0.0,
+    }
+
+
+def test_qa_ground_truth_forms_metric_and_format_score():
+    for truth in ({"target": np.array(["1802"])}, ["1802", "eighteen oh two"], "1802"):
+        assert qa.compute_score("hotpotqa", "<answer> 1802 </answer>", truth)["score"] == 1.0
+    r = qa.compute_score("turnrl/search", "<answer>in 1802 AD</answer>", "1802", {"qa_metric": "subem"})
+    assert r["score"] == 1.0 and r["em"] == 0.0
+    r = qa.compute_score("turnrl/search", "<answer>1803</answer>", "1802", {"format_score": 0.2})
+    assert r["score"] == 0.2 and r["formatted"] == 1.0
+    with pytest.raises(ValueError, match="qa_metric"):
+        qa.compute_score("nq", "<answer>x</answer>", "x", {"qa_metric": "bleu"})
+    with pytest.raises(ValueError, match="'target'"):
+        qa.targets({"answers": ["x"]})
+    assert resolve("nq") is qa.compute_score and resolve("turnrl/search") is qa.compute_score
+
+
+def test_math_verify_equivalence():
+    assert (
+        math.compute_score("lighteval/MATH", "so the answer is <answer>0.5</answer>", "\\frac{1}{2}")["score"]
+        == 1.0
+    )
+    assert math.compute_score("math", "We get $\\boxed{\\frac{2}{4}}$.", "\\frac{1}{2}")["score"] == 1.0
+    assert math.compute_score("math", "<answer>3</answer>", "\\frac{1}{2}")["score"] == 0.0
+    assert math.compute_score("math", "no idea", "7")["score"] == 0.0
+
+
+def test_calculator_score():
+    s = math.calculator_score
+    full = "<calculator>12*34</calculator>\n<result>408</result><answer>408</answer>"
+    assert s("turnrl/calculator", full, "408") == {
+        "score": 1.0, "acc": 1.0, "formatted": 1.0, "called_tool": 1.0, "tool_right": 1.0,
+    }  # fmt: skip
+    assert s("turnrl/calculator", "<answer>1,234</answer>", "1234")["score"] == 1.0
+    # the right tool call without the answer ranks between the answer and a wrong tagged number
+    assert (
+        s("turnrl/calculator", "<calculator>12*34</calculator><result>408</result> hmm", "408")["score"]
+        == 0.5
+    )
+    assert (
+        s("turnrl/calculator", "<result>409</result><answer>407</answer>", "408")["score"]
+        == math.CALCULATOR_FORMAT_SCORE
+    )
+    assert s("turnrl/calculator", "408", "408")["score"] == 0.0  # untagged: the task asks for the tag
+    assert resolve("turnrl/calculator") is s
+
+
+def test_code_program_extraction_and_tests():
+    fenced = "<code>print(1)</code><observation>1</observation><answer>\n```python\nprint(input()[::-1])\n```\n</answer>"
+    assert code.extract_program(fenced) == "print(input()[::-1])\n"
+    assert code.extract_program("```python\nx=1\n```\nthen\n```py\ny=2\n```") == "y=2\n"
+    assert code.extract_program("<answer>print(2)</answer>") == "print(2)"
+    assert code.extract_program("no code here") is None
+    assert code.parse_tests('{"inputs": ["1\\n"], "outputs": ["2\\n"]}') == {
+        "inputs": ["1\n"],
+        "outputs": ["2\n"],
+    }
+    assert code.parse_tests({"assert": "assert f(1) == 2"}) == {"assert": "assert f(1) == 2"}
+    with pytest.raises(ValueError, match="equal length"):
+        code.parse_tests({"inputs": ["1"], "outputs": []})
+    assert code.same_output("1 \n2\n\n", "1\n2")
+    assert not code.same_output("1\n3", "1\n2")
+    assert code.compute_score("turnrl/code", "nothing", {"inputs": [], "outputs": []})["score"] == 0.0
