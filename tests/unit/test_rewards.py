@@ -10,8 +10,7 @@ from turnrl.rewards.scorer import RuleReward, last_token_index
 def test_addition_scorer():
     assert extract_answer("x <answer>3</answer> y <answer> 7 </answer>") == "7"  # the last tag counts
     assert compute_score("turnrl/addition", "<answer>12</answer>", "12")["score"] == 1.0
-    # 1 + 11 = 12: the last number is right but not in the tag -> 0.3; ranks above form alone
-    assert compute_score("turnrl/addition", "1 + 11 = 12", "12")["score"] == 0.3
+    assert compute_score("turnrl/addition", "1 + 11 = 12", "12")["score"] == 0.0  # right, but not in the tag
     assert compute_score("turnrl/addition", "<answer>11</answer>", "12")["score"] == 0.1  # format only
     assert compute_score("turnrl/addition", "<answer>NUMBER</answer>", "12")["score"] == 0.0  # not an integer
     assert compute_score("turnrl/addition", "the answer is 13", "12")["score"] == 0.0

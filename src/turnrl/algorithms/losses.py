@@ -43,6 +43,7 @@ def policy_loss(
     mode: str = "vanilla",
     loss_norm_length: int | None = None,
     loss_denominator: float | Tensor | None = None,
+    per_token: bool = False,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped surrogate loss (Schulman et al. 2017, eq. 7), negated for minimisation.
 
@@ -100,6 +101,9 @@ def policy_loss(
             "pg_clipfrac_lower": masked_mean(dual_active.to(log_prob.dtype), mask),
             "ppo_kl": masked_mean(-(log_prob - old_log_prob), mask).detach(),
         }
+        if per_token:  # for the step inspector: what the update did to each token
+            metrics.update(ratio=ratio.detach(), loss_mat=loss_mat.detach(), clip_active=clip_active & mask,
+                           dual_active=dual_active & mask)
     return loss, metrics
 
 

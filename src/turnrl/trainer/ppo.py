@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -17,7 +18,9 @@ from turnrl.models.loader import load_model
 from turnrl.rewards.scorer import RuleReward
 from turnrl.rollout.base import SamplingParams
 from turnrl.rollout.hf import HFEngine
+from turnrl.tracking.dump import dump_rollouts
 from turnrl.tracking.logger import Tracker
+from turnrl.tracking.sinks import check_sinks
 from turnrl.trainer import checkpoint, stages
 from turnrl.trainer.metrics import data_metrics, extra_metrics, timing_metrics
 from turnrl.trainer.setup import build, make_run_dir
@@ -32,6 +35,7 @@ log = logging.getLogger(__name__)
 
 class Trainer:
     def __init__(self, cfg: Config, recorder: stages.Recorder | None = None):
+        check_sinks(cfg.trainer.logger)  # a missing logger package fails before the model loads
         self.cfg = cfg
         self.recorder = recorder
         parts = build(cfg)  # loads and checks everything: a failure here writes nothing
@@ -88,7 +92,8 @@ class Trainer:
         tmp = self.run_dir / ".config.yaml.tmp"
         tmp.write_text(to_yaml(cfg))
         tmp.replace(self.run_dir / "config.yaml")
-        self.tracker = Tracker(self.run_dir, cfg.trainer.logger)
+        self.tracker = Tracker(self.run_dir, cfg.trainer.logger, project=cfg.trainer.project_name,
+                               experiment=cfg.trainer.experiment_name, config=dataclasses.asdict(cfg))
         self._resume()
 
     # -- the step ------------------------------------------------------------------------------
@@ -128,6 +133,8 @@ class Trainer:
                 )
         metrics.update(data_metrics(batch, cfg.data.max_response_length))
         metrics.update(timing_metrics(clock.timing, batch, time.perf_counter() - start))
+        if cfg.trainer.rollout_dump_freq and self.global_step % cfg.trainer.rollout_dump_freq == 0:
+            dump_rollouts(self.run_dir, self.global_step, batch, self.tokenizer)
         return metrics
 
     def rollout_and_score(self, batch: Batch, clock: stages.StageClock) -> tuple[Batch, dict[str, Any]]:

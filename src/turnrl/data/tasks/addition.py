@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 DATA_SOURCE = "turnrl/addition"
-PROMPT = "Compute {a} + {b}. Respond with only <answer>NUMBER</answer>, for example <answer>{example}</answer>."
+PROMPT = (
+    "Compute {a} + {b}. Respond with only <answer>NUMBER</answer>, for example <answer>{example}</answer>."
+)
 
 
 def make_row(a: int, b: int, split: str, index: int, example: int = 12) -> dict[str, Any]:
