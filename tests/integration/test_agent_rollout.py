@@ -227,7 +227,7 @@ def test_engine_without_per_row_budgets_is_cut_to_the_budget(tool_model, tmp_pat
     assert metrics["agent/turns/mean"] > 1
     model_runs = batch["response_mask"][0]
     runs, current = [], 0
-    for v in model_runs.tolist() + [0]:
+    for v in [*model_runs.tolist(), 0]:
         if v:
             current += 1
         elif current:
@@ -338,11 +338,13 @@ def test_json_tool_calls_through_the_chat_template(tmp_path):
     template = ToolMessages.probe(tok)
     call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "12 * 34"}}\n</tool_call>'
     model, tok = teach(
-        encode(tok, call)
-        + [tok.eos_token_id]
-        + encode(tok, template.render(["408"], "<|im_end|>"))
-        + encode(tok, "<answer>408</answer>")
-        + [tok.eos_token_id],
+        [
+            *encode(tok, call),
+            tok.eos_token_id,
+            *encode(tok, template.render(["408"], "<|im_end|>")),
+            *encode(tok, "<answer>408</answer>"),
+            tok.eos_token_id,
+        ],
         steps=80,
     )
     cfg = agent_cfg(

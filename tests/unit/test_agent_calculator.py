@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from turnrl.agent.tools.calculator import Calculator, CalcError, evaluate, format_number
+from turnrl.agent.tools.calculator import CalcError, Calculator, evaluate, format_number
 
 
 def test_exact_big_integer_arithmetic():
