@@ -362,3 +362,23 @@ def test_json_tool_calls_through_the_chat_template(tmp_path):
             assert runs[0][1][-1] == tok.eos_token_id  # the model's message end is a model token
     lp, _ = response_log_probs(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"], 64)
     assert ((lp - batch["rollout_log_probs"]).abs() * batch["response_mask"]).max() < 1e-4
+
+    # the same model calling a tool this run does not have: an invalid action, answered in a tool message
+    other = tmp_path / "other_tool.py"
+    other.write_text('def weather(city):\n    """Weather."""\n    return "sunny"\n')
+    cfg = agent_cfg(
+        tmp_path,
+        **{
+            "rollout.multi_turn.format": "json",
+            "rollout.multi_turn.tools": "[]",
+            "rollout.multi_turn.custom_tools": f"['{other}:weather']",
+        },
+    )
+    with AgentRollout(HFEngine(model, tok), tok, cfg) as agent:
+        batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=120)
+    assert metrics["agent/invalid_actions/mean"] > 0.5 and metrics["agent/tool_calls/mean"] == 0
+    observations = [tok.decode(ids) for i in range(4) for kind, ids in segments(batch, i) if kind == 0]
+    assert any(
+        "<|im_start|>tool\nerror: unknown tool 'calculator'; available: weather." in o for o in observations
+    )
+    assert not any("{tool_tag}" in o for o in observations)

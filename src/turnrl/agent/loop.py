@@ -193,9 +193,8 @@ class EpisodeLoop:
             e.end()
             return
         if self.template is not None:
-            obs = self.obs.tool_messages(
-                [f"error: {reason}. {self.cfg.invalid_action_observation.strip()}"], eos_text
-            )
+            text = self.obs.invalid_text_for(reason, **self.tags).strip()
+            obs = self.obs.tool_messages([f"error: {reason}. {text}"], eos_text)
         else:
             obs = self.obs.invalid(reason, **self.tags)
         self._append(e, obs, budget)

@@ -72,15 +72,16 @@ class ObservationBuilder:
         ids = self.encode(f"\n\n<{obs_tag}>") + body + self.encode(f"</{obs_tag}>\n\n")
         return Observation(ids, int(cut))
 
+    def invalid_text_for(self, reason: str, **tags: str) -> str:
+        """The configured corrective text with `{reason}`, `{tool_tag}`, `{answer_tag}` filled in."""
+        try:
+            return self.invalid_text.format(reason=reason, **tags)
+        except (KeyError, IndexError, ValueError):  # a user text with other braces is shown as written
+            return self.invalid_text
+
     def invalid(self, reason: str, **tags: str) -> Observation:
         """The corrective observation after an unusable action (empty when none is configured)."""
-        if not self.invalid_text:
-            return Observation([])
-        try:
-            text = self.invalid_text.format(reason=reason, **tags)
-        except (KeyError, IndexError, ValueError):  # a user text with other braces is shown as written
-            text = self.invalid_text
-        return Observation(self.encode(text))
+        return Observation(self.encode(self.invalid_text_for(reason, **tags)) if self.invalid_text else [])
 
     # -- chat-template tool messages --------------------------------------------------------------
     def tool_messages(self, texts: list[str], eos_text: str) -> Observation:
