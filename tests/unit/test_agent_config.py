@@ -86,3 +86,28 @@ def test_search_task_questions_are_answered_by_the_builtin_corpus(tmp_path, tok)
     for e in load_examples([str(val)], tok, 1024)[:20]:
         answers = e.ground_truth["target"]
         assert any(any(a in text for a in answers) for text in docs.values())
+
+
+def test_tools_sharing_a_tag_or_the_answer_tag_are_refused(tiny, tmp_path):
+    from turnrl.agent.rollout import AgentRollout
+    from turnrl.rollout.hf import HFEngine
+
+    model, tokenizer = tiny
+    f = tmp_path / "t.py"
+    f.write_text(
+        "def answer(text):\n    return text\n\ndef other(x):\n    return x\nother.tag = 'calculator'\n"
+    )
+    for spec, message in [
+        ("answer", "answer_tag 'answer' is also a tool tag"),
+        ("other", "share the tag <calculator>"),
+    ]:
+        cfg = load_config(
+            None,
+            [
+                "rollout.multi_turn.tools=[calculator]",
+                f"rollout.multi_turn.custom_tools=['{f}:{spec}']",
+                f"model.cache_dir={tmp_path}",
+            ],
+        )
+        with pytest.raises(ValueError, match=message):
+            AgentRollout(HFEngine(model, tokenizer), tokenizer, cfg)

@@ -16,7 +16,9 @@ def test_per_row_limits(tiny):
     assert plain == same  # uniform limits equal to max_new_tokens: identical samples, log-probs, reasons
     limits = [3, 12, 1, 7, 12, 5]
     cut = engine.generate(prompts, p, max_new_tokens_per_row=limits)
-    for ids, lps, reason, limit in zip(cut.response_ids, cut.log_probs, cut.finish_reasons, limits, strict=True):
+    for ids, lps, reason, limit in zip(
+        cut.response_ids, cut.log_probs, cut.finish_reasons, limits, strict=True
+    ):
         assert len(ids) == len(lps) <= limit
         assert reason == "stop" or len(ids) == limit
     assert any(len(ids) == 1 for ids in cut.response_ids[2:3])

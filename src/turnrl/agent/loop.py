@@ -68,7 +68,14 @@ class EpisodeLoop:
         self.template: ToolMessages | None = None
         self.parser: XmlActions | JsonActions
         if cfg.format == "xml":
-            tags = {getattr(t, "tag", t.name): (t.name, xml_argument(t)) for t in tools.values()}
+            tags: dict[str, tuple[str, str]] = {}
+            for t in tools.values():
+                tag = getattr(t, "tag", t.name)
+                if tag in tags:
+                    raise ValueError(
+                        f"rollout.multi_turn: tools '{tags[tag][0]}' and '{t.name}' share the tag <{tag}>"
+                    )
+                tags[tag] = (t.name, xml_argument(t))
             self.parser = XmlActions(tags, cfg.answer_tag)
             first_tag = next(iter(tags), "tool")
         elif cfg.format == "json":

@@ -70,7 +70,8 @@ def text_parameter(name: str, description: str) -> dict[str, Any]:
 class FunctionTool:
     """A plain (sync or async) function as a tool: arguments are passed as keywords.
 
-    Parameters become string properties of the schema; the docstring's first line is the description.
+    Parameters become string properties of the schema; the docstring's first line is the description;
+    `fn.tag`, `fn.obs_tag` and `fn.xml_argument`, when set, are used as the tool's.
     """
 
     def __init__(self, fn: Callable[..., Any], name: str | None = None):
@@ -88,6 +89,9 @@ class FunctionTool:
             "properties": {p.name: {"type": "string"} for p in params},
             "required": [p.name for p in params if p.default is p.empty],
         }
+        for attr in ("tag", "obs_tag", "xml_argument"):  # optional settings set on the function itself
+            if isinstance(getattr(fn, attr, None), str):
+                setattr(self, attr, getattr(fn, attr))
 
     async def call(self, arguments: dict[str, Any]) -> ToolResult | str:
         if inspect.iscoroutinefunction(self.fn):
