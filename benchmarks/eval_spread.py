@@ -27,7 +27,7 @@ from turnrl.trainer.validation import validate
 def evaluate(trainer: Trainer, temperature: float, seed: int) -> tuple[float, float]:
     cfg = trainer.cfg
     params = SamplingParams(max_new_tokens=cfg.data.max_response_length, n=1, temperature=temperature, seed=seed)
-    metrics, _ = validate(trainer.engine, trainer.reward, trainer.val_examples, params, cfg.data.val_batch_size,
+    metrics, _ = validate(trainer.rollout, trainer.reward, trainer.val_examples, params, cfg.data.val_batch_size,
                           trainer.pad_id, cfg.data.max_response_length)
     return metrics["val/test_score/mean"], metrics.get("val/acc/mean", float("nan"))
 

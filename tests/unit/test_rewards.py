@@ -15,6 +15,10 @@ def test_addition_scorer():
     assert compute_score("turnrl/addition", "<answer>NUMBER</answer>", "12")["score"] == 0.0  # not an integer
     assert compute_score("turnrl/addition", "the answer is 13", "12")["score"] == 0.0
     assert compute_score("turnrl/addition", "<answer>12</answer>", "12")["acc"] == 1.0
+    # copying the prompt's example earns nothing; any other wrong integer earns the format credit
+    assert compute_score("turnrl/addition", "<answer>7</answer>", "12", {"example": 7})["score"] == 0.0
+    assert compute_score("turnrl/addition", "<answer>8</answer>", "12", {"example": 7})["score"] == 0.1
+    assert compute_score("turnrl/addition", "<answer>12</answer>", "12", {"example": 7})["score"] == 1.0
 
 
 def test_registry_routes_by_data_source_and_names_unknown():

@@ -1,13 +1,15 @@
 """Scorer of the built-in addition task.
 
     1.0  the number in the last <answer> tag is the sum       (`acc`)
-    0.1  a tag holding a wrong integer                        (format credit)
-    0.0  anything else, including a right sum outside the tags
+    0.1  a tag holding a wrong integer other than the prompt's example (format credit)
+    0.0  anything else: a right sum outside the tags, the example copied, no tag
 
 The format credit gives GRPO groups variance before the model is ever right, the way
-Search-R1's format reward does. Credit for a right sum outside the tags looks helpful but
-is a trap: the untrained model already states the sum in plain text most of the time, so
-the policy settles there and never explores the tags (measured: 0 % tagged after 11 steps).
+Search-R1's format reward does. Two tempting credits are traps, both measured on the
+default run: credit for a right sum outside the tags (the untrained model already states
+the sum in plain text most of the time, so the policy stays there: 0 % tagged after 11
+steps), and format credit for copying the prompt's example number (the policy learns to
+copy within 7 steps and its entropy collapses before it finds the sums).
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ def compute_score(
     truth = str(ground_truth).strip()
     answer = extract_answer(solution_str)
     tagged_int = answer is not None and NUMBER.fullmatch(answer) is not None
+    example = (extra_info or {}).get("example") if isinstance(extra_info, dict) else None
+    copied = tagged_int and example is not None and answer == str(example)
     if tagged_int and answer == truth:
         score = 1.0
-    elif tagged_int:
+    elif tagged_int and not copied:
         score = FORMAT_ONLY
     else:
         score = 0.0

@@ -18,6 +18,7 @@ from turnrl.models.loader import load_model
 from turnrl.rewards.scorer import RuleReward
 from turnrl.rollout.base import SamplingParams
 from turnrl.rollout.hf import HFEngine
+from turnrl.rollout.single_turn import SingleTurnRollout
 from turnrl.tracking.dump import dump_rollouts
 from turnrl.tracking.logger import Tracker
 from turnrl.tracking.sinks import check_sinks
@@ -50,6 +51,11 @@ class Trainer:
         )
         self.reward.check({e.data_source for e in parts.train_examples + parts.val_examples})
         self.engine = HFEngine(self.model, self.tokenizer, cfg.rollout.generation_batch_size)
+        self.rollout: stages.Rollout = SingleTurnRollout(self.engine)
+        if cfg.rollout.multi_turn.enable:  # starts and health-checks tool servers: before any disk write
+            from turnrl.agent.rollout import AgentRollout
+
+            self.rollout = AgentRollout(self.engine, self.tokenizer, cfg)
         share = not cfg.model.gradient_checkpointing  # prefix sharing needs the KV cache
         self.actor = Actor(self.model, cfg.actor, cfg.rollout.temperature, share)
         self.ref = self.critic = self.reward_model = self.kl_ctrl = None
@@ -148,13 +154,11 @@ class Trainer:
             with clock("gen_batch") as s:
                 gen_batch = s["batch"] = stages.split_generation_input(batch)
             with clock("gen") as s:
-                rollout = s["batch"] = stages.generate(
-                    self.engine,
-                    gen_batch,
-                    self.sampling(self.global_step, rounds),
-                    self.pad_id,
-                    cfg.data.max_response_length,
+                params = self.sampling(self.global_step, rounds)
+                rollout, gen_metrics = stages.generate(
+                    self.rollout, gen_batch, params, self.pad_id, cfg.data.max_response_length
                 )
+                s["batch"] = rollout
             with clock("group") as s:
                 merged = s["batch"] = stages.group_and_merge(batch, rollout, n)
             if cfg.algorithm.adv_estimator == "remax":
@@ -165,7 +169,7 @@ class Trainer:
                     extras.setdefault(k, []).extend(v)
                 s["batch"] = merged
             if not fg.enable:
-                return merged, extra_metrics(extras)
+                return merged, {**extra_metrics(extras), **gen_metrics}
             merged, n_dropped = stages.keep_varied_groups(merged)
             dropped += n_dropped
             kept.append(merged)
@@ -174,7 +178,7 @@ class Trainer:
                 break
             batch = next(self.batches)
         merged = Batch.concat(kept).index(slice(0, cfg.data.train_batch_size * n))
-        metrics = extra_metrics(extras)
+        metrics = {**extra_metrics(extras), **gen_metrics}
         metrics.update(
             {
                 "batch/num_gen_batches": rounds,
@@ -205,9 +209,7 @@ class Trainer:
         """ReMax's baseline: the score of a greedy response to the same prompt."""
         params = self.sampling(self.global_step, 0)
         params.n, params.temperature = 1, 0.0
-        rollout = stages.generate(
-            self.engine, gen_batch, params, self.pad_id, self.cfg.data.max_response_length
-        )
+        rollout, _ = stages.generate(self.rollout, gen_batch, params, self.pad_id, self.cfg.data.max_response_length)
         greedy = stages.group_and_merge(prompts, rollout, 1)
         self.score(greedy)
         return greedy["token_level_scores"].sum(-1)
@@ -252,8 +254,13 @@ class Trainer:
         if last_val != self.global_step:
             self.tracker.log(self.validate(), step=self.global_step)
         self.save()
-        self.tracker.close()
+        self.close()
         return self.run_dir
+
+    def close(self) -> None:
+        """Stop child tool servers and flush loggers."""
+        self.rollout.close()
+        self.tracker.close()
 
     def _batch_stream(self) -> Iterator[Batch]:
         while True:  # epochs roll over; a resume at an epoch's end simply starts the next one
@@ -272,7 +279,7 @@ class Trainer:
         )
         start = time.perf_counter()
         metrics, samples = validate(
-            self.engine,
+            self.rollout,
             self.reward,
             self.val_examples,
             params,

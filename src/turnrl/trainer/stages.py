@@ -16,7 +16,7 @@ import torch
 from turnrl.algorithms.advantages import compute_advantage
 from turnrl.batch import Batch
 from turnrl.config.schema import Config
-from turnrl.rollout.base import RolloutEngine, SamplingParams, assemble
+from turnrl.rollout.base import SamplingParams
 
 PROMPT_FIELDS = ("input_ids", "attention_mask", "position_ids")
 
@@ -50,14 +50,18 @@ def split_generation_input(batch: Batch) -> Batch:
     return batch.pop(PROMPT_FIELDS)
 
 
+class Rollout(Protocol):
+    """Single-turn (`rollout.single_turn`) or agent (`agent.rollout`) sampling of a prompt batch."""
+
+    def generate(self, gen_batch: Batch, params: SamplingParams, pad_id: int,
+                 response_length: int) -> tuple[Batch, dict[str, float]]: ...
+
+
 def generate(
-    engine: RolloutEngine, gen_batch: Batch, params: SamplingParams, pad_id: int, response_length: int
-) -> Batch:
+    rollout: Rollout, gen_batch: Batch, params: SamplingParams, pad_id: int, response_length: int
+) -> tuple[Batch, dict[str, float]]:
     """Stage 3: sample `params.n` responses per prompt (interleaved A,A,B,B)."""
-    ids, mask = gen_batch["input_ids"], gen_batch["attention_mask"]
-    prompt_ids = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
-    out = engine.generate(prompt_ids, params)
-    return assemble(gen_batch, out, params.n, pad_id, response_length)
+    return rollout.generate(gen_batch, params, pad_id, response_length)
 
 
 def group_and_merge(batch: Batch, rollout: Batch, n: int) -> Batch:

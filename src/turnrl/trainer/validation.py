@@ -10,12 +10,12 @@ from turnrl.batch import Batch
 from turnrl.data.dataset import Example
 from turnrl.data.loader import batches_of
 from turnrl.rewards.scorer import RuleReward
-from turnrl.rollout.base import RolloutEngine, SamplingParams
+from turnrl.rollout.base import SamplingParams
 from turnrl.trainer import stages
 
 
 def validate(
-    engine: RolloutEngine,
+    rollout: stages.Rollout,
     reward: RuleReward,
     examples: list[Example],
     params: SamplingParams,
@@ -29,8 +29,8 @@ def validate(
     samples: list[dict[str, object]] = []
     for prompts in batches_of(examples, batch_size, pad_id):
         gen_batch = stages.split_generation_input(prompts)
-        rollout = stages.generate(engine, gen_batch, params, pad_id, response_length)
-        batch: Batch = stages.group_and_merge(prompts, rollout, params.n)
+        out, _ = stages.generate(rollout, gen_batch, params, pad_id, response_length)
+        batch: Batch = stages.group_and_merge(prompts, out, params.n)
         extra = stages.score(reward, batch)
         seq_scores = batch["token_level_scores"].sum(-1).tolist()
         texts = reward.decode(batch)

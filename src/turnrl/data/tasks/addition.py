@@ -30,7 +30,7 @@ def make_row(a: int, b: int, split: str, index: int, example: int = 12) -> dict[
         "prompt": [{"role": "user", "content": PROMPT.format(a=a, b=b, example=example)}],
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": str(a + b)},
-        "extra_info": {"split": split, "index": index, "a": a, "b": b},
+        "extra_info": {"split": split, "index": index, "a": a, "b": b, "example": example},
     }
 
 

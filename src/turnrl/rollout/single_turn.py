@@ -1,0 +1,21 @@
+"""Single-turn rollout: one response per sample, the same interface as the agent rollout."""
+
+from __future__ import annotations
+
+from turnrl.batch import Batch
+from turnrl.rollout.base import RolloutEngine, SamplingParams, assemble
+
+
+class SingleTurnRollout:
+    def __init__(self, engine: RolloutEngine):
+        self.engine = engine
+
+    def generate(self, gen_batch: Batch, params: SamplingParams, pad_id: int,
+                 response_length: int) -> tuple[Batch, dict[str, float]]:
+        ids, mask = gen_batch["input_ids"], gen_batch["attention_mask"]
+        prompt_ids = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
+        out = self.engine.generate(prompt_ids, params)
+        return assemble(gen_batch, out, params.n, pad_id, response_length), {}
+
+    def close(self) -> None:
+        pass
