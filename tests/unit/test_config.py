@@ -12,7 +12,7 @@ def test_defaults_yaml_and_overrides_merge_in_order(tmp_path):
     assert cfg.rollout.temperature == 0.7  # YAML beats default
     assert cfg.actor.lr == 3e-6
     assert cfg.trainer.logger == ["console"]
-    assert cfg.data.max_response_length == 16  # default kept
+    assert cfg.data.max_response_length == 24  # default kept
 
 
 def test_unknown_key_names_closest_valid_key():
@@ -59,3 +59,20 @@ def test_every_field_has_a_docstring():
     leaves = [k for k in valid_keys() if k.count(".") >= 1 and k not in ("reward.custom_function",)]
     missing = [k for k in leaves if not docs.get(k)]
     assert not missing, f"fields without a docstring: {missing}"
+
+
+def test_ppo_family_bad_input_names_the_missing_piece():
+    with pytest.raises(ConfigError, match="valid: token-mean"):
+        load_config(None, ["actor.loss_agg_mode=mean"])
+    with pytest.raises(ConfigError, match="valid: vanilla, gspo"):
+        load_config(None, ["actor.policy_loss_mode=ppo"])
+    with pytest.raises(ConfigError, match="'algorithm.kl_penalty' 'k4'; valid: k1"):
+        load_config(None, ["algorithm.kl_penalty=k4"])
+    with pytest.raises(ConfigError, match="needs a critic: set critic.enable=true"):
+        load_config(None, ["algorithm.adv_estimator=gae"])
+    with pytest.raises(ConfigError, match="needs the reference policy: set ref.enable=true"):
+        load_config(None, ["actor.use_kl_loss=true", "ref.enable=false"])
+    with pytest.raises(ConfigError, match="group of one"):
+        load_config(None, ["algorithm.adv_estimator=rloo", "rollout.n=1"])
+    with pytest.raises(ConfigError, match="reward_model.model.path"):
+        load_config(None, ["reward_model.enable=true"])

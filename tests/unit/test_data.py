@@ -34,7 +34,8 @@ def test_reads_verl_rows_from_jsonl_and_parquet(tmp_path):
     assert len(ex) == 3
     assert ex[0].ground_truth == "3" and ex[0].index == 0 and ex[0].data_source == "turnrl/addition"
     assert ex[1].ground_truth == {"target": ["7", "seven"]}
-    assert "".join(map(chr, ex[0].prompt_ids)).startswith("<user>Compute 1 + 2.")
+    text = "".join(map(chr, ex[0].prompt_ids))
+    assert text.startswith("<user>Compute 3 + 4.") and text.endswith("<user>Compute 1 + 2. Respond with only <answer>NUMBER</answer>.<assistant>")
 
 
 def test_overlong_prompts_are_dropped_and_counted(tmp_path, caplog):

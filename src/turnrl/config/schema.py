@@ -26,7 +26,7 @@ class DataConfig:
     """Prompts per generation call during validation."""
     max_prompt_length: int = 256
     """Prompts longer than this many tokens are dropped (and counted) at load time."""
-    max_response_length: int = 16
+    max_response_length: int = 24
     """Budget of response tokens per sample (the whole multi-turn response in agent mode)."""
     shuffle: bool = True
     """Shuffle the training rows each epoch (seeded by `trainer.seed` and the epoch)."""
@@ -116,8 +116,8 @@ class AlgorithmConfig:
 
 @dataclass
 class ActorConfig:
-    lr: float = 1e-5
-    """Peak learning rate of AdamW."""
+    lr: float = 2e-5
+    """Peak learning rate of AdamW (the default suits the embedded 135M model; larger models want ~1e-6)."""
     lr_warmup_steps: int = 0
     """Linear warm-up steps (optimizer steps); then constant."""
     weight_decay: float = 0.0
@@ -126,7 +126,7 @@ class ActorConfig:
     """AdamW betas."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value (0 = off)."""
-    ppo_mini_batch_size: int = 8
+    ppo_mini_batch_size: int = 4
     """Prompts per optimizer step (times `rollout.n` responses); must divide `data.train_batch_size`."""
     ppo_micro_batch_size: int = 16
     """Responses per forward/backward pass (gradient accumulation inside a mini-batch)."""

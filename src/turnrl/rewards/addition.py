@@ -1,15 +1,15 @@
 """Scorer of the built-in addition task.
 
     1.0  the number in the last <answer> tag is the sum       (`acc`)
-    0.1  a tag holding a wrong integer other than the prompt's example (format credit)
-    0.0  anything else: a right sum outside the tags, the example copied, no tag
+    0.1  a tag holding a wrong integer other than the worked example's answer (format credit)
+    0.0  anything else: a right sum outside the tags, the example's answer copied, no tag
 
 The format credit gives GRPO groups variance before the model is ever right, the way
 Search-R1's format reward does. Two tempting credits are traps, both measured on the
 default run: credit for a right sum outside the tags (the untrained model already states
 the sum in plain text most of the time, so the policy stays there: 0 % tagged after 11
-steps), and format credit for copying the prompt's example number (the policy learns to
-copy within 7 steps and its entropy collapses before it finds the sums).
+steps), and format credit for copying the example's number from the prompt (the policy
+learns to copy within 7 steps and its entropy collapses before it finds the sums).
 """
 
 from __future__ import annotations

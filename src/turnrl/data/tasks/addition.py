@@ -1,14 +1,15 @@
 """Single-digit addition with the answer in `<answer>` tags: the default task.
 
-Chosen so that a 135M model learns it on a CPU in minutes and the gain is unmistakable:
-the untrained SmolLM2-135M-Instruct sometimes states the right sum but almost never in
-the tags (greedy: 0 %), so the score rises only if RL changes its behaviour. There are
-just 100 distinct problems (a, b in 0..9); validation uses all of them, training samples
-them with replacement, so the val score measures the learned behaviour.
+Each prompt is a short chat: one worked example (`3 + 4 = 7. <answer>7</answer>`, other
+numbers in every row), then the question. The untrained SmolLM2-135M-Instruct follows the
+example only some of the time when sampling at temperature 1, rambles otherwise, and
+slips often enough even when greedy that there is room to improve. What RL has to teach is
+to reliably work the sum and close with the tag. There are just 100 distinct problems
+(a, b in 0..9); validation uses all of them, training samples 160 with replacement (one
+epoch = 20 steps of 8 prompts), so the val score measures the learned behaviour.
 
-Each prompt shows the format with an example number that is never the right sum and
-differs from row to row: a fixed example ("<answer>12</answer>") is a trap the policy
-falls into, answering 12 to everything for the format credit.
+The example's numbers differ from row to row and its sum is never the asked one: a fixed
+example is a trap the policy falls into (it learns to copy the example's answer).
 """
 
 from __future__ import annotations
@@ -19,26 +20,33 @@ from pathlib import Path
 from typing import Any
 
 DATA_SOURCE = "turnrl/addition"
-PROMPT = (
-    "Compute {a} + {b}. Respond with only <answer>NUMBER</answer>, for example <answer>{example}</answer>."
-)
+QUESTION = "Compute {a} + {b}. Respond with only <answer>NUMBER</answer>."
+WORKED = "{a} + {b} = {s}. <answer>{s}</answer>"
 
 
-def make_row(a: int, b: int, split: str, index: int, example: int = 12) -> dict[str, Any]:
+def make_row(a: int, b: int, split: str, index: int, example: tuple[int, int] = (3, 4)) -> dict[str, Any]:
+    c, d = example
     return {
         "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": PROMPT.format(a=a, b=b, example=example)}],
+        "prompt": [
+            {"role": "user", "content": QUESTION.format(a=c, b=d)},
+            {"role": "assistant", "content": WORKED.format(a=c, b=d, s=c + d)},
+            {"role": "user", "content": QUESTION.format(a=a, b=b)},
+        ],
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": str(a + b)},
-        "extra_info": {"split": split, "index": index, "a": a, "b": b, "example": example},
+        "extra_info": {"split": split, "index": index, "a": a, "b": b, "example": c + d},
     }
 
 
-def _example(rng: random.Random, a: int, b: int) -> int:
-    return rng.choice([k for k in range(19) if k != a + b])
+def _example(rng: random.Random, a: int, b: int) -> tuple[int, int]:
+    while True:
+        c, d = rng.randint(0, 9), rng.randint(0, 9)
+        if c + d != a + b:
+            return c, d
 
 
-def write(out_dir: Path, seed: int, n_train: int = 2048) -> tuple[Path, Path]:
+def write(out_dir: Path, seed: int, n_train: int = 160) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     train = []
