@@ -26,9 +26,18 @@ from turnrl.trainer.validation import validate
 
 def evaluate(trainer: Trainer, temperature: float, seed: int) -> tuple[float, float]:
     cfg = trainer.cfg
-    params = SamplingParams(max_new_tokens=cfg.data.max_response_length, n=1, temperature=temperature, seed=seed)
-    metrics, _ = validate(trainer.rollout, trainer.reward, trainer.val_examples, params, cfg.data.val_batch_size,
-                          trainer.pad_id, cfg.data.max_response_length)
+    params = SamplingParams(
+        max_new_tokens=cfg.data.max_response_length, n=1, temperature=temperature, seed=seed
+    )
+    metrics, _ = validate(
+        trainer.rollout,
+        trainer.reward,
+        trainer.val_examples,
+        params,
+        cfg.data.val_batch_size,
+        trainer.pad_id,
+        cfg.data.max_response_length,
+    )
     return metrics["val/test_score/mean"], metrics.get("val/acc/mean", float("nan"))
 
 
@@ -37,9 +46,11 @@ def report(name: str, trainer: Trainer, repeats: int) -> None:
     sampled = [evaluate(trainer, 1.0, 1000 + k) for k in range(repeats)]
     scores = [s for s, _ in sampled]
     accs = [a for _, a in sampled]
-    print(f"{name:10s} greedy score {g_score:.3f} acc {g_acc:.3f} | T=1 x{repeats}: score mean {statistics.mean(scores):.3f} "
-          f"spread {max(scores) - min(scores):.3f} (values {', '.join(f'{s:.3f}' for s in scores)}) "
-          f"acc mean {statistics.mean(accs):.3f}")
+    print(
+        f"{name:10s} greedy score {g_score:.3f} acc {g_acc:.3f} | T=1 x{repeats}: score mean {statistics.mean(scores):.3f} "
+        f"spread {max(scores) - min(scores):.3f} (values {', '.join(f'{s:.3f}' for s in scores)}) "
+        f"acc mean {statistics.mean(accs):.3f}"
+    )
 
 
 def main() -> None:

@@ -40,10 +40,14 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     run_dir = tempfile.mkdtemp(prefix="turnrl-bench-")
-    cfg = load_config(None, [f"trainer.default_local_dir={run_dir}", "trainer.logger=[jsonl]", *args.overrides])
+    cfg = load_config(
+        None, [f"trainer.default_local_dir={run_dir}", "trainer.logger=[jsonl]", *args.overrides]
+    )
     trainer = Trainer(cfg)
-    print(f"model={cfg.model.path} prompts/step={cfg.data.train_batch_size} n={cfg.rollout.n} "
-          f"max_response_length={cfg.data.max_response_length} threads={torch.get_num_threads()}")
+    print(
+        f"model={cfg.model.path} prompts/step={cfg.data.train_batch_size} n={cfg.rollout.n} "
+        f"max_response_length={cfg.data.max_response_length} threads={torch.get_num_threads()}"
+    )
 
     batches = trainer.loader.epoch_batches()
     per_step = []
@@ -57,30 +61,47 @@ def main() -> None:
     for k in keys:
         mean = statistics.mean(r[k] for r in rest)
         print(f"{k[9:]:28s} {mean:9.2f} {mean / total:7.1%} {warm[k]:11.2f}")
-    print(f"tokens/step {statistics.mean(r['perf/total_num_tokens'] for r in rest):.0f}   "
-          f"throughput {statistics.mean(r['perf/throughput'] for r in rest):.1f} tokens/s")
+    print(
+        f"tokens/step {statistics.mean(r['perf/total_num_tokens'] for r in rest):.0f}   "
+        f"throughput {statistics.mean(r['perf/throughput'] for r in rest):.1f} tokens/s"
+    )
 
     # rollout: our engine vs model.generate, same prompts, lengths and sampling
     prompts = next(batches)
     gen_batch = stages.split_generation_input(prompts)
-    ids = [row[m.bool()].tolist() for row, m in zip(gen_batch["input_ids"], gen_batch["attention_mask"], strict=True)]
-    params = SamplingParams(max_new_tokens=cfg.data.max_response_length, n=cfg.rollout.n, temperature=1.0, seed=0)
+    ids = [
+        row[m.bool()].tolist()
+        for row, m in zip(gen_batch["input_ids"], gen_batch["attention_mask"], strict=True)
+    ]
+    params = SamplingParams(
+        max_new_tokens=cfg.data.max_response_length, n=cfg.rollout.n, temperature=1.0, seed=0
+    )
     ours = best_of(lambda: trainer.engine.generate(ids, params), 2)
     model = trainer.model
     enc = {k: gen_batch[k].to(trainer.device) for k in ("input_ids", "attention_mask")}
 
     def hf_generate() -> None:
         with torch.no_grad():
-            model.generate(**enc, max_new_tokens=params.max_new_tokens, do_sample=True, temperature=1.0, top_k=0,
-                           num_return_sequences=params.n, pad_token_id=trainer.pad_id)
+            model.generate(
+                **enc,
+                max_new_tokens=params.max_new_tokens,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                num_return_sequences=params.n,
+                pad_token_id=trainer.pad_id,
+            )
 
     theirs = best_of(hf_generate, 2)
     print("\n== rollout: turnrl engine vs transformers generate (same prompts, n, length) ==")
     print(f"turnrl {ours:.2f}s   generate {theirs:.2f}s   speed-up x{theirs / ours:.2f}")
 
     # trainer forward+backward on one micro-batch: shared prompt pass vs plain
-    batch = stages.group_and_merge(prompts, stages.generate(trainer.engine, gen_batch, params, trainer.pad_id,
-                                                             cfg.data.max_response_length), cfg.rollout.n)
+    batch = stages.group_and_merge(
+        prompts,
+        stages.generate(trainer.engine, gen_batch, params, trainer.pad_id, cfg.data.max_response_length),
+        cfg.rollout.n,
+    )
     mb = batch.index(slice(0, cfg.actor.ppo_micro_batch_size))
     argv = (mb["input_ids"], mb["attention_mask"], mb["position_ids"], mb["responses"].shape[1], 1.0)
     model.train()

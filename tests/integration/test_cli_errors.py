@@ -8,8 +8,13 @@ import pytest
 
 
 def run_train(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "turnrl.cli", "train", *args], capture_output=True, text=True,
-                          timeout=180, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "turnrl.cli", "train", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=cwd,
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
@@ -21,7 +26,9 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
 
 
 def test_unknown_key(tmp_path):
-    line = one_line_error(run_train("actor.learning_rate=1e-5", f"trainer.default_local_dir={tmp_path / 'run'}"))
+    line = one_line_error(
+        run_train("actor.learning_rate=1e-5", f"trainer.default_local_dir={tmp_path / 'run'}")
+    )
     assert "actor.learning_rate" in line and "did you mean" in line
     assert not (tmp_path / "run").exists()
 
@@ -42,12 +49,26 @@ def test_missing_model_path_writes_nothing(tmp_path):
 @pytest.mark.timeout(200)
 def test_missing_and_malformed_data_files(tmp_path):
     run = tmp_path / "run"
-    line = one_line_error(run_train("model.path=tiny-random", f"data.train_files=[{tmp_path}/nope.jsonl]",
-                                    f"data.val_files=[{tmp_path}/nope.jsonl]", f"trainer.default_local_dir={run}"))
+    line = one_line_error(
+        run_train(
+            "model.path=tiny-random",
+            f"data.train_files=[{tmp_path}/nope.jsonl]",
+            f"data.val_files=[{tmp_path}/nope.jsonl]",
+            f"trainer.default_local_dir={run}",
+        )
+    )
     assert "nope.jsonl" in line and "not found" in line
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"data_source": "turnrl/addition", "prompt": [{"role": "user", "content": "1+1"}]}) + "\n")
-    line = one_line_error(run_train("model.path=tiny-random", f"data.train_files=[{bad}]", f"data.val_files=[{bad}]",
-                                    f"trainer.default_local_dir={run}"))
+    bad.write_text(
+        json.dumps({"data_source": "turnrl/addition", "prompt": [{"role": "user", "content": "1+1"}]}) + "\n"
+    )
+    line = one_line_error(
+        run_train(
+            "model.path=tiny-random",
+            f"data.train_files=[{bad}]",
+            f"data.val_files=[{bad}]",
+            f"trainer.default_local_dir={run}",
+        )
+    )
     assert "bad.jsonl row 0" in line and "ground_truth" in line
     assert not run.exists()

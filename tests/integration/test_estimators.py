@@ -27,16 +27,34 @@ CASES = {
     "grpo": {"algorithm.adv_estimator": "grpo"},
     "dr_grpo": {"algorithm.norm_adv_by_std_in_grpo": False, "actor.loss_agg_mode": "seq-mean-token-sum-norm"},
     "rloo": {"algorithm.adv_estimator": "rloo"},
-    "reinforce_plus_plus": {"algorithm.adv_estimator": "reinforce_plus_plus", "rollout.n": 1,
-                            "actor.use_kl_loss": True},
+    "reinforce_plus_plus": {
+        "algorithm.adv_estimator": "reinforce_plus_plus",
+        "rollout.n": 1,
+        "actor.use_kl_loss": True,
+    },
     "reinforce_plus_plus_baseline": {"algorithm.adv_estimator": "reinforce_plus_plus_baseline"},
     "remax": {"algorithm.adv_estimator": "remax"},
-    "gae": {"algorithm.adv_estimator": "gae", "critic.enable": True, "algorithm.use_kl_in_reward": True,
-            "algorithm.kl_ctrl.type": "adaptive", "trainer.critic_warmup": 1},
-    "gspo_kl_loss": {"actor.policy_loss_mode": "gspo", "actor.use_kl_loss": True, "actor.kl_loss_type": "k3",
-                     "actor.clip_ratio_high": 0.28, "actor.loss_agg_mode": "seq-mean-token-mean"},
-    "dapo": {"algorithm.filter_groups.enable": True, "algorithm.filter_groups.max_num_gen_batches": 3,
-             "reward.overlong_buffer.enable": True, "reward.overlong_buffer.len": 2, "actor.clip_ratio_high": 0.28},
+    "gae": {
+        "algorithm.adv_estimator": "gae",
+        "critic.enable": True,
+        "algorithm.use_kl_in_reward": True,
+        "algorithm.kl_ctrl.type": "adaptive",
+        "trainer.critic_warmup": 1,
+    },
+    "gspo_kl_loss": {
+        "actor.policy_loss_mode": "gspo",
+        "actor.use_kl_loss": True,
+        "actor.kl_loss_type": "k3",
+        "actor.clip_ratio_high": 0.28,
+        "actor.loss_agg_mode": "seq-mean-token-mean",
+    },
+    "dapo": {
+        "algorithm.filter_groups.enable": True,
+        "algorithm.filter_groups.max_num_gen_batches": 3,
+        "reward.overlong_buffer.enable": True,
+        "reward.overlong_buffer.len": 2,
+        "actor.clip_ratio_high": 0.28,
+    },
     "reward_model": {"reward_model.enable": True, "reward_model.model.path": "tiny-random"},
 }
 
@@ -56,8 +74,15 @@ def test_two_steps(tmp_path, name):
     for key in ("critic/advantages/mean", "actor/pg_loss", "actor/grad_norm"):
         assert key in last and last[key] == last[key], key  # present and not NaN
     if name == "gae":
-        for key in ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/values/mean",
-                    "critic/returns/mean", "critic/kl", "critic/kl_coeff"):
+        for key in (
+            "critic/vf_loss",
+            "critic/vf_clipfrac",
+            "critic/vpred_mean",
+            "critic/values/mean",
+            "critic/returns/mean",
+            "critic/kl",
+            "critic/kl_coeff",
+        ):
             assert key in last, key
         assert "actor/pg_loss" not in steps[0]  # critic warm-up held the actor back at step 1
     if name in ("gspo_kl_loss", "reinforce_plus_plus"):

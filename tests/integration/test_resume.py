@@ -20,14 +20,20 @@ def test_resume_matches_uninterrupted_run(tmp_path):
     # 4 prompts, batch 2 -> 2 steps per epoch: stopping at step 2 stops at an epoch boundary,
     # where resuming once ran 0 steps (verl PR #5725)
     common = {"data.train_batch_size": 2, "actor.ppo_mini_batch_size": 1, "actor.lr_warmup_steps": 3}
-    straight = Trainer(load_config(None, tiny_overrides(tmp_path / "a", **common, **{"trainer.total_training_steps": 3})))
+    straight = Trainer(
+        load_config(None, tiny_overrides(tmp_path / "a", **common, **{"trainer.total_training_steps": 3}))
+    )
     straight.loader.examples = straight.loader.examples[:4]
     straight.fit()
 
-    first = Trainer(load_config(None, tiny_overrides(tmp_path / "b", **common, **{"trainer.total_training_steps": 2})))
+    first = Trainer(
+        load_config(None, tiny_overrides(tmp_path / "b", **common, **{"trainer.total_training_steps": 2}))
+    )
     first.loader.examples = first.loader.examples[:4]
     first.fit()
-    resumed = Trainer(load_config(None, tiny_overrides(tmp_path / "b", **common, **{"trainer.total_training_steps": 3})))
+    resumed = Trainer(
+        load_config(None, tiny_overrides(tmp_path / "b", **common, **{"trainer.total_training_steps": 3}))
+    )
     resumed.loader.examples = resumed.loader.examples[:4]
     assert resumed.global_step == 2 and resumed.loader.epoch == 1
     resumed.fit()

@@ -35,8 +35,14 @@ def test_calculator_agent_steps_through_the_trainer(tmp_path):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "critic/score/mean" in r]
     assert len(steps) == 2
-    for key in ("agent/turns/mean", "agent/valid_action_ratio", "agent/truncated_ratio", "agent/model_tokens/mean",
-                "agent/obs_tokens/mean", "actor/pg_loss"):
+    for key in (
+        "agent/turns/mean",
+        "agent/valid_action_ratio",
+        "agent/truncated_ratio",
+        "agent/model_tokens/mean",
+        "agent/obs_tokens/mean",
+        "actor/pg_loss",
+    ):
         assert key in steps[-1], key
     # response_length counts model tokens only, like agent/model_tokens
     assert steps[-1]["response_length/mean"] == pytest.approx(steps[-1]["agent/model_tokens/mean"])

@@ -10,11 +10,11 @@ from turnrl.trainer.ppo import Trainer
 
 # a trivially learnable reward: the share of response tokens with an even id. The random
 # policy sits at 0.5; a policy gradient moves it up within a few steps.
-EVEN_REWARD = '''
+EVEN_REWARD = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     ids = extra_info["_ids"](solution_str)
     return sum(1 for i in ids if i % 2 == 0) / max(len(ids), 1)
-'''
+"""
 
 
 def reward_file(tmp_path: Path) -> str:
@@ -65,6 +65,13 @@ def test_grpo_raises_a_learnable_reward(tmp_path):
     assert last > first + 0.1, scores
     # the loop wrote what a user looks for
     assert (run / "config.yaml").is_file() and (run / "checkpoints" / "latest").is_file()
-    for key in ("actor/pg_loss", "actor/grad_norm", "actor/lr", "timing_s/gen", "perf/throughput", "response_length/mean"):
+    for key in (
+        "actor/pg_loss",
+        "actor/grad_norm",
+        "actor/lr",
+        "timing_s/gen",
+        "perf/throughput",
+        "response_length/mean",
+    ):
         assert key in rows[-1], key
     assert rows[-1]["rollout/logprob_gap/max"] < 1e-3  # engine and trainer agree on log-probs

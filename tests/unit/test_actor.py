@@ -15,9 +15,13 @@ def agent_like_batch(tokenizer, n=2):
     ids, mask = left_pad(prompts, tokenizer.pad_token_id)
     g = torch.Generator().manual_seed(1)
     responses = [torch.randint(5, 1000, (k,), generator=g).tolist() for k in (4, 6, 3, 5)]
-    out = assemble(Batch(tensors={"input_ids": ids, "attention_mask": mask}),
-                   Generation(responses, [[0.0] * len(r) for r in responses], ["stop"] * 4), n,
-                   tokenizer.pad_token_id, 6)
+    out = assemble(
+        Batch(tensors={"input_ids": ids, "attention_mask": mask}),
+        Generation(responses, [[0.0] * len(r) for r in responses], ["stop"] * 4),
+        n,
+        tokenizer.pad_token_id,
+        6,
+    )
     out["uid"] = np.array(["a", "a", "b", "b"], dtype=object)
     out["advantages"] = torch.tensor([[1.0] * 6, [-1.0] * 6, [0.5] * 6, [-0.5] * 6]) * out["response_mask"]
     return out

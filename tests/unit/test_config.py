@@ -16,7 +16,9 @@ def test_defaults_yaml_and_overrides_merge_in_order(tmp_path):
 
 
 def test_unknown_key_names_closest_valid_key():
-    with pytest.raises(ConfigError, match=r"unknown config key 'rollout\.temprature'.*'rollout\.temperature'"):
+    with pytest.raises(
+        ConfigError, match=r"unknown config key 'rollout\.temprature'.*'rollout\.temperature'"
+    ):
         load_config(None, ["rollout.temprature=0.5"])
     # a right leaf in the wrong section
     with pytest.raises(ConfigError, match=r"did you mean 'actor\.lr'"):

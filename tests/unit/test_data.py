@@ -14,7 +14,9 @@ class CharTokenizer:
     """A real (if minimal) tokenizer: one id per character, a fixed chat template."""
 
     def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
-        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + ("<assistant>" if add_generation_prompt else "")
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + (
+            "<assistant>" if add_generation_prompt else ""
+        )
 
     def __call__(self, text, add_special_tokens=False):
         return {"input_ids": [ord(c) for c in text]}
@@ -35,7 +37,9 @@ def test_reads_verl_rows_from_jsonl_and_parquet(tmp_path):
     assert ex[0].ground_truth == "3" and ex[0].index == 0 and ex[0].data_source == "turnrl/addition"
     assert ex[1].ground_truth == {"target": ["7", "seven"]}
     text = "".join(map(chr, ex[0].prompt_ids))
-    assert text.startswith("<user>Compute 3 + 4.") and text.endswith("<user>Compute 1 + 2. Respond with only <answer>NUMBER</answer>.<assistant>")
+    assert text.startswith("<user>Compute 3 + 4.") and text.endswith(
+        "<user>Compute 1 + 2. Respond with only <answer>NUMBER</answer>.<assistant>"
+    )
 
 
 def test_overlong_prompts_are_dropped_and_counted(tmp_path, caplog):
@@ -50,7 +54,10 @@ def test_overlong_prompts_are_dropped_and_counted(tmp_path, caplog):
     [
         ({"data_source": "x", "reward_model": {"ground_truth": "1"}}, "row 0: row has no 'prompt'"),
         ({"prompt": [{"role": "user", "content": "hi"}]}, "row 0: row has no 'reward_model.ground_truth'"),
-        ({"prompt": [{"content": "hi"}], "reward_model": {"ground_truth": "1"}}, "needs 'role' and 'content'"),
+        (
+            {"prompt": [{"content": "hi"}], "reward_model": {"ground_truth": "1"}},
+            "needs 'role' and 'content'",
+        ),
     ],
 )
 def test_malformed_rows_name_file_and_row(tmp_path, row, message):

@@ -8,7 +8,9 @@ from turnrl.rollout.base import Generation, assemble
 
 def naive_log_probs(model, input_ids, attention_mask, position_ids, r, temperature):
     """The slow obvious version: full logits, full float32 log-softmax."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits.float()
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+    ).logits.float()
     logp = torch.log_softmax(logits[:, -r - 1 : -1] / temperature, dim=-1)
     return logp.gather(-1, input_ids[:, -r:, None]).squeeze(-1)
 

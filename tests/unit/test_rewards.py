@@ -29,7 +29,9 @@ def test_registry_routes_by_data_source_and_names_unknown():
 
 def test_custom_function_loaded_from_file(tmp_path):
     f = tmp_path / "my_reward.py"
-    f.write_text("def my_score(data_source, solution_str, ground_truth, extra_info=None):\n    return len(solution_str)\n")
+    f.write_text(
+        "def my_score(data_source, solution_str, ground_truth, extra_info=None):\n    return len(solution_str)\n"
+    )
     fn = load_custom(str(f), "my_score")
     assert fn("x", "abcd", None) == 4
     with pytest.raises(RewardError, match="defines no function 'nope'"):
@@ -71,7 +73,11 @@ def test_scores_land_on_last_model_token():
             "response_mask": mask,
             "attention_mask": torch.cat([torch.ones(2, 2, dtype=torch.long), mask.long()], dim=1),
         },
-        non_tensors={"data_source": ["turnrl/addition"] * 2, "ground_truth": ["1", "1"], "extra_info": [{}, {}]},
+        non_tensors={
+            "data_source": ["turnrl/addition"] * 2,
+            "ground_truth": ["1", "1"],
+            "extra_info": [{}, {}],
+        },
     )
     scores, extras = RuleReward(SpaceTokenizer())(batch)
     assert scores.tolist() == [[0, 0, 1.0, 0], [0, 0, pytest.approx(0.1), 0]]

@@ -10,8 +10,9 @@ class SingleTurnRollout:
     def __init__(self, engine: RolloutEngine):
         self.engine = engine
 
-    def generate(self, gen_batch: Batch, params: SamplingParams, pad_id: int,
-                 response_length: int) -> tuple[Batch, dict[str, float]]:
+    def generate(
+        self, gen_batch: Batch, params: SamplingParams, pad_id: int, response_length: int
+    ) -> tuple[Batch, dict[str, float]]:
         ids, mask = gen_batch["input_ids"], gen_batch["attention_mask"]
         prompt_ids = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
         out = self.engine.generate(prompt_ids, params)

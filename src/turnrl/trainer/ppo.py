@@ -98,8 +98,13 @@ class Trainer:
         tmp = self.run_dir / ".config.yaml.tmp"
         tmp.write_text(to_yaml(cfg))
         tmp.replace(self.run_dir / "config.yaml")
-        self.tracker = Tracker(self.run_dir, cfg.trainer.logger, project=cfg.trainer.project_name,
-                               experiment=cfg.trainer.experiment_name, config=dataclasses.asdict(cfg))
+        self.tracker = Tracker(
+            self.run_dir,
+            cfg.trainer.logger,
+            project=cfg.trainer.project_name,
+            experiment=cfg.trainer.experiment_name,
+            config=dataclasses.asdict(cfg),
+        )
         self._resume()
 
     # -- the step ------------------------------------------------------------------------------
@@ -207,9 +212,10 @@ class Trainer:
 
     def greedy_baseline(self, prompts: Batch, gen_batch: Batch) -> Any:
         """ReMax's baseline: the score of a greedy response to the same prompt."""
-        params = self.sampling(self.global_step, 0)
-        params.n, params.temperature = 1, 0.0
-        rollout, _ = stages.generate(self.rollout, gen_batch, params, self.pad_id, self.cfg.data.max_response_length)
+        params = dataclasses.replace(self.sampling(self.global_step, 0), n=1, temperature=0.0)
+        rollout, _ = stages.generate(
+            self.rollout, gen_batch, params, self.pad_id, self.cfg.data.max_response_length
+        )
         greedy = stages.group_and_merge(prompts, rollout, 1)
         self.score(greedy)
         return greedy["token_level_scores"].sum(-1)
@@ -268,14 +274,8 @@ class Trainer:
 
     def validate(self) -> dict[str, float]:
         r = self.cfg.rollout
-        params = SamplingParams(
-            max_new_tokens=self.cfg.data.max_response_length,
-            n=r.val_n,
-            temperature=r.val_temperature,
-            top_p=r.top_p,
-            top_k=r.top_k,
-            stop=list(r.stop),
-            seed=self.cfg.trainer.seed,
+        params = dataclasses.replace(
+            self.sampling(0), n=r.val_n, temperature=r.val_temperature, seed=self.cfg.trainer.seed
         )
         start = time.perf_counter()
         metrics, samples = validate(

@@ -53,8 +53,9 @@ def split_generation_input(batch: Batch) -> Batch:
 class Rollout(Protocol):
     """Single-turn (`rollout.single_turn`) or agent (`agent.rollout`) sampling of a prompt batch."""
 
-    def generate(self, gen_batch: Batch, params: SamplingParams, pad_id: int,
-                 response_length: int) -> tuple[Batch, dict[str, float]]: ...
+    def generate(
+        self, gen_batch: Batch, params: SamplingParams, pad_id: int, response_length: int
+    ) -> tuple[Batch, dict[str, float]]: ...
 
 
 def generate(

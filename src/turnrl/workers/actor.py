@@ -52,7 +52,9 @@ class Actor:
         parts = [self._log_probs(mb) for mb in batch.split(self.cfg.log_prob_micro_batch_size)]
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
-    def update(self, batch: Batch, mini_batch_responses: int, seed: int, recorder: Any = None) -> dict[str, float]:
+    def update(
+        self, batch: Batch, mini_batch_responses: int, seed: int, recorder: Any = None
+    ) -> dict[str, float]:
         """PPO epochs over shuffled mini-batches; one optimizer step per mini-batch.
 
         A recorder (the step inspector) receives the first micro-batch's per-token ratio,
@@ -63,9 +65,16 @@ class Actor:
         return epochs_of_mini_batches(batch, self.cfg.ppo_epochs, mini_batch_responses, seed, self._step)
 
     def _record(self, mb: Batch, log_prob: torch.Tensor, m: dict[str, torch.Tensor]) -> None:
-        fields = {k: mb[k] for k in ("responses", "response_mask", "attention_mask", "old_log_probs", "advantages")}
-        fields.update(log_prob=log_prob.detach(), ratio=m["ratio"], clipped=m["clip_active"],
-                      dual_clipped=m["dual_active"], pg_loss=m["loss_mat"])
+        fields = {
+            k: mb[k] for k in ("responses", "response_mask", "attention_mask", "old_log_probs", "advantages")
+        }
+        fields.update(
+            log_prob=log_prob.detach(),
+            ratio=m["ratio"],
+            clipped=m["clip_active"],
+            dual_clipped=m["dual_active"],
+            pg_loss=m["loss_mat"],
+        )
         self._recorder.record("update_actor", Batch(tensors=fields, non_tensors={"uid": mb["uid"]}), 0.0)
         self._recorder = None
 
@@ -94,7 +103,8 @@ class Actor:
                 loss_agg_mode=cfg.loss_agg_mode,
                 mode=cfg.policy_loss_mode,
                 loss_denominator=denom,
-                loss_norm_length=width, per_token=self._recorder is not None,
+                loss_norm_length=width,
+                per_token=self._recorder is not None,
             )
             if self._recorder is not None:
                 self._record(mb, log_prob, m)
