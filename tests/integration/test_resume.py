@@ -38,8 +38,8 @@ def test_resume_matches_uninterrupted_run(tmp_path):
     assert resumed.global_step == 2 and resumed.loader.epoch == 1
     resumed.fit()
 
-    a = [m for m in metrics(straight.run_dir) if m["step"] == 3 and "critic/score/mean" in m][0]
-    b = [m for m in metrics(resumed.run_dir) if m["step"] == 3 and "critic/score/mean" in m][0]
+    a = next(m for m in metrics(straight.run_dir) if m["step"] == 3 and "critic/score/mean" in m)
+    b = next(m for m in metrics(resumed.run_dir) if m["step"] == 3 and "critic/score/mean" in m)
     assert a["actor/lr"] == b["actor/lr"]  # the warm-up schedule did not restart
     assert a["critic/score/mean"] == b["critic/score/mean"]
     assert a["actor/pg_loss"] == pytest.approx(b["actor/pg_loss"], abs=1e-6)

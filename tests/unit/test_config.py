@@ -64,17 +64,17 @@ def test_every_field_has_a_docstring():
 
 
 def test_ppo_family_bad_input_names_the_missing_piece():
-    with pytest.raises(ConfigError, match="valid: token-mean"):
+    with pytest.raises(ConfigError, match=r"valid: token-mean"):
         load_config(None, ["actor.loss_agg_mode=mean"])
-    with pytest.raises(ConfigError, match="valid: vanilla, gspo"):
+    with pytest.raises(ConfigError, match=r"valid: vanilla, gspo"):
         load_config(None, ["actor.policy_loss_mode=ppo"])
-    with pytest.raises(ConfigError, match="'algorithm.kl_penalty' 'k4'; valid: k1"):
+    with pytest.raises(ConfigError, match=r"'algorithm\.kl_penalty' 'k4'; valid: k1"):
         load_config(None, ["algorithm.kl_penalty=k4"])
-    with pytest.raises(ConfigError, match="needs a critic: set critic.enable=true"):
+    with pytest.raises(ConfigError, match=r"needs a critic: set critic\.enable=true"):
         load_config(None, ["algorithm.adv_estimator=gae"])
-    with pytest.raises(ConfigError, match="needs the reference policy: set ref.enable=true"):
+    with pytest.raises(ConfigError, match=r"needs the reference policy: set ref\.enable=true"):
         load_config(None, ["actor.use_kl_loss=true", "ref.enable=false"])
     with pytest.raises(ConfigError, match="group of one"):
         load_config(None, ["algorithm.adv_estimator=rloo", "rollout.n=1"])
-    with pytest.raises(ConfigError, match="reward_model.model.path"):
+    with pytest.raises(ConfigError, match=r"reward_model\.model\.path"):
         load_config(None, ["reward_model.enable=true"])
