@@ -165,7 +165,8 @@ def test_multi_turn_episodes_keep_exact_ids_and_logprobs_match_trainer(tool_mode
             full, m, lp = hits[0]
             start = len(ctx) - (len(full) - len(m))
             assert all(v == 1 for v in m[start : start + len(ids)])
-            assert lp[start : start + len(ids)] == pytest.approx(lps, abs=0)
+            # the same float32 numbers up to the rounding of a batch that shrinks as episodes end
+            assert lp[start : start + len(ids)] == pytest.approx(lps, abs=1e-5)
             checked += 1
     assert checked > len(batch)  # more than one turn was checked
     # the hazard this avoids is real: a loop that decodes the response and re-encodes it (text in, text

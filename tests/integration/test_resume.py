@@ -35,7 +35,8 @@ def test_resume_matches_uninterrupted_run(tmp_path):
         load_config(None, tiny_overrides(tmp_path / "b", **common, **{"trainer.total_training_steps": 3}))
     )
     resumed.loader.examples = resumed.loader.examples[:4]
-    assert resumed.global_step == 2 and resumed.loader.epoch == 1
+    # saved at the very end of epoch 0: resuming must move on to epoch 1, not stop
+    assert resumed.global_step == 2 and (resumed.loader.epoch, resumed.loader.position) == (0, 2)
     resumed.fit()
 
     a = next(m for m in metrics(straight.run_dir) if m["step"] == 3 and "critic/score/mean" in m)

@@ -18,6 +18,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 
 
 def reward_file(tmp_path: Path) -> str:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "even_reward.py"
     path.write_text(
         "from turnrl.models.loader import load_tokenizer\n"
