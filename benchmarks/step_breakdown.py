@@ -52,6 +52,7 @@ def main() -> None:
     batches = trainer.loader.epoch_batches()
     per_step = []
     for _ in range(args.steps + 1):
+        trainer.global_step += 1  # as fit() numbers its steps (step 0 would be critic warm-up)
         per_step.append(trainer.step(next(batches)))
     warm, rest = per_step[0], per_step[1:]
     keys = [k for k in rest[0] if k.startswith("timing_s/")]
@@ -99,7 +100,7 @@ def main() -> None:
     # trainer forward+backward on one micro-batch: shared prompt pass vs plain
     batch = stages.group_and_merge(
         prompts,
-        stages.generate(trainer.engine, gen_batch, params, trainer.pad_id, cfg.data.max_response_length),
+        stages.generate(trainer.rollout, gen_batch, params, trainer.pad_id, cfg.data.max_response_length)[0],
         cfg.rollout.n,
     )
     mb = batch.index(slice(0, cfg.actor.ppo_micro_batch_size))
