@@ -3,6 +3,10 @@
 Each program must be contained with the right status; afterwards the server still answers a
 normal request, no process of the run survives and no file is left behind. Where a layer is
 missing on this host, the test asserts that /health says so instead of pretending.
+
+Tests that must hold whatever the layers take `any_server`: they run against the server with
+every layer this host supports and against one started with `--isolation basic`, the weakest
+mode (no namespaces, no uid, no cgroup), which is also what a host without them falls back to.
 """
 
 from __future__ import annotations
@@ -28,6 +32,18 @@ def server() -> Iterator[SandboxProcess]:
     env = {**os.environ, SECRET_NAME: SECRET}
     with SandboxProcess(workers=4, queue=16, env=env) as proc:
         yield proc
+
+
+@pytest.fixture(scope="module")
+def basic_server() -> Iterator[SandboxProcess]:
+    env = {**os.environ, SECRET_NAME: SECRET}
+    with SandboxProcess(workers=2, queue=16, env=env, isolation="basic") as proc:
+        yield proc
+
+
+@pytest.fixture(params=["auto", "basic"])
+def any_server(request: pytest.FixtureRequest) -> SandboxProcess:
+    return request.getfixturevalue("server" if request.param == "auto" else "basic_server")
 
 
 @pytest.fixture(scope="module")
@@ -86,23 +102,23 @@ def assert_clean(server: SandboxProcess, marker: str | None = None) -> None:
         assert _cmdlines_with(marker) == [], f"a process with {marker!r} survived"
 
 
-def test_infinite_loop_times_out(server: SandboxProcess) -> None:
+def test_infinite_loop_times_out(any_server: SandboxProcess) -> None:
     start = time.monotonic()
-    out = run(server, "while True:\n    pass\n", run_timeout=1)
+    out = run(any_server, "while True:\n    pass\n", run_timeout=1)
     assert out["status"] == "Failed"
     assert out["run_result"]["status"] == "TimeLimitExceeded"
     assert out["run_result"]["return_code"] is None
     assert 0.9 <= out["run_result"]["execution_time"] < 2.5
     assert time.monotonic() - start < 4
-    assert_clean(server)
+    assert_clean(any_server)
 
 
-def test_sleep_past_timeout_keeps_earlier_output(server: SandboxProcess) -> None:
-    out = run(server, "import time\nprint('before')\ntime.sleep(30)\nprint('after')\n", run_timeout=1)
+def test_sleep_past_timeout_keeps_earlier_output(any_server: SandboxProcess) -> None:
+    out = run(any_server, "import time\nprint('before')\ntime.sleep(30)\nprint('after')\n", run_timeout=1)
     assert out["run_result"]["status"] == "TimeLimitExceeded"
     assert out["run_result"]["stdout"] == "before\n"  # unbuffered: printed text survives the kill
     assert "timed out after 1s" in out["message"]
-    assert_clean(server)
+    assert_clean(any_server)
 
 
 def test_fork_bomb_is_contained(server: SandboxProcess) -> None:
@@ -128,13 +144,13 @@ def test_bash_fork_bomb_is_contained(server: SandboxProcess) -> None:
     assert_clean(server)
 
 
-def test_memory_bomb_fails_cleanly(server: SandboxProcess) -> None:
+def test_memory_bomb_fails_cleanly(any_server: SandboxProcess) -> None:
     code = "blocks = []\nwhile True:\n    blocks.append(bytearray(32 << 20))\n"
-    out = run(server, code, memory_limit_MB=256, run_timeout=5)
+    out = run(any_server, code, memory_limit_MB=256, run_timeout=5)
     assert out["status"] == "Failed"
     assert out["run_result"]["status"] == "Finished"
     assert "MemoryError" in out["run_result"]["stderr"]
-    assert_clean(server)
+    assert_clean(any_server)
 
 
 def test_forked_memory_bomb_is_capped_in_total(server: SandboxProcess, layers: dict[str, bool]) -> None:
@@ -157,16 +173,16 @@ def test_forked_memory_bomb_is_capped_in_total(server: SandboxProcess, layers: d
     assert_clean(server)
 
 
-def test_huge_output_is_capped(server: SandboxProcess) -> None:
-    cap = server.health["limits"]["max_output_bytes"]
-    out = run(server, "import sys\nsys.stdout.write('x' * (20 << 20))\n", run_timeout=10)
+def test_huge_output_is_capped(any_server: SandboxProcess) -> None:
+    cap = any_server.health["limits"]["max_output_bytes"]
+    out = run(any_server, "import sys\nsys.stdout.write('x' * (20 << 20))\n", run_timeout=10)
     assert out["status"] == "Success"
     assert len(out["run_result"]["stdout"]) == cap
     assert f"stdout truncated to {cap} of {20 << 20} bytes" in out["message"]
-    endless = run(server, "import sys\nwhile True:\n    sys.stdout.write('y' * 65536)\n", run_timeout=1)
+    endless = run(any_server, "import sys\nwhile True:\n    sys.stdout.write('y' * 65536)\n", run_timeout=1)
     assert endless["run_result"]["status"] == "TimeLimitExceeded"
     assert len(endless["run_result"]["stdout"]) == cap
-    assert_clean(server)
+    assert_clean(any_server)
 
 
 def test_binary_garbage_on_stdout(server: SandboxProcess) -> None:
@@ -178,11 +194,11 @@ def test_binary_garbage_on_stdout(server: SandboxProcess) -> None:
     assert_clean(server)
 
 
-def test_file_size_limit(server: SandboxProcess) -> None:
-    out = run(server, "open('big', 'wb').write(b'x' * (200 << 20))\n", run_timeout=10)
+def test_file_size_limit(any_server: SandboxProcess) -> None:
+    out = run(any_server, "open('big', 'wb').write(b'x' * (200 << 20))\n", run_timeout=10)
     assert out["status"] == "Failed"
     assert out["run_result"]["return_code"] != 0
-    assert_clean(server)
+    assert_clean(any_server)
 
 
 def test_writes_outside_work_dir_do_not_land(
@@ -269,7 +285,9 @@ def test_network_is_cut(server: SandboxProcess) -> None:
 
 
 def test_killing_the_parent_or_server_fails(server: SandboxProcess, layers: dict[str, bool]) -> None:
-    if not any(layers[k] for k in ("unprivileged_uid", "pid_namespace", "user_namespace")):
+    if not (layers["unprivileged_uid"] or layers["pid_namespace"]):
+        # a user namespace alone does not help: it maps the run onto the server's own uid
+        assert any("/proc entries" in n for n in server.health["isolation"]["notes"])
         pytest.skip("runs share the server's uid and pid namespace here; /health lists the missing layers")
     code = (
         "import os, signal\n"
@@ -288,7 +306,7 @@ def test_killing_the_parent_or_server_fails(server: SandboxProcess, layers: dict
     assert_clean(server)
 
 
-def test_child_outliving_the_run_is_killed(server: SandboxProcess) -> None:
+def test_child_outliving_the_run_is_killed(any_server: SandboxProcess) -> None:
     marker = f"{time.time_ns() % 10**6}.{os.getpid() % 1000 + 1000}"
     code = (
         "import os, subprocess\n"
@@ -296,21 +314,50 @@ def test_child_outliving_the_run_is_killed(server: SandboxProcess) -> None:
         "                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
         "if os.fork() == 0:\n"  # classic double-fork daemon
         "    os.setsid()\n"
-        "    if os.fork() == 0:\n"
+        "    if os.fork() == 0:\n"  # keeps the run's stdout and stderr open
         f"        os.execvp('sleep', ['sleep', '{marker}1'])\n"
         "    os._exit(0)\n"
         "print('spawned')\n"
     )
-    out = run(server, code)
-    assert out["status"] == "Success", out
+    out = run(any_server, code, run_timeout=10)
+    assert out["status"] == "Success", out  # the run ends with the program, not with its pipes
     assert out["run_result"]["stdout"] == "spawned\n"
-    assert_clean(server, marker=marker)
+    assert out["run_result"]["execution_time"] < 5
+    assert_clean(any_server, marker=marker)
 
 
-def test_fetching_a_symlink_out_of_the_work_dir_is_refused(server: SandboxProcess) -> None:
+def test_program_leaving_its_session_is_killed_at_timeout(any_server: SandboxProcess) -> None:
+    marker = f"{time.time_ns() % 10**6}.{os.getpid() % 1000 + 2000}"
+    code = (
+        "import os, subprocess, time\n"
+        "os.setsid()\n"  # the program itself leaves the run's session, then starts a daemon
+        f"subprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n"
+        "print('hiding', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    out = run(any_server, code, run_timeout=1)
+    assert out["run_result"]["status"] == "TimeLimitExceeded", out
+    assert out["run_result"]["stdout"] == "hiding\n"
+    assert out["run_result"]["execution_time"] < 2.5
+    assert_clean(any_server, marker=marker)
+
+
+def test_exit_status_and_signal_deaths_pass_through(any_server: SandboxProcess) -> None:
+    # without a pid namespace a per-run reaper may stand between the server and the program
+    out = run(any_server, "import sys\nprint('partial')\nsys.exit(3)\n")
+    assert out["status"] == "Failed" and out["run_result"]["return_code"] == 3
+    assert out["run_result"]["stdout"] == "partial\n"
+    code = "import os, signal, time\nprint(os.getpid(), flush=True)\nsignal.alarm(1)\ntime.sleep(5)\n"
+    alarm = run(any_server, code)
+    assert alarm["run_result"]["status"] == "Finished" and alarm["run_result"]["return_code"] == 128 + 14
+    assert "killed by SIGALRM" in alarm["message"]
+    assert_clean(any_server)
+
+
+def test_fetching_a_symlink_out_of_the_work_dir_is_refused(any_server: SandboxProcess) -> None:
     code = "import os\nos.symlink('/etc/hostname', 'out.txt')\nos.mkfifo('pipe')\n"
-    out = run(server, code, fetch_files=["out.txt", "pipe"])
+    out = run(any_server, code, fetch_files=["out.txt", "pipe"])
     assert out["files"] == {}
     assert "'out.txt' not returned" in out["message"]
     assert "'pipe' is not a regular file" in out["message"]
-    assert_clean(server)
+    assert_clean(any_server)

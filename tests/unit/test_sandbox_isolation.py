@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import resource
 import shutil
@@ -12,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from turnrl.servers.sandbox.isolation import (
+    FALLBACK_NOTE,
     INIT_SCRIPT,
     SETUP_EXIT,
     SETUP_FAILED,
@@ -19,7 +19,7 @@ from turnrl.servers.sandbox.isolation import (
     Limits,
     cpu_seconds_for,
 )
-from turnrl.servers.sandbox.nsetup import WORK_PATH, hidden_paths
+from turnrl.servers.sandbox.nsetup import WORK_PATH, exposures
 from turnrl.servers.sandbox.runner import CappedOutput
 
 
@@ -78,8 +78,8 @@ def test_env_is_minimal_and_points_home_at_the_work_dir() -> None:
     assert plain["HOME"] == plain["TMPDIR"] == "/host/run-1"
 
 
-def test_hidden_paths_finds_the_blocking_ancestor() -> None:
-    base = Path(tempfile.mkdtemp())  # pytest's tmp_path sits under a 0700 directory itself
+def test_exposures_find_the_blocking_ancestor() -> None:
+    base = Path(tempfile.mkdtemp(dir="/var/lib"))  # pytest's tmp_path sits under /tmp, a temp dir itself
     try:
         os.chmod(base, 0o755)
         locked = base / "locked"
@@ -87,10 +87,44 @@ def test_hidden_paths_finds_the_blocking_ancestor() -> None:
         inner.mkdir(parents=True)
         os.chmod(locked, 0o700)
         (base / "open").mkdir()
-        found = hidden_paths([str(locked / "py"), str(inner), str(base / "open"), "/nonexistent/x"])
-        assert found == [(str(locked / "py"), str(locked))]  # inner is covered by its parent
+        paths = [str(locked / "py"), str(inner), str(base / "open"), "/nonexistent/x"]
+        assert exposures(paths, uid_drop=True) == [(str(locked / "py"), str(locked))]  # inner is covered
+        assert exposures(paths, uid_drop=False) == []  # the server's own uid can enter it
     finally:
         shutil.rmtree(base)
+
+
+def test_exposures_bring_back_paths_under_temp_dirs() -> None:
+    # a venv or checkout under /tmp (where CI may clone) vanishes under the private /tmp tmpfs
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        venv = base / "venv"
+        (venv / "bin").mkdir(parents=True)
+        (venv / "lib" / "site-packages").mkdir(parents=True)
+        target = base / "python3"
+        target.write_text("")
+        (venv / "bin" / "python").symlink_to(target)
+        link = base / "link"
+        link.symlink_to("/usr/lib")
+        paths = [str(venv / "bin" / "python"), str(venv), str(venv / "lib" / "site-packages"), str(link)]
+        found = exposures([*paths, "/tmp", WORK_PATH + "/x", "/usr/bin"], uid_drop=True)
+        # the venv (its bin/python link), the link's target file, the link under its own name;
+        # never a temp dir itself, the work dir, or a path the mounts do not hide
+        assert found == [(str(link), None), (str(target), None), (str(venv), None)]
+    finally:
+        shutil.rmtree(base)
+
+
+def test_describe_shouts_about_a_fallback_and_why() -> None:
+    why = "mount: FileNotFoundError: [Errno 2] No such file or directory: '/x/bin/python'"
+    iso = Isolation(fallbacks=[why], notes=[f"{FALLBACK_NOTE}: {why}", "cgroup: needs root"])
+    lines = iso.describe()
+    warning = next(i for i, line in enumerate(lines) if "WARNING: fell back to weaker isolation" in line)
+    assert lines[warning + 1].strip() == why  # the reason, on a line of its own
+    assert sum(why in line for line in lines) == 1 and "  note: cgroup: needs root" in lines
+    assert not any(
+        "WARNING: fell back" in line for line in Isolation(notes=["cgroup: needs root"]).describe()
+    )
 
 
 def test_limits_never_raise_a_hard_limit() -> None:
@@ -128,16 +162,11 @@ def test_preexec_failure_is_reported_not_raised() -> None:
 
 
 def test_capped_output_keeps_a_prefix_and_counts_the_rest() -> None:
-    async def pump(data: bytes, cap: int) -> CappedOutput:
-        reader = asyncio.StreamReader()
-        reader.feed_data(data)
-        reader.feed_eof()
-        out = CappedOutput(cap)
-        await out.pump(reader)
-        return out
-
-    out = asyncio.run(pump(b"ab\xff" * 100_000, cap=5))
+    out = CappedOutput(cap=5)
+    for _ in range(100_000):
+        out.add(b"ab\xff")
     assert out.kept == b"ab\xffab" and out.total == 300_000 and out.truncated
     assert out.text() == "ab\ufffdab"  # invalid UTF-8 is replaced, never raised
-    small = asyncio.run(pump(b"ok", cap=5))
+    small = CappedOutput(cap=5)
+    small.add(b"ok")
     assert not small.truncated and small.text() == "ok"

@@ -10,7 +10,9 @@ mounts (nsetup.py), sets rlimits, and then execs
         python main.py
 
 Without a PID namespace there is no launcher: the child drops to the slot's uid itself and
-execs the program directly. probe.py decides which layers this host supports.
+execs the program directly; where neither a cgroup nor a uid of its own then holds the run
+together, the child first splits off a per-run reaper (subreaper.py) that catches daemons.
+probe.py decides which layers this host supports.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ import math
 import os
 import resource
 import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from turnrl.servers.sandbox import nsetup
+from turnrl.servers.sandbox import nsetup, subreaper
 from turnrl.servers.sandbox.cgroups import CgroupSlots
-from turnrl.servers.sandbox.nsetup import WORK_PATH
+from turnrl.servers.sandbox.nsetup import WORK_PATH, Exposure
 
 SETUP_FAILED = "turnrl-sandbox: setup failed"
 SETUP_EXIT = 125
@@ -36,8 +39,10 @@ SETUP_EXIT = 125
 INIT_SCRIPT = '"$@"; exit $?'
 
 
+FALLBACK_NOTE = "stronger layer sets failed"
+
 LAYER_INFO = {
-    "process_group": "own session/process group per run, killed as a whole at the end",
+    "process_group": "own session/process group per run; all it started is killed when the program ends",
     "work_dir": "fresh temporary work dir per run, removed afterwards",
     "rlimits": "rlimits on CPU time, address space, file size, open files, processes; no core dumps",
     "scrubbed_env": "minimal environment (PATH, HOME=work dir, LANG): no server variables",
@@ -101,13 +106,21 @@ class Isolation:
     unshare: str | None = None
     setpriv: str | None = None
     sh: str | None = None
-    expose: list[tuple[str, str]] = field(default_factory=list)
+    expose: list[Exposure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    fallbacks: list[str] = field(default_factory=list)  # stronger layer sets that failed here, and why
     uid_lock_fd: int | None = None
 
     @property
     def namespaces(self) -> bool:
         return self.user_ns or self.net_ns or self.pid_ns or self.mount_ns
+
+    @property
+    def run_reaper(self) -> bool:
+        """Whether each run gets its own reaper process: only where no PID namespace, cgroup or
+        slot uid already catches the processes that leave the run's session."""
+        linux = sys.platform.startswith("linux") and nsetup.LIBC is not None
+        return linux and not self.pid_ns and self.cgroups is None and self.uid_base is None
 
     def uid(self, slot: int) -> int | None:
         return None if self.uid_base is None else self.uid_base + slot
@@ -134,7 +147,12 @@ class Isolation:
             lines.append(f"  [{'on ' if on else 'off'}] {name}: {LAYER_INFO[name]}")
         if not self.net_ns:
             lines.append("  WARNING: network is NOT isolated: programs can open connections")
-        lines.extend(f"  note: {n}" for n in self.notes)
+        if self.fallbacks:
+            lines.append(
+                "  WARNING: fell back to weaker isolation; these stronger layer sets failed their trial run:"
+            )
+            lines.extend(f"    {f}" for f in self.fallbacks)
+        lines.extend(f"  note: {n}" for n in self.notes if not n.startswith(FALLBACK_NOTE))
         return lines
 
     def work_path(self, host_dir: str) -> str:
@@ -188,6 +206,7 @@ class Isolation:
         setup = nsetup.namespace_setup(self.user_ns, self.net_ns, self.mount_ns, tmpfs_MB, self.expose)
         drop_uid = self.uid(slot) if not self.pid_ns else None  # else setpriv drops it after unshare
         pdeathsig = self.pdeathsig
+        split = self.run_reaper
 
         def child() -> None:
             try:
@@ -202,6 +221,8 @@ class Isolation:
                     finally:
                         os.close(fd)
                 setup()
+                if split:  # before the rlimits: the reaper, a copy of the server, must not hit them
+                    subreaper.split_off_program(pdeathsig, SETUP_EXIT)
                 for res, pair in pairs:
                     resource.setrlimit(res, pair)
                 if drop_uid is not None:

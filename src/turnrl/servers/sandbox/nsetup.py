@@ -8,8 +8,11 @@ system calls and touches no lock the server's other threads might hold.
 The mount layout a program sees:
     /tmp, /var/tmp, /dev/shm   fresh tmpfs of its own (host temp files invisible, nothing left behind)
     /tmp/sandbox               its work dir (a bind of the host-side work dir; also its cwd and HOME)
-    <interpreter prefix>       bound read-only when it lives under a directory other users cannot
-                               enter (e.g. /root/.pyenv), onto an empty tmpfs covering that directory
+    <interpreter paths>        the interpreter, its prefixes and sys.path, bound read-only where the
+                               layout above would hide them: under a temp dir (a venv or checkout in
+                               /tmp) they are bound into the fresh tmpfs at the same path; under a
+                               directory other users cannot enter (e.g. /root/.pyenv, with the uid
+                               layer) onto an empty tmpfs covering that directory
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from collections.abc import Callable
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV = 1, 2, 4
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 
@@ -79,20 +82,52 @@ def blocked_ancestor(path: str) -> str | None:
     return None
 
 
-def hidden_paths(paths: list[str]) -> list[tuple[str, str]]:
-    """(path, blocked ancestor) for each path an unprivileged uid could not reach, outermost only."""
-    out: list[tuple[str, str]] = []
-    for path in sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)}):
-        if any(path == p or path.startswith(p + "/") for p, _ in out):
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+Exposure = tuple[str, str | None]
+"""(path, cover): bind `path` read-only at the same place; cover is the directory to hide under an
+empty tmpfs first, or None when a private temp dir's fresh tmpfs already hides the host's copy."""
+
+
+def exposures(paths: list[str], uid_drop: bool) -> list[Exposure]:
+    """What the mount namespace must bind back so that the interpreter still starts.
+
+    A path under /tmp, /var/tmp or /dev/shm (a venv or checkout there: CI clones anywhere) would
+    vanish under the run's private tmpfs. With `uid_drop`, a path below a directory other users
+    cannot enter (e.g. /root/.pyenv) would be unreachable for the slot's uid. Both the path as given
+    and its resolved form count: the program is exec'd by the first, symlinks lead to the second.
+    Only the outermost path of a nested set is kept."""
+    found: dict[str, str | None] = {}
+    for given in paths:
+        if not given or not os.path.exists(given):
             continue
-        blocked = blocked_ancestor(path)
-        if blocked is not None and blocked != path:
-            out.append((path, blocked))
+        for path in dict.fromkeys([os.path.abspath(given), os.path.realpath(given)]):
+            temp = next((d for d in TEMP_DIRS if _under(path, d)), None)
+            if temp is not None:
+                # the temp dir itself cannot come back without undoing its privacy
+                if path != temp and not _under(path, WORK_PATH):
+                    found[path] = None
+            elif uid_drop:
+                blocked = blocked_ancestor(path)
+                if blocked is not None and blocked != path:
+                    found[path] = blocked
+    out: list[Exposure] = []
+    for path in sorted(found):
+        if not any(_under(path, kept) for kept, _ in out):
+            out.append((path, found[path]))
     return out
 
 
+def _kept_flags(fd: int) -> int:
+    # inside a user namespace a bind may not drop noexec from the mount it copies (EPERM);
+    # the atime mode is kept by the kernel when the remount names none
+    return MS_NOEXEC if os.fstatvfs(fd).f_flag & os.ST_NOEXEC else 0
+
+
 def namespace_setup(
-    user: bool, net: bool, mount: bool, tmpfs_MB: int, expose: list[tuple[str, str]]
+    user: bool, net: bool, mount: bool, tmpfs_MB: int, expose: list[Exposure]
 ) -> Callable[[], None]:
     """A function for the child: enter new user/net/mount namespaces and lay out the mounts.
 
@@ -100,7 +135,7 @@ def namespace_setup(
     flags = (CLONE_NEWUSER if user else 0) | (CLONE_NEWNET if net else 0) | (CLONE_NEWNS if mount else 0)
     outer_uid, outer_gid = os.getuid(), os.getgid()
     tmpfs_opts = f"size={tmpfs_MB}m,mode=1777"
-    covers = list(dict.fromkeys(blocked for _, blocked in expose))
+    covers = list(dict.fromkeys(cover for _, cover in expose if cover is not None))
 
     def setup() -> None:
         if not flags:
@@ -115,8 +150,8 @@ def namespace_setup(
             return
         # keep every mount below private, or a host with shared propagation would see them
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
-        # handles on what must stay reachable once tmpfs covers their parents
-        fds = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path, _ in expose]
+        # handles on what must stay reachable once tmpfs covers it or its parents
+        fds = [os.open(path, os.O_PATH) for path, _ in expose]
         for d in TEMP_DIRS:
             if os.path.isdir(d):
                 _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_opts)
@@ -124,11 +159,18 @@ def namespace_setup(
         _mount(".", WORK_PATH, None, MS_BIND | MS_REC)  # "." is still the (now hidden) host work dir
         for blocked in covers:
             _mount("tmpfs", blocked, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+        umask = os.umask(0o022)  # mount points made below must be traversable by the slot's uid
         for fd, (path, _) in zip(fds, expose, strict=True):
-            os.makedirs(path, exist_ok=True)
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.makedirs(path, exist_ok=True)
+            else:  # a single file (the interpreter itself) needs a file to be bound onto
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
             _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+            remount = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | _kept_flags(fd)
+            _mount(None, path, None, remount)
             os.close(fd)
+        os.umask(umask)
         os.chdir(WORK_PATH)
 
     return setup

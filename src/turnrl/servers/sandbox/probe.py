@@ -20,8 +20,8 @@ from pathlib import Path
 from turnrl.servers.sandbox import nsetup, reaper
 from turnrl.servers.sandbox.cgroups import CgroupSlots
 from turnrl.servers.sandbox.config import SandboxConfig
-from turnrl.servers.sandbox.isolation import Isolation, Limits
-from turnrl.servers.sandbox.nsetup import hidden_paths
+from turnrl.servers.sandbox.isolation import FALLBACK_NOTE, Isolation, Limits
+from turnrl.servers.sandbox.nsetup import exposures
 
 UID_STRIDE = 1024  # uids reserved per server; more workers than this cannot have per-slot uids
 FALLBACK_UID_BASE = 50_000  # for hosts (user-namespaced containers) that map only 16-bit uids
@@ -92,13 +92,15 @@ def _trial(iso: Isolation, cfg: SandboxConfig, work_root: str) -> str | None:
 
 
 def _interpreter_paths(python: str) -> list[str]:
-    """Directories the interpreter reads at start-up (prefixes and sys.path)."""
+    """What the interpreter needs at start-up: itself, its prefixes and sys.path (a venv's
+    site-packages and the source dirs of editable installs included)."""
+    found = [python, os.path.dirname(os.path.realpath(python))]
     code = "import json, sys; print(json.dumps([sys.base_prefix, sys.prefix, *sys.path]))"
     try:
         out = subprocess.run([python, "-c", code], capture_output=True, timeout=20, check=True).stdout
-        return [os.path.dirname(os.path.realpath(python)), *json.loads(out)]
+        return found + json.loads(out)
     except (OSError, subprocess.SubprocessError, ValueError):
-        return [os.path.dirname(os.path.realpath(python))]
+        return found
 
 
 NS_SETS = [  # strongest first; a PID namespace needs the `unshare` binary, the rest only syscalls
@@ -121,11 +123,20 @@ def _label(uid: bool, ns: dict[str, bool]) -> str:
     return "+".join(parts) or "basic"
 
 
+def _note_reaper(iso: Isolation) -> None:
+    if iso.run_reaper:
+        iso.notes.append(
+            "process_group: no pid namespace, cgroup or slot uid here: a per-run reaper process "
+            "catches daemons that leave the run's session"
+        )
+
+
 def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
     """The strongest working Isolation for this host and config; `notes` say what is missing and why."""
     iso = Isolation(mode=cfg.isolation)
     if cfg.isolation == "basic":
         iso.notes.append("namespaces, uid drop and cgroups disabled by --isolation basic")
+        _note_reaper(iso)
         return iso
     if not sys.platform.startswith("linux"):
         iso.notes.append(f"{sys.platform}: only the basic layers exist off Linux")
@@ -142,11 +153,13 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
             uid_base, iso.uid_lock_fd = claim_uid_block(cfg.uid_base, cfg.workers)
         except OSError as err:
             iso.notes.append(f"unprivileged_uid: {err}")
-        iso.expose = hidden_paths(_interpreter_paths(cfg.python))
     else:
         iso.notes.append(
             "unprivileged_uid: server is not root, runs keep its uid (start as root for this layer)"
         )
+    # what the private mounts would hide from the interpreters goes back in, read-only
+    needed = _interpreter_paths(cfg.python) + [lang.argv[0] for lang in cfg.languages().values()]
+    iso.expose = exposures(needed, uid_drop=uid_base is not None)
     if iso.unshare is None or iso.sh is None:
         iso.notes.append("pid_namespace: `unshare` (util-linux) or `sh` not found")
     elif uid_base is not None and iso.setpriv is None:
@@ -158,16 +171,17 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
         if nsetup.LIBC is not None:
             candidates += [(with_uid, ns) for ns in NS_SETS if pid_ok or not ns["pid_ns"]]
         candidates.append((with_uid, NO_NS))
-    failures = []
+    failures: dict[str, list[str]] = {}  # reason -> layer sets that failed for it
     for with_uid, ns in candidates:
         iso.uid_base = uid_base if with_uid else None
         _set(iso, user_ns=not root and any(ns.values()), **ns)
         why = _trial(iso, cfg, work_root)
         if why is None:
             break
-        failures.append(f"{_label(with_uid, ns)}: {why}")
+        failures.setdefault(why, []).append(_label(with_uid, ns))
+    iso.fallbacks = [f"{', '.join(labels)}: {why}" for why, labels in failures.items()]
     if failures:
-        iso.notes.append("stronger layer sets failed: " + "; ".join(failures))
+        iso.notes.append(f"{FALLBACK_NOTE}: " + "; ".join(iso.fallbacks))
     if iso.uid_base is None and iso.uid_lock_fd is not None:
         os.close(iso.uid_lock_fd)
         iso.uid_lock_fd = None
@@ -194,6 +208,7 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
             if root
             else "fork bombs: bounded by RLIMIT_NPROC over all processes of the server's user"
         )
-    if iso.uid_base is None and not iso.pid_ns and not iso.user_ns:
+    _note_reaper(iso)
+    if iso.uid_base is None and not iso.pid_ns:  # a user namespace maps runs onto the server's uid
         iso.notes.append("programs run as the server's uid and can signal it or read its /proc entries")
     return iso

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import signal
 import socket
 import subprocess
@@ -23,6 +24,8 @@ from typing import IO, Any
 import httpx
 
 from turnrl.servers.sandbox.client import SandboxUnavailable
+
+logger = logging.getLogger("turnrl.sandbox")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -110,6 +113,7 @@ class SandboxProcess:
             )
             if self._wait_ready():
                 atexit.register(self.stop)
+                self._warn_if_weakened()
                 return self
             if "address already in use" not in self.log_tail().lower():
                 break
@@ -118,6 +122,14 @@ class SandboxProcess:
         raise SandboxUnavailable(
             f"sandbox server did not start on {self.url}: {tail.splitlines()[-1:] or '?'}"
         )
+
+    def _warn_if_weakened(self) -> None:
+        # the server prints its layers, but into a log file nobody reads: repeat the bad news here
+        from turnrl.servers.sandbox.isolation import FALLBACK_NOTE  # server-side module: Unix only
+
+        for note in self.health.get("isolation", {}).get("notes", []):
+            if note.startswith(FALLBACK_NOTE):
+                logger.warning("sandbox server on %s runs with weaker isolation: %s", self.url, note)
 
     def _wait_ready(self) -> bool:
         assert self.proc is not None

@@ -44,34 +44,38 @@ def pids_with_real_uid(uids: range | set[int]) -> list[int]:
     return out
 
 
-def pids_in_session(sid: int) -> list[int]:
-    """Processes whose session id is `sid` (field 6 of /proc/<pid>/stat)."""
-    out = []
+def _living_stats() -> Iterable[tuple[int, list[bytes]]]:
+    """(pid, stat fields from field 3 on) of every process but zombies: those are dead already,
+    and only their parent can remove them."""
     for pid in _proc_pids():
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
                 stat = f.read()
             # the command name (field 2) may hold spaces and parentheses: split after the last ')'
             fields = stat[stat.rindex(b")") + 2 :].split()
-            if int(fields[3]) == sid:
-                out.append(pid)
+            if fields[0] != b"Z":
+                yield pid, fields
         except (OSError, ValueError, IndexError):
             continue
-    return out
+
+
+def pids_in_session(sid: int) -> list[int]:
+    """Living processes whose session id (field 6) is `sid`."""
+    return [pid for pid, fields in _living_stats() if int(fields[3]) == sid]
 
 
 def children_of(parent: int) -> list[int]:
-    """Direct children of `parent` (field 4 of /proc/<pid>/stat)."""
-    out = []
-    for pid in _proc_pids():
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-            if int(stat[stat.rindex(b")") + 2 :].split()[1]) == parent:
-                out.append(pid)
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
+    """Living direct children (parent pid: field 4) of `parent`."""
+    return [pid for pid, fields in _living_stats() if int(fields[1]) == parent]
+
+
+def session_and_children(leader: int) -> list[int]:
+    """Living processes in `leader`'s session or directly under it, `leader` itself excluded."""
+    return [
+        pid
+        for pid, fields in _living_stats()
+        if pid != leader and (int(fields[3]) == leader or int(fields[1]) == leader)
+    ]
 
 
 def kill_until_gone(find: Callable[[], list[int]], deadline_s: float = 2.0) -> int:

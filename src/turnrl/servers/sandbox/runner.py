@@ -1,10 +1,14 @@
 """Execute one checked request in a fresh work dir under the host's isolation layers.
 
 The life of a run: make a work dir (owned by the slot's uid) and write the code and files;
-spawn; feed stdin and read stdout/stderr incrementally with a cap while waiting for exit or
-the wall-clock limit; kill the process group and sweep for escapees; collect fetch_files;
-remove the work dir. Nothing here raises for a misbehaving program: every outcome is a
-SandboxFusion response.
+spawn; feed stdin and read stdout/stderr incrementally with a cap while waiting for the program
+to exit or the wall-clock limit; kill the process group and sweep for escapees; read what is
+left in the pipes; collect fetch_files; remove the work dir.
+
+The run ends when the program's process exits, not when its pipes close: a daemon it left
+behind may hold stdout open, and waiting for EOF would make every such run a timeout.
+
+Nothing here raises for a misbehaving program: every outcome is a SandboxFusion response.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from turnrl.servers.sandbox.config import SandboxConfig
 from turnrl.servers.sandbox.isolation import SETUP_EXIT, SETUP_FAILED, Isolation, Limits, cpu_seconds_for
 from turnrl.servers.sandbox.schema import RunSpec, response, run_result
 
-CHUNK = 64 << 10
 DRAIN_GRACE_S = 1.0  # after the kill, how long pipes may take to reach EOF
+LAUNCHER_GRACE_S = 1.0  # how long a spared launcher or run reaper gets to finish on its own
 
 
 @dataclass
@@ -39,12 +43,11 @@ class CappedOutput:
     kept: bytearray = field(default_factory=bytearray)
     total: int = 0
 
-    async def pump(self, stream: asyncio.StreamReader) -> None:
-        while chunk := await stream.read(CHUNK):
-            self.total += len(chunk)
-            room = self.cap - len(self.kept)
-            if room > 0:
-                self.kept += chunk[:room]
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.cap - len(self.kept)
+        if room > 0:
+            self.kept += chunk[:room]
 
     @property
     def truncated(self) -> bool:
@@ -62,12 +65,41 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        if data:
-            stdin.write(data)
-            await stdin.drain()
-        stdin.close()
+class RunProtocol(asyncio.SubprocessProtocol):
+    """Collects a run's output as it arrives and tells apart the program's exit from EOF."""
+
+    def __init__(self, out: CappedOutput, err: CappedOutput) -> None:
+        loop = asyncio.get_running_loop()
+        self.streams = {1: out, 2: err}
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.eof: dict[int, asyncio.Future[None]] = {1: loop.create_future(), 2: loop.create_future()}
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        self.streams[fd].add(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd in self.eof and not self.eof[fd].done():
+            self.eof[fd].set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+@dataclass
+class Spawned:
+    transport: asyncio.SubprocessTransport
+    protocol: RunProtocol
+
+    @property
+    def pid(self) -> int:
+        return self.transport.get_pid()
+
+    async def exit_within(self, seconds: float) -> bool:
+        """Whether the program's process has exited, waiting at most `seconds` for it."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.protocol.exited), seconds)
+        return self.protocol.exited.done()
 
 
 def _user_tasks(uid: int) -> int:
@@ -91,13 +123,13 @@ def _user_tasks(uid: int) -> int:
 class Runner:
     def __init__(self, cfg: SandboxConfig, iso: Isolation, work_root: str) -> None:
         self.cfg, self.iso, self.work_root = cfg, iso, work_root
-        self.active: dict[int, asyncio.subprocess.Process] = {}  # slot -> running process
+        self.active: dict[int, Spawned] = {}  # slot -> running program
 
     def _limits(self, spec: RunSpec) -> Limits:
         processes = self.cfg.max_processes
         if self.iso.uid_base is None:
             # RLIMIT_NPROC counts every process of the uid, the server's own included
-            processes += _user_tasks(os.getuid())
+            processes += _user_tasks(os.getuid()) + int(self.iso.run_reaper)  # the reaper is one more
         return Limits(
             address_space=spec.memory_MB << 20,
             cpu_seconds=cpu_seconds_for(spec.run_timeout),
@@ -153,12 +185,15 @@ class Runner:
         return files, problems
 
     def _kill_program(self, pid: int, slot: int) -> None:
-        """Kill the program and everything it started, escapees included.
+        """Kill the program and everything it started, escapees included, but spare the process
+        that reports its end.
 
         With a PID namespace, `pid` is the root-owned `unshare` launcher and its child is the
-        namespace's init shell. Both are spared: the shell sees its program die and exits with
-        its status, and the kernel then kills whatever is left in the namespace. (Killing the
-        launcher first would orphan the namespace to the host's init.)
+        namespace's init shell: the shell sees its program die and exits with its status, and the
+        kernel then kills whatever is left in the namespace. (Killing the launcher first would
+        orphan the namespace to the host's init.) With a run reaper, `pid` is the reaper: it
+        kills the daemons re-parented to it, which no sweep here can find, and exits with the
+        program's status.
         """
         iso, uid = self.iso, self.iso.uid(slot)
         inits = reaper.children_of(pid) if iso.pid_ns else []
@@ -169,10 +204,16 @@ class Runner:
             reaper.kill_until_gone(lambda: reaper.pids_with_real_uid({uid}))
         elif iso.pid_ns:  # orphans are re-parented to the init shell, so its children are all
             reaper.kill_until_gone(lambda: [c for i in inits for c in reaper.children_of(i)])
+        elif iso.run_reaper:  # its session, and its children: the program and what it adopted
+            reaper.kill_until_gone(lambda: reaper.session_and_children(pid))
         else:  # weakest net: the run's session (a setsid escapee is not caught)
             reaper.kill_until_gone(lambda: reaper.pids_in_session(pid))
-        if not iso.pid_ns:
-            reaper.kill_group(pid)
+
+    def _kill_leftovers(self, pid: int) -> None:
+        """After the launcher or reaper is gone (or would not go): the last, coarse nets."""
+        reaper.kill_group(pid)
+        if self.iso.run_reaper:  # the reaper itself, if it would not go
+            reaper.kill_until_gone(lambda: reaper.pids_in_session(pid))
 
     def _remove_strays(self, slot: int) -> None:
         """Without a private /tmp, files the slot's uid left in the shared temp dirs."""
@@ -189,14 +230,13 @@ class Runner:
                             else:
                                 os.unlink(entry.path)
 
-    async def _stop(self, proc: asyncio.subprocess.Process, slot: int) -> None:
-        await asyncio.to_thread(self._kill_program, proc.pid, slot)
-        if self.iso.pid_ns:
-            try:
-                await asyncio.wait_for(proc.wait(), 1.0)
-            except TimeoutError:
-                reaper.kill_group(proc.pid)
-        await proc.wait()
+    async def _stop(self, run: Spawned, slot: int) -> None:
+        await asyncio.to_thread(self._kill_program, run.pid, slot)
+        if not await run.exit_within(LAUNCHER_GRACE_S) or not self.iso.pid_ns:
+            # a session or group id stays taken while any process holds it, and the kernel hands
+            # out pids cyclically, so these cannot hit an unrelated process
+            await asyncio.to_thread(self._kill_leftovers, run.pid)
+        await run.exit_within(LAUNCHER_GRACE_S)
         await asyncio.to_thread(self._remove_strays, slot)
 
     async def run(self, spec: RunSpec, slot: int) -> dict[str, Any]:
@@ -223,13 +263,15 @@ class Runner:
             with contextlib.suppress(OSError):  # a failed update keeps the previous, still finite, limit
                 iso.cgroups.set_limits(slot, spec.memory_MB << 20, cfg.max_processes)
         out, err = CappedOutput(cfg.max_output), CappedOutput(cfg.max_output)
+        loop = asyncio.get_running_loop()
         start = time.monotonic()
         try:
-            proc = await asyncio.create_subprocess_exec(
+            transport, protocol = await loop.subprocess_exec(
+                lambda: RunProtocol(out, err),
                 *iso.argv(program, slot),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 cwd=workdir,
                 env=iso.env(iso.work_path(workdir), [os.path.dirname(cfg.python)]),
                 preexec_fn=iso.preexec(self._limits(spec), slot, cfg.tmpfs_MB),
@@ -237,24 +279,27 @@ class Runner:
             )
         except (OSError, subprocess.SubprocessError) as exc:
             return response("SandboxError", f"could not start the program: {exc}", run_result("Error")), False
-        self.active[slot] = proc
-        assert proc.stdin and proc.stdout and proc.stderr
-        pumps = [asyncio.create_task(out.pump(proc.stdout)), asyncio.create_task(err.pump(proc.stderr))]
-        feeder = asyncio.create_task(_feed(proc.stdin, spec.stdin))
+        spawned = Spawned(transport, protocol)
+        self.active[slot] = spawned
+        stdin = transport.get_pipe_transport(0)
+        assert isinstance(stdin, asyncio.WriteTransport)
+        if spec.stdin:
+            stdin.write(spec.stdin)  # buffered by the transport; a program that never reads just exits
+        stdin.close()  # after the buffer is flushed
         timed_out = False
         try:
-            await asyncio.wait_for(proc.wait(), spec.run_timeout)
-        except TimeoutError:
-            timed_out = True
+            timed_out = not await spawned.exit_within(spec.run_timeout)
         finally:
             elapsed = time.monotonic() - start
-            # runs even when the request is cancelled, so no run outlives its request
-            await self._stop(proc, slot)
-            self.active.pop(slot, None)
-            _, pending = await asyncio.wait(pumps, timeout=DRAIN_GRACE_S)
-            for task in [*pending, feeder]:
-                task.cancel()
-        return self._result(proc.returncode, timed_out, elapsed, spec, out, err)
+            try:
+                # runs even when the request is cancelled, so no run outlives its request
+                await self._stop(spawned, slot)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.gather(*protocol.eof.values()), DRAIN_GRACE_S)
+            finally:
+                transport.close()
+                self.active.pop(slot, None)
+        return self._result(transport.get_returncode(), timed_out, elapsed, spec, out, err)
 
     def _result(
         self,
@@ -288,5 +333,5 @@ class Runner:
         return response(status, "; ".join(n for n in notes if n), run), True
 
     async def kill_all(self) -> None:
-        for slot, proc in list(self.active.items()):
-            await self._stop(proc, slot)
+        for slot, spawned in list(self.active.items()):
+            await self._stop(spawned, slot)
