@@ -34,7 +34,7 @@ def test_custom_function_loaded_from_file(tmp_path):
     )
     fn = load_custom(str(f), "my_score")
     assert fn("x", "abcd", None) == 4
-    with pytest.raises(RewardError, match="defines no function 'nope'"):
+    with pytest.raises(RewardError, match="defines no 'nope'"):
         load_custom(str(f), "nope")
     with pytest.raises(RewardError, match="file not found"):
         load_custom(str(tmp_path / "missing.py"), "f")

@@ -8,12 +8,11 @@ A user function loaded from a file replaces the registry for every data source.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
+
+from turnrl.plugins import load_attribute
 
 ScoreFn = Callable[..., float | dict[str, Any]]
 
@@ -44,26 +43,13 @@ def registered() -> dict[str, ScoreFn]:
 
 
 def load_custom(path: str, name: str) -> ScoreFn:
-    file = Path(path)
-    if not file.is_file():
-        raise RewardError(f"reward.custom_function.path: file not found: {file}")
-    module_name = f"turnrl_user_reward_{abs(hash(file.resolve()))}"
-    spec = importlib.util.spec_from_file_location(module_name, file)
-    if spec is None or spec.loader is None:
-        raise RewardError(f"reward.custom_function.path: cannot import {file}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as err:
-        raise RewardError(f"reward.custom_function.path: importing {file} failed: {err!r}") from None
-    fn = getattr(module, name, None)
+    fn = load_attribute(path, name, "reward.custom_function", RewardError)
     if not callable(fn):
-        raise RewardError(f"reward.custom_function.name: {file} defines no function '{name}'")
+        raise RewardError(f"reward.custom_function.name: '{name}' in {path} is not a function")
     params = inspect.signature(fn).parameters
     if len(params) < 3 and not any(p.kind == p.VAR_POSITIONAL for p in params.values()):
         raise RewardError(
-            f"reward function {file}:{name} must take (data_source, solution_str, ground_truth, extra_info=None)"
+            f"reward function {path}:{name} must take (data_source, solution_str, ground_truth, extra_info=None)"
         )
     return fn
 
