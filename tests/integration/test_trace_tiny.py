@@ -13,7 +13,7 @@ from turnrl.tracking.trace import run_trace
 
 # the stages the trainer records in a single-turn GRPO step, then the inspector's own two
 CORE_STAGES = ("load_batch", "gen_batch", "gen", "group", "reward", "old_log_prob", "adv")
-OWN_STAGES = ("after_update", "metrics")
+OWN_STAGES = ("update_actor", "metrics")  # the actor records its first micro-batch's per-token ratio
 
 # scores that differ between samples (so GRPO advantages are not all 0), from the text alone
 VARIED_REWARD = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return (sum(map(ord, solution_str)) % 7) / 6\n"
@@ -56,7 +56,7 @@ def test_trace_shows_every_recorded_stage(tmp_path):
         assert (batch["advantages"][row][~mask] == 0).all()
     # tokens on the page: 4 responses of model tokens, hover text with their values
     assert len(re.findall(r'<span class="t model', html)) >= 4 * 5
-    assert "rollout_log_probs=" in html and "advantages=" in html and "ratio_after=" in html
+    assert "rollout_log_probs=" in html and "advantages=" in html and "ratio=" in html
     assert "| `actor/pg_loss` |" in md
     assert not re.search(r'(src|href)="(https?:)?//', html)
     assert trace_dirs() == before  # the temporary run directory is gone
@@ -95,3 +95,14 @@ def test_cli_trace_bad_override_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("turnrl trace: unknown config key 'rollout.nn'") and "\n" not in err
     assert not (tmp_path / "trace.html").exists()
+
+
+@pytest.mark.timeout(240)
+def test_trace_of_an_agent_recipe_shows_observations_and_the_update(tmp_path):
+    recipe = Path(__file__).parents[2] / "examples" / "calculator_agent.yaml"
+    extra = ["model.path=tiny-random", "data.max_response_length=24", "rollout.multi_turn.max_tokens_per_turn=8"]
+    result = run_trace(recipe, extra, tmp_path / "out")
+    html = result.html.read_text()
+    names = [v.name for v in result.views]
+    assert "update_actor" in names and "gen" in names  # the actor's per-token ratio was recorded
+    assert 'id="stage-update_actor"' in html and "observation" in html

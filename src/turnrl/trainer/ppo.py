@@ -140,7 +140,9 @@ class Trainer:
         if self.global_step > cfg.trainer.critic_warmup:
             with clock("update_actor"):
                 metrics.update(
-                    self.actor.update(batch, cfg.actor.ppo_mini_batch_size * n, seed=self.global_step)
+                    self.actor.update(
+                        batch, cfg.actor.ppo_mini_batch_size * n, seed=self.global_step, recorder=self.recorder
+                    )
                 )
         metrics.update(data_metrics(batch, cfg.data.max_response_length))
         metrics.update(timing_metrics(clock.timing, batch, time.perf_counter() - start))
