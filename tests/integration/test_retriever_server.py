@@ -135,9 +135,9 @@ def test_unknown_words_still_answer_topk(server: LocalRetriever) -> None:
         ({"queries": ["x"], "topk": "three"}, "topk: Input should be a valid integer"),
         ({"queries": "just one string"}, "queries: Input should be a valid array"),
         ({"queries": ["ok", 7]}, "queries[1]: Input should be a valid string"),
-        ({"queries": ["x"], "top_k": 3}, "top_k: unknown field (expected queries, topk, return_scores)"),
+        ({"queries": ["x"], "top_k": 3}, "top_k: unknown field; did you mean 'topk'?"),
         ({"topk": 3}, "queries: Field required"),
-        ([1, 2], "request body must be a JSON object"),
+        ([1, 2], "request body: must be a JSON object"),
     ],
 )
 def test_bad_requests_get_one_line_422(server: LocalRetriever, body: object, needle: str) -> None:
@@ -150,7 +150,7 @@ def test_bad_requests_get_one_line_422(server: LocalRetriever, body: object, nee
 
 @pytest.mark.parametrize(
     ("raw", "needle"),
-    [(b'{"queries": ["a"', "malformed JSON in request body"), (b"", "request body is missing")],
+    [(b'{"queries": ["a"', "request body: not valid JSON"), (b"", "request body: missing")],
 )
 def test_malformed_body(server: LocalRetriever, raw: bytes, needle: str) -> None:
     response = httpx.post(server.url, content=raw, headers={"Content-Type": "application/json"}, timeout=10)

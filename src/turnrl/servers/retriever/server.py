@@ -22,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 
 from turnrl.servers.retriever.errors import RetrieverError
 from turnrl.servers.retriever.index import LoadedIndex, load_index, turnrl_version
+from turnrl.servers.validation import describe_validation_error as describe
 
 
 class RetrieveRequest(BaseModel):
@@ -32,42 +33,11 @@ class RetrieveRequest(BaseModel):
     return_scores: bool = Field(default=False, description="Wrap each document as {document, score}.")
 
 
-FIELDS = ", ".join(RetrieveRequest.model_fields)
-
-
-def _field_path(loc: tuple[Any, ...]) -> str:
-    parts = [p for p in loc if p != "body"]
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _json_type(value: Any) -> str:
-    names = {list: "an array", dict: "an object", str: "a string", bool: "a boolean", type(None): "null"}
-    return names.get(type(value), "a number" if isinstance(value, int | float) else type(value).__name__)
-
-
 def describe_validation_error(errors: list[dict[str, Any]]) -> str:
-    """Condense pydantic's error list into one line that names the offending field."""
-    if not errors:
-        return "invalid request"
-    first = errors[0]
-    kind, field = first.get("type", ""), _field_path(tuple(first.get("loc", ())))
-    if kind == "json_invalid":
-        reason = (first.get("ctx") or {}).get("error", first.get("msg", ""))
-        line = f"malformed JSON in request body ({reason})"
-    elif kind == "missing" and not field:
-        line = 'request body is missing; expected JSON {"queries": [...], "topk": k, "return_scores": bool}'
-    elif kind == "extra_forbidden":
-        line = f"{field}: unknown field (expected {FIELDS})"
-    elif not field and kind.endswith("_type"):
-        line = f'request body must be a JSON object like {{"queries": [...]}}, got {_json_type(first.get("input"))}'
-    else:
-        line = f"{field or 'request'}: {first.get('msg', 'invalid value')}"
-    if len(errors) > 1:
-        line += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    return line
+    """pydantic's error list as one line that names the offending field."""
+    return describe(
+        errors, list(RetrieveRequest.model_fields), '{"queries": [...], "topk": 3, "return_scores": true}'
+    )
 
 
 def _reject(detail: str, status: int = 422) -> JSONResponse:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import difflib
 import math
 import posixpath
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from turnrl.servers.sandbox.config import Language, SandboxConfig
+from turnrl.servers.validation import describe_validation_error as describe
 
 
 class BadRequest(ValueError):
@@ -142,37 +142,9 @@ def check_request(req: RunCodeRequest, cfg: SandboxConfig, languages: dict[str, 
     )
 
 
-def _field_path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if part == "body" and not out:
-            continue
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def describe_validation_error(errors: list[dict[str, Any]]) -> str:
     """pydantic's error list as one line that names the offending field."""
-    if not errors:
-        return "request: invalid"
-    first = errors[0]
-    kind, where = first.get("type", ""), _field_path(tuple(first.get("loc", ())))
-    if kind == "json_invalid":
-        reason = (first.get("ctx") or {}).get("error", first.get("msg", ""))
-        line = f"request body: not valid JSON ({reason})"
-    elif kind == "missing" and not where:
-        line = 'request body: missing; expected a JSON object like {"code": "...", "language": "python"}'
-    elif kind == "extra_forbidden":
-        close = difflib.get_close_matches(where.split(".")[-1], FIELDS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; known fields: {', '.join(FIELDS)}"
-        line = f"{where}: unknown field{hint}"
-    elif not where and (kind.endswith("_type") or kind == "model_attributes_type"):
-        line = f"request body: must be a JSON object, got {type(first.get('input')).__name__}"
-    else:
-        line = f"{where or 'request'}: {first.get('msg', 'invalid value')}"
-    if len(errors) > 1:
-        line += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    return line
+    return describe(errors, FIELDS, '{"code": "...", "language": "python"}')
 
 
 def run_result(

@@ -1,0 +1,45 @@
+"""One-line 4xx messages from pydantic validation errors, shared by turnrl's HTTP services."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from typing import Any
+
+
+def field_path(loc: tuple[Any, ...]) -> str:
+    """pydantic's error location as `a.b[2]`, without the leading `body`."""
+    out = ""
+    for part in loc:
+        if part == "body" and not out:
+            continue
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def describe_validation_error(errors: list[dict[str, Any]], fields: Sequence[str], example: str) -> str:
+    """pydantic's error list as one line that names the offending field.
+
+    `fields` are the request's known top-level fields (for "did you mean"); `example` is a
+    JSON body shown when the body is missing.
+    """
+    if not errors:
+        return "request: invalid"
+    first = errors[0]
+    kind, where = first.get("type", ""), field_path(tuple(first.get("loc", ())))
+    if kind == "json_invalid":
+        reason = (first.get("ctx") or {}).get("error", first.get("msg", ""))
+        line = f"request body: not valid JSON ({reason})"
+    elif kind == "missing" and not where:
+        line = f"request body: missing; expected a JSON object like {example}"
+    elif kind == "extra_forbidden":
+        close = difflib.get_close_matches(where.split(".")[-1], list(fields), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; known fields: {', '.join(fields)}"
+        line = f"{where}: unknown field{hint}"
+    elif not where and (kind.endswith("_type") or kind == "model_attributes_type"):
+        line = f"request body: must be a JSON object, got {type(first.get('input')).__name__}"
+    else:
+        line = f"{where or 'request'}: {first.get('msg', 'invalid value')}"
+    if len(errors) > 1:
+        line += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return line
