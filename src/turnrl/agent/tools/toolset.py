@@ -55,28 +55,38 @@ class ToolSet:
         c = self.cfg.calculator
         return Calculator(c.tag, c.obs_tag)
 
+    def _server_url(
+        self, key: str, url: str, check: Any, errors: tuple[type[Exception], ...], child: Any, what: str
+    ) -> str:
+        """A configured server's URL after a health check, or the URL of our own child server."""
+        if url:
+            try:
+                check(url)
+            except errors as err:
+                raise ToolError(f"{key}.url: {err}") from None
+            return url
+        try:
+            child.start()
+        except errors as err:
+            raise ToolError(f"{key}: could not start turnrl's {what}: {err}") from None
+        self._children.append(child)
+        log.warning("started turnrl's %s at %s (no %s.url given)", what, child.url, key)
+        return child.url
+
     def _python(self) -> Any:
         from turnrl.agent.tools.python import PythonTool
         from turnrl.servers.sandbox import SandboxError, SandboxProcess, check_server
 
         p = self.cfg.python
-        url = p.url
-        if url:
-            try:
-                check_server(url)
-            except (SandboxError, ValueError) as err:
-                raise ToolError(f"rollout.multi_turn.python.url: {err}") from None
-        else:
-            child = SandboxProcess(workers=p.workers or None)
-            try:
-                child.start()
-            except SandboxError as err:
-                raise ToolError(
-                    f"rollout.multi_turn.python: could not start turnrl's sandbox: {err}"
-                ) from None
-            self._children.append(child)
-            url = child.url
-            log.warning("started turnrl's code sandbox at %s (no rollout.multi_turn.python.url given)", url)
+        child = None if p.url else SandboxProcess(workers=p.workers or None)
+        url = self._server_url(
+            "rollout.multi_turn.python",
+            p.url,
+            check_server,
+            (SandboxError, ValueError),
+            child,
+            "code sandbox",
+        )
         self.sandbox_url = url
         return PythonTool(url, p.run_timeout, p.memory_limit_mb, p.tag, p.obs_tag)
 
@@ -87,24 +97,12 @@ class ToolSet:
         from turnrl.servers.retriever.launcher import LocalRetriever
 
         s = self.cfg.search
-        url = s.url
-        if url:
-            try:
-                check_server(url)
-            except (RetrieverError, ValueError) as err:
-                raise ToolError(f"rollout.multi_turn.search.url: {err}") from None
-        else:
-            index = Path(s.index) if s.index else builtin_index(self.cache_dir)
-            child = LocalRetriever(index, topk=s.topk)
-            try:
-                child.start()
-            except RetrieverError as err:
-                raise ToolError(
-                    f"rollout.multi_turn.search: could not start turnrl's retriever: {err}"
-                ) from None
-            self._children.append(child)
-            url = child.url
-            log.warning("started turnrl's retriever over %s at %s", index, url)
+        child = None
+        if not s.url:
+            child = LocalRetriever(Path(s.index) if s.index else builtin_index(self.cache_dir), topk=s.topk)
+        url = self._server_url(
+            "rollout.multi_turn.search", s.url, check_server, (RetrieverError, ValueError), child, "retriever"
+        )
         return SearchTool(url, s.topk, s.tag, s.obs_tag, timeout=self.cfg.tool_timeout)
 
     def close(self) -> None:
