@@ -17,8 +17,9 @@ COMMANDS: dict[str, str] = {
     "train": "turnrl.trainer.cli",
     "sandbox": "turnrl.servers.sandbox.cli",
     "retriever": "turnrl.servers.retriever.cli",
-    "trace": "turnrl.tracking.cli",
+    "trace": "turnrl.inspector.cli",
     "report": "turnrl.tracking.cli",
+    "export": "turnrl.export",
 }
 
 
@@ -26,7 +27,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="turnrl", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = argv[0] if argv and argv[0] in COMMANDS else None
-    # one module may register several commands (trace and report): import each module once
+    # a module may register several commands: import each module once
     modules = dict.fromkeys(m for n, m in COMMANDS.items() if wanted is None or n == wanted)
     for module in modules:
         try:

@@ -298,7 +298,7 @@ def test_trainer_stages_run_on_agent_batches(tool_model, tmp_path):
     from turnrl.workers.actor import Actor
 
     model, tok = tool_model
-    cfg = agent_cfg(tmp_path, **{"rollout.n": 4, "actor.lr": 1e-4})
+    cfg = agent_cfg(tmp_path, **{"rollout.n": 4, "actor.optim.lr": 1e-4})
     texts = ["Compute 12 * 34.", "Compute 21 * 3."]
     prompts = gen_batch(tok, texts)
     prompts["data_source"] = ["turnrl/calculator"] * 2

@@ -11,7 +11,7 @@ from turnrl.agent.executor import ToolCall, ToolExecutor
 from turnrl.agent.tools.base import ToolError
 from turnrl.agent.tools.toolset import ToolSet
 from turnrl.config.agent_schema import MultiTurnConfig
-from turnrl.rewards import code as code_reward
+from turnrl.rewards.registry import registered
 from turnrl.servers.sandbox.process import free_port
 
 
@@ -69,24 +69,19 @@ def test_python_runs_in_the_sandbox(tools):
 
 def test_code_reward_runs_hidden_tests_in_the_same_sandbox(tools):
     toolset, _ = tools
-    code_reward.use_sandbox(toolset.sandbox_url)
+    score = registered(toolset.sandbox_url)["turnrl/code"]  # the table RuleReward(sandbox_url=...) uses
     truth = {"inputs": ["abc\n", "hello\n"], "outputs": ["cba\n", "olleh\n"]}
     good = "<answer>\n```python\nprint(input()[::-1])\n```\n</answer>"
     half = "<answer>\n```python\ns = input()\nprint('cba' if s == 'abc' else s)\n```\n</answer>"
-    assert code_reward.compute_score("turnrl/code", good, truth) == {
+    assert score("turnrl/code", good, truth) == {
         "score": 1.0,
         "pass_rate": 1.0,
         "formatted": 1.0,
     }
-    assert code_reward.compute_score("turnrl/code", half, truth)["pass_rate"] == 0.5
-    assert code_reward.compute_score("turnrl/code", half, truth)["score"] == 0.0
+    assert score("turnrl/code", half, truth)["pass_rate"] == 0.5
+    assert score("turnrl/code", half, truth)["score"] == 0.0
     asserts = {"assert": "assert double(4) == 8"}
-    assert (
-        code_reward.compute_score("turnrl/code", "```python\ndef double(x):\n    return 2 * x\n```", asserts)[
-            "score"
-        ]
-        == 1.0
-    )
+    assert score("turnrl/code", "```python\ndef double(x):\n    return 2 * x\n```", asserts)["score"] == 1.0
 
 
 @pytest.mark.parametrize("tool", ["search", "python"])

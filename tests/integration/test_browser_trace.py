@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from turnrl.tracking.trace import run_trace
+from turnrl.inspector.trace import run_trace
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [

@@ -19,7 +19,7 @@ def metrics(run) -> list[dict]:
 def test_resume_matches_uninterrupted_run(tmp_path):
     # 4 prompts, batch 2 -> 2 steps per epoch: stopping at step 2 stops at an epoch boundary,
     # where resuming once ran 0 steps (verl PR #5725)
-    common = {"data.train_batch_size": 2, "actor.ppo_mini_batch_size": 1, "actor.lr_warmup_steps": 3}
+    common = {"data.train_batch_size": 2, "actor.ppo_mini_batch_size": 1, "actor.optim.lr_warmup_steps": 3}
     straight = Trainer(
         load_config(None, tiny_overrides(tmp_path / "a", **common, **{"trainer.total_training_steps": 3}))
     )

@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 
 from turnrl.cli import main
+from turnrl.inspector.trace import run_trace
 from turnrl.tracking.dump import dump_rollouts
-from turnrl.tracking.trace import run_trace
+from turnrl.trainer.stages import STAGES
 
-# the stages the trainer records in a single-turn GRPO step, then the inspector's own two
-CORE_STAGES = ("load_batch", "gen_batch", "gen", "group", "reward", "old_log_prob", "adv")
-OWN_STAGES = ("update_actor", "metrics")  # the actor records its first micro-batch's per-token ratio
+# the stages the trainer records in a single-turn GRPO step (`update_actor`: the actor's first
+# micro-batch with its per-token ratio), then the inspector's own two
+RECORDED_STAGES = ("load_batch", "gen_batch", "gen", "group", "reward", "old_log_prob", "adv", "update_actor")
+OWN_STAGES = ("after_update", "metrics")
 
 # scores that differ between samples (so GRPO advantages are not all 0), from the text alone
 VARIED_REWARD = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return (sum(map(ord, solution_str)) % 7) / 6\n"
@@ -35,7 +37,13 @@ def test_trace_shows_every_recorded_stage(tmp_path):
     result = run_trace(None, overrides(tmp_path), tmp_path / "out")
     html, md = result.html.read_text(), result.markdown.read_text()
     names = [v.name for v in result.views]
-    assert names[: len(CORE_STAGES)] == list(CORE_STAGES) and names[-2:] == list(OWN_STAGES)
+    assert names == [*RECORDED_STAGES, *OWN_STAGES]
+    assert set(names) <= set(STAGES) | set(OWN_STAGES)  # the trainer's own stage names, no aliases
+    update = result.views[names.index("update_actor")]
+    assert update.elapsed_s > 0 and update.elapsed_s == pytest.approx(result.metrics["timing_s/update_actor"])
+    after = next(r.batch for r in result.records if r.stage == "after_update")
+    mask = after["response_mask"] > 0
+    assert (after["ratio_after"][mask] > 0).all() and (after["ratio_after"][~mask] == 0).all()
     for view in result.views:  # every recorded stage, whatever the trainer records
         assert f'id="stage-{view.name}"' in html, view.name
         assert f"(`{view.name}`)" in md, view.name
@@ -100,7 +108,11 @@ def test_cli_trace_bad_override_is_one_line(tmp_path, capsys):
 @pytest.mark.timeout(240)
 def test_trace_of_an_agent_recipe_shows_observations_and_the_update(tmp_path):
     recipe = Path(__file__).parents[2] / "examples" / "calculator_agent.yaml"
-    extra = ["model.path=tiny-random", "data.max_response_length=24", "rollout.multi_turn.max_tokens_per_turn=8"]
+    extra = [
+        "model.path=tiny-random",
+        "data.max_response_length=24",
+        "rollout.multi_turn.max_tokens_per_turn=8",
+    ]
     result = run_trace(recipe, extra, tmp_path / "out")
     html = result.html.read_text()
     names = [v.name for v in result.views]

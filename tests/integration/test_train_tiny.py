@@ -39,7 +39,7 @@ def tiny_overrides(tmp_path: Path, **extra: object) -> list[str]:
         "rollout.n": 8,
         "actor.ppo_mini_batch_size": 2,
         "actor.ppo_micro_batch_size": 32,
-        "actor.lr": 1e-2,
+        "actor.optim.lr": 1e-2,
         "trainer.total_training_steps": 8,
         "trainer.test_freq": 0,
         "trainer.val_before_train": False,

@@ -2,10 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from turnrl.agent.rollout import check_multi_turn
 from turnrl.agent.tools.base import ToolError
 from turnrl.agent.tools.toolset import ToolSet
-from turnrl.config import load_config
+from turnrl.config import ConfigError, check_config, load_config
 from turnrl.config.agent_schema import MultiTurnConfig
 from turnrl.data.dataset import load_examples
 from turnrl.data.tasks import write_task
@@ -22,10 +21,10 @@ def tok():
 
 @pytest.mark.parametrize("recipe", ["search_agent.yaml", "code_agent.yaml", "calculator_agent.yaml"])
 def test_agent_recipes_load_and_pass_checks(recipe):
-    cfg = load_config(EXAMPLES / recipe)
+    cfg = load_config(EXAMPLES / recipe)  # runs check_config, multi-turn rules included
     mt = cfg.rollout.multi_turn
     assert mt.enable and mt.tools
-    check_multi_turn(mt)
+    check_config(cfg)  # idempotent: the Trainer checks again
     assert cfg.data.task in ("search", "code", "calculator")
 
 
@@ -49,9 +48,13 @@ def test_search_recipe_is_search_r1_shaped():
     ],
 )
 def test_bad_multi_turn_settings_are_named(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, ["rollout.multi_turn.enable=true", f"rollout.multi_turn.{override}"])
+    # only an enabled agent is held to them
     cfg = load_config(None, [f"rollout.multi_turn.{override}"])
-    with pytest.raises(ToolError, match=message):
-        check_multi_turn(cfg.rollout.multi_turn)
+    cfg.rollout.multi_turn.enable = True
+    with pytest.raises(ConfigError, match=message):
+        check_config(cfg)
 
 
 def test_unknown_tool_is_named(tmp_path):
@@ -110,4 +113,4 @@ def test_tools_sharing_a_tag_or_the_answer_tag_are_refused(tiny, tmp_path):
             ],
         )
         with pytest.raises(ValueError, match=message):
-            AgentRollout(HFEngine(model, tokenizer), tokenizer, cfg)
+            AgentRollout(HFEngine(model, tokenizer), tokenizer, cfg, tokenizer.pad_token_id)

@@ -179,12 +179,13 @@ class DigitTokenizer:
         return " ".join(("<answer>ok</answer>" if i == 15 else f"t{i}") for i in ids if i != PAD)
 
 
-def test_reward_lands_on_the_last_model_token(batch):
-    from turnrl.rewards.registry import register
+def test_reward_lands_on_the_last_model_token(batch, monkeypatch):
+    from turnrl.rewards import registry
 
-    @register("test/agent-last-token")
     def score(data_source, solution_str, ground_truth, extra_info=None):
         return 1.0 if "<answer>ok</answer>" in solution_str else 0.5
+
+    monkeypatch.setitem(registry.BUILTIN, "test/agent-last-token", score)
 
     b = Batch(dict(batch.tensors), dict(batch.non_tensors))
     b["data_source"] = ["test/agent-last-token"] * 4

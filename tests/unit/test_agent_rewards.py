@@ -3,6 +3,7 @@ import pytest
 
 from turnrl.rewards import code, math, qa
 from turnrl.rewards.registry import resolve
+from turnrl.rewards.scorer import RuleReward
 
 
 def test_normalisation_follows_search_r1():
@@ -96,3 +97,45 @@ def test_code_program_extraction_and_tests():
     assert code.same_output("1 \n2\n\n", "1\n2")
     assert not code.same_output("1\n3", "1\n2")
     assert code.compute_score("turnrl/code", "nothing", {"inputs": [], "outputs": []})["score"] == 0.0
+
+
+class FakeSandbox:
+    """Stands in for `code._run_tests`: records the sandbox URL and passes every test."""
+
+    def __init__(self):
+        self.urls: list[str] = []
+
+    async def __call__(self, url, program, tests, run_timeout):
+        self.urls.append(url)
+        return [True] * len(tests.get("inputs", [None]))
+
+
+PROGRAM = "<answer>\n```python\nprint(input())\n```\n</answer>"
+TESTS = {"inputs": ["1\n"], "outputs": ["1\n"]}
+
+
+def test_code_scorer_takes_the_sandbox_url_as_an_argument(monkeypatch):
+    fake = FakeSandbox()
+    monkeypatch.setattr(code, "_run_tests", fake)
+    monkeypatch.setattr(code, "_child_sandbox_url", lambda: "http://child")  # never start a real one
+    monkeypatch.setenv("TURNRL_SANDBOX_URL", "http://from-env")
+    assert code.compute_score("turnrl/code", PROGRAM, TESTS, sandbox_url="http://given")["score"] == 1.0
+    code.compute_score("turnrl/code", PROGRAM, TESTS)  # no URL: the environment's
+    monkeypatch.delenv("TURNRL_SANDBOX_URL")
+    code.compute_score("turnrl/code", PROGRAM, TESTS)  # nor that: turnrl's child sandbox
+    assert fake.urls == ["http://given", "http://from-env", "http://child"]
+
+
+def test_rule_reward_binds_its_sandbox_into_the_code_scorers(monkeypatch):
+    fake = FakeSandbox()
+    monkeypatch.setattr(code, "_run_tests", fake)
+    monkeypatch.delenv("TURNRL_SANDBOX_URL", raising=False)
+    monkeypatch.setattr(code, "_child_sandbox_url", lambda: "http://child")
+    bound = RuleReward(None, sandbox_url="http://run-sandbox").table
+    unbound = RuleReward(None).table
+    for source in code.CODE_SOURCES:
+        # verl's signature, extra_info untouched: the URL is bound, not smuggled in the row
+        bound[source](source, PROGRAM, TESTS, {"run_timeout": 2.0})
+        unbound[source](source, PROGRAM, TESTS, None)
+    assert fake.urls == ["http://run-sandbox", "http://child"] * len(code.CODE_SOURCES)
+    assert resolve("apps", table=bound) is bound["apps"] and bound["nq"] is qa.compute_score

@@ -6,11 +6,11 @@ from turnrl.config.loader import valid_keys
 
 def test_defaults_yaml_and_overrides_merge_in_order(tmp_path):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("rollout:\n  n: 4\n  temperature: 0.7\nactor:\n  lr: 3.0e-6\n")
+    recipe.write_text("rollout:\n  n: 4\n  temperature: 0.7\nactor:\n  optim:\n    lr: 3.0e-6\n")
     cfg = load_config(recipe, ["rollout.n=2", "trainer.logger=[console]"])
     assert cfg.rollout.n == 2  # override beats YAML
     assert cfg.rollout.temperature == 0.7  # YAML beats default
-    assert cfg.actor.lr == 3e-6
+    assert cfg.actor.optim.lr == 3e-6
     assert cfg.trainer.logger == ["console"]
     assert cfg.data.max_response_length == 24  # default kept
 
@@ -21,7 +21,7 @@ def test_unknown_key_names_closest_valid_key():
     ):
         load_config(None, ["rollout.temprature=0.5"])
     # a right leaf in the wrong section
-    with pytest.raises(ConfigError, match=r"did you mean 'actor\.lr'"):
+    with pytest.raises(ConfigError, match=r"did you mean 'actor\.optim\.lr'"):
         load_config(None, ["trainer.lr=1e-5"])
 
 

@@ -1,9 +1,12 @@
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from turnrl.batch import Batch
 from turnrl.rewards.addition import compute_score, extract_answer
-from turnrl.rewards.registry import RewardError, load_custom, resolve, split_score
+from turnrl.rewards.registry import RewardError, load_custom, registered, resolve, split_score
 from turnrl.rewards.scorer import RuleReward, last_token_index
 
 
@@ -82,3 +85,51 @@ def test_scores_land_on_last_model_token():
     scores, extras = RuleReward(SpaceTokenizer())(batch)
     assert scores.tolist() == [[0, 0, 1.0, 0], [0, 0, pytest.approx(0.1), 0]]
     assert extras["acc"] == [1.0, 0.0]
+
+
+def test_builtin_table_keeps_every_data_source():
+    from turnrl.rewards import code, math, qa
+
+    table = registered()
+    assert sorted(table) == sorted(
+        [
+            "turnrl/addition",
+            *("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math"),
+            "turnrl/calculator",
+            *("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"),
+            "turnrl/search",
+            *("turnrl/code", "codecontests", "apps", "taco", "codeforces"),
+        ]
+    )
+    assert table["lighteval/MATH"] is math.compute_score and table["turnrl/search"] is qa.compute_score
+    assert table["apps"] is code.compute_score  # no URL given: the code scorer picks its own sandbox
+    table["turnrl/addition"] = None
+    assert registered()["turnrl/addition"] is compute_score  # a copy: callers cannot change the table
+
+
+def test_scorer_modules_do_not_import_the_registry():
+    # the table imports the scorers, never the other way round
+    probe = (
+        "import sys\n"
+        "import turnrl.rewards.addition, turnrl.rewards.code, turnrl.rewards.math, turnrl.rewards.qa\n"
+        "assert 'turnrl.rewards.registry' not in sys.modules, 'a scorer imported the registry'\n"
+        "assert 'math_verify' not in sys.modules, 'math-verify is imported on first use only'\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_missing_ok_scores_unknown_sources_zero():
+    batch = Batch(
+        tensors={
+            "responses": torch.tensor([[1, 3, 2]]),
+            "response_mask": torch.ones(1, 3),
+            "attention_mask": torch.ones(1, 5, dtype=torch.long),
+        },
+        non_tensors={"data_source": ["rm-only"], "ground_truth": ["1"], "extra_info": [{}]},
+    )
+    reward = RuleReward(SpaceTokenizer(), missing_ok=True)
+    reward.check({"rm-only"})  # a reward model covers it
+    assert reward(batch)[0].sum().item() == 0.0
+    with pytest.raises(RewardError, match="no reward function for data_source 'rm-only'"):
+        RuleReward(SpaceTokenizer()).check({"rm-only"})

@@ -1,22 +1,27 @@
 """The step inspector's pieces on hand-built batches: snapshots, token kinds, turns, field diffs, pages."""
 
+import math
 import re
+from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 
 from turnrl.batch import Batch
-from turnrl.tracking.trace import (
+from turnrl.config.schema import Config
+from turnrl.inspector.markdown import render_markdown, response_text
+from turnrl.inspector.page import heat, render_html
+from turnrl.inspector.trace import (
     TRACE_DEFAULTS,
     Record,
     TraceRecorder,
+    after_update,
     build_views,
     snapshot,
     trace_overrides,
 )
-from turnrl.tracking.trace_html import heat, render_html
-from turnrl.tracking.trace_md import render_markdown, response_text
-from turnrl.tracking.trace_view import Decoder, field_infos, layout, row_tokens
+from turnrl.inspector.view import Decoder, field_infos, layout, row_tokens
 
 
 def agent_batch() -> Batch:
@@ -110,17 +115,24 @@ def test_heat_colours_sign_and_zero():
     assert "26,127,55" in heat("ratio", 2.0, 0.5, 2.0)
 
 
-def update_hook_batch() -> Batch:
-    """What the actor hands the recorder for its first micro-batch: ratio, clipping, per-token loss."""
+def update_diagnostics_batch() -> Batch:
+    """What `actor.update` returns for its first micro-batch (the loop records it under
+    `update_actor`): ratio, clipping, per-token loss."""
     b = agent_batch()
+    old = torch.tensor([[-1.0, -2.0, 0.0, 0.0, -0.5, 0.0, 0.0]])
     ratio = torch.tensor([[1.5, 0.9, 0.0, 0.0, 1.0, 0.0, 0.0]])
+    no = [False] * 7
     return Batch(
         tensors={
             "responses": b["responses"],
             "response_mask": b["response_mask"],
             "attention_mask": b["attention_mask"],
+            "old_log_probs": old,
+            "advantages": b["advantages"],
+            "log_prob": old + torch.log(ratio.clamp(min=1e-9)) * b["response_mask"],
             "ratio": ratio,
-            "clipped": torch.tensor([[True, False, False, False, False, False, False]]),
+            "clipped": torch.tensor([[True, *no[1:]]]),
+            "dual_clipped": torch.tensor([no]),
             # A=+0.5, ratio 1.5 > 1.2 -> the clipped term decides: loss = -0.5 * 1.2 = -0.6
             "pg_loss": torch.tensor([[-0.6, -0.45, 0.0, 0.0, -0.5, 0.0, 0.0]]),
         },
@@ -131,11 +143,11 @@ def update_hook_batch() -> Batch:
 def test_page_shows_every_stage_turns_observations_and_clipping():
     records = [
         Record("gen", snapshot(agent_batch()), 0.25),
-        Record("update_actor", update_hook_batch(), 0.0),
+        Record("update_actor", update_diagnostics_batch(), 0.125),
     ]
     views = build_views(records, None, {"actor/pg_loss": -0.5, "timing_s/update_actor": 0.125}, 8)
     assert [v.name for v in views] == ["gen", "update_actor", "metrics"]
-    assert views[1].elapsed_s == 0.125  # taken from the stage's timing metric
+    assert views[1].elapsed_s == 0.125  # the update's real time, recorded by the loop
     assert views[1].focus == "ratio"
     html = render_html(views, {"command": "turnrl trace", "step": 1, "summary": {"model": "toy"}})
     for name in ("gen", "update_actor", "metrics"):
@@ -150,3 +162,34 @@ def test_page_shows_every_stage_turns_observations_and_clipping():
     md = render_markdown(views, {"command": "turnrl trace", "step": 1})
     assert "(`update_actor`)" in md and "`ratio` on model tokens: 1.5, 0.9, 1" in md
     assert "« observation: " in md
+
+
+class FakeActorGroup:
+    """The actor's worker group as the driver sees it: `compute_log_prob` returns a CPU Batch."""
+
+    def __init__(self, log_probs: torch.Tensor):
+        self.log_probs = log_probs
+        self.seen: Batch | None = None
+
+    def compute_log_prob(self, batch: Batch) -> Batch:
+        self.seen = batch
+        return Batch(tensors={"log_probs": self.log_probs, "entropys": torch.zeros_like(self.log_probs)})
+
+
+def test_after_update_scores_the_responses_with_the_updated_actor():
+    batch = agent_batch()
+    batch["old_log_probs"] = torch.tensor([[-1.0, -2.0, 0.0, 0.0, -0.5, 0.0, 0.0]])
+    # new - old per model token: +0.5, -0.1, +0.25 -> ratio e^0.5=1.6487 > 1.2 (outside the clip range),
+    # e^-0.1=0.9048 and e^0.25=1.2840 > 1.2 (outside); observation and padding stay 0
+    new = torch.tensor([[-0.5, -2.1, -3.0, -3.0, -0.25, -3.0, -3.0]])
+    actor = FakeActorGroup(new)
+    trainer = SimpleNamespace(actor=actor, cfg=Config())
+    after = after_update(trainer, batch)
+    assert after is not None and actor.seen is not None
+    assert {"input_ids", "position_ids", "uid"} <= set(actor.seen.keys())  # uid: whole groups per rank
+    ratio = after["ratio_after"][0].tolist()
+    assert ratio == pytest.approx([math.exp(0.5), math.exp(-0.1), 0.0, 0.0, math.exp(0.25), 0.0, 0.0])
+    assert after["outside_clip"][0].tolist() == [True, False, False, False, True, False, False]
+    assert after["log_probs_after"][0, 2].item() == 0.0  # not a model token
+    # the actor's update diagnostics hold old log-probs but no prompt: nothing to score
+    assert after_update(trainer, update_diagnostics_batch()) is None

@@ -41,6 +41,8 @@ def assemble_episodes(
     for i, e in enumerate(episodes):
         mask[i, : len(e.mask)] = torch.tensor(e.mask, dtype=mask.dtype)
     batch["response_mask"] = mask
+    versions = [e.policy_version or 0 for e in episodes]
+    batch["rollout_policy_version"] = torch.tensor(versions, dtype=torch.long)
     batch["agent_turns"] = np.array([e.turns for e in episodes], dtype=object)
     batch["agent_tool_calls"] = np.array([e.tool_calls for e in episodes], dtype=object)
     batch["agent_invalid_actions"] = np.array([e.invalid_actions for e in episodes], dtype=object)

@@ -24,6 +24,8 @@ class Episode:
     truncated: bool = False
     """Ended by the response budget, not by the model: `finish_reason` 'length'."""
     answered: bool = False
+    policy_version: int | None = None
+    """The oldest policy version that sampled a turn of this episode (None before the first turn)."""
 
     @property
     def context(self) -> list[int]:
@@ -33,9 +35,10 @@ class Episode:
     def remaining(self, budget: int) -> int:
         return budget - len(self.ids)
 
-    def add_model(self, ids: list[int], log_probs: list[float]) -> None:
+    def add_model(self, ids: list[int], log_probs: list[float], version: int = 0) -> None:
         if len(ids) != len(log_probs):
             raise ValueError(f"{len(ids)} generated ids but {len(log_probs)} log-probs")
+        self.policy_version = version if self.policy_version is None else min(self.policy_version, version)
         self.ids += ids
         self.mask += [1] * len(ids)
         self.log_probs += log_probs

@@ -11,7 +11,6 @@ tokenised, on their own.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -22,13 +21,12 @@ from turnrl.agent.chat_template import ToolMessages
 from turnrl.agent.episode import Episode
 from turnrl.agent.executor import ToolCall, ToolExecutor, ToolOutcome
 from turnrl.agent.observation import Observation, ObservationBuilder
-from turnrl.agent.tools.base import xml_argument
+from turnrl.agent.tools.base import ToolError, xml_argument
 from turnrl.config.agent_schema import MultiTurnConfig
 from turnrl.rollout.base import RolloutEngine, SamplingParams
 
 log = logging.getLogger(__name__)
 
-PER_ROW_ARG = "max_new_tokens_per_row"
 _SEED_STRIDE = 7919  # a different sampling stream per turn, still fixed by the step's seed
 
 
@@ -37,6 +35,7 @@ class TurnOutput:
     ids: list[int]
     log_probs: list[float]
     reason: str
+    version: int
 
 
 @dataclass
@@ -56,15 +55,8 @@ class EpisodeLoop:
         executor: ToolExecutor,
         eos_ids: set[int],
     ):
-        if cfg.max_turns < 0:
-            raise ValueError(f"rollout.multi_turn.max_turns must be >= 0, got {cfg.max_turns}")
-        if cfg.max_tokens_per_turn < 0:
-            raise ValueError(
-                f"rollout.multi_turn.max_tokens_per_turn must be >= 0, got {cfg.max_tokens_per_turn}"
-            )
         self.engine, self.tokenizer, self.cfg = engine, tokenizer, cfg
         self.tools, self.executor, self.eos_ids = tools, executor, eos_ids
-        self.per_row = PER_ROW_ARG in inspect.signature(engine.generate).parameters
         self.template: ToolMessages | None = None
         self.parser: XmlActions | JsonActions
         if cfg.format == "xml":
@@ -72,7 +64,7 @@ class EpisodeLoop:
             for t in tools.values():
                 tag = getattr(t, "tag", t.name)
                 if tag in tags:
-                    raise ValueError(
+                    raise ToolError(
                         f"rollout.multi_turn: tools '{tags[tag][0]}' and '{t.name}' share the tag <{tag}>"
                     )
                 tags[tag] = (t.name, xml_argument(t))
@@ -90,7 +82,7 @@ class EpisodeLoop:
                 self.parser = JsonActions(set(tools))
             first_tag = "tool_call"
         else:
-            raise ValueError(f"rollout.multi_turn.format must be 'xml' or 'json', got '{cfg.format}'")
+            raise ToolError(f"rollout.multi_turn.format must be 'xml' or 'json', got '{cfg.format}'")
         self.tags = {"tool_tag": first_tag, "answer_tag": cfg.answer_tag}
         self.obs = ObservationBuilder(
             tokenizer,
@@ -112,19 +104,14 @@ class EpisodeLoop:
         stops = list(dict.fromkeys([*params.stop, *self.parser.stops]))
         p = replace(params, n=n, max_new_tokens=max(limits), stop=stops)
         contexts = [e.context for e in active[::n]]
-        if self.per_row and n == 1:
-            gen = self.engine.generate(contexts, p, **{PER_ROW_ARG: limits})  # type: ignore[call-arg]
-        else:
-            gen = self.engine.generate(contexts, p)
+        gen = self.engine.generate(contexts, p, max_new_tokens_per_row=limits)
         out = []
         for ids, lps, reason, limit in zip(
             gen.response_ids, gen.log_probs, gen.finish_reasons, limits, strict=True
         ):
-            if (
-                len(ids) > limit
-            ):  # an engine without per-row limits ran to the longest; the cut keeps exact ids
-                ids, lps, reason = ids[:limit], lps[:limit], "length"
-            out.append(TurnOutput(list(ids), list(lps), reason))
+            if len(ids) > limit:  # an engine must honour its row's budget: a silent cut would hide it
+                raise RuntimeError(f"rollout engine returned {len(ids)} tokens for a row limited to {limit}")
+            out.append(TurnOutput(list(ids), list(lps), reason, gen.policy_version))
         return out
 
     def run(self, prompts: list[list[int]], n: int, params: SamplingParams, budget: int) -> list[Episode]:
@@ -150,7 +137,7 @@ class EpisodeLoop:
             final = turn == self.cfg.max_turns
             pending: list[tuple[Episode, Action, str]] = []
             for e, out in zip(active, outputs, strict=True):
-                e.add_model(out.ids, out.log_probs)
+                e.add_model(out.ids, out.log_probs, out.version)
                 e.turns += 1
                 step = self._after_generation(e, out, final, budget)
                 if step is not None:

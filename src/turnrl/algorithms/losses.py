@@ -102,8 +102,12 @@ def policy_loss(
             "ppo_kl": masked_mean(-(log_prob - old_log_prob), mask).detach(),
         }
         if per_token:  # for the step inspector: what the update did to each token
-            metrics.update(ratio=ratio.detach(), loss_mat=loss_mat.detach(), clip_active=clip_active & mask,
-                           dual_active=dual_active & mask)
+            metrics.update(
+                ratio=ratio.detach(),
+                loss_mat=loss_mat.detach(),
+                clip_active=clip_active & mask,
+                dual_active=dual_active & mask,
+            )
     return loss, metrics
 
 

@@ -1,4 +1,4 @@
-"""defaults < recipe YAML < dotted overrides, checked against the schema.
+"""defaults < recipe YAML < dotted overrides, checked against the schema, then by `check_config`.
 
 OmegaConf does the merging and the type coercion; we walk the keys ourselves first so an
 unknown key fails with the closest valid name instead of a stack trace.
@@ -19,13 +19,8 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from turnrl.config.checks import ConfigError, check_config
 from turnrl.config.schema import Config
-
-LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
-
-
-class ConfigError(ValueError):
-    """A bad recipe or override; the message is one line naming the key and the fix."""
 
 
 def _schema_keys(cls: type, prefix: str = "") -> dict[str, type]:
@@ -114,96 +109,8 @@ def load_config(recipe: str | Path | None = None, overrides: list[str] | None = 
             msg = str(err).splitlines()[0]
             raise ConfigError(f"bad value for '{key}' in {source}: {msg}") from None
     cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
-    validate(cfg)
+    check_config(cfg)
     return cfg
-
-
-def validate(cfg: Config) -> None:
-    """Cross-field checks that a type system cannot express."""
-    d, a, r = cfg.data, cfg.actor, cfg.rollout
-    positive = {
-        "data.train_batch_size": d.train_batch_size,
-        "data.max_prompt_length": d.max_prompt_length,
-        "data.max_response_length": d.max_response_length,
-        "rollout.n": r.n,
-        "actor.ppo_mini_batch_size": a.ppo_mini_batch_size,
-        "actor.ppo_micro_batch_size": a.ppo_micro_batch_size,
-        "actor.log_prob_micro_batch_size": a.log_prob_micro_batch_size,
-        "actor.ppo_epochs": a.ppo_epochs,
-        "rollout.generation_batch_size": r.generation_batch_size,
-    }
-    for key, value in positive.items():
-        if value <= 0:
-            raise ConfigError(f"'{key}' must be positive, got {value}")
-    if d.train_batch_size % a.ppo_mini_batch_size:
-        raise ConfigError(
-            f"'data.train_batch_size'={d.train_batch_size} prompts does not divide into "
-            f"'actor.ppo_mini_batch_size'={a.ppo_mini_batch_size} prompts; pick a divisor"
-        )
-    if r.temperature <= 0:
-        raise ConfigError(f"'rollout.temperature' must be > 0 for training rollouts, got {r.temperature}")
-    if not 0 < r.top_p <= 1:
-        raise ConfigError(f"'rollout.top_p' must be in (0, 1], got {r.top_p}")
-    if a.clip_ratio_c <= 1:
-        raise ConfigError(f"'actor.clip_ratio_c' must be > 1 (dual-clip), got {a.clip_ratio_c}")
-    if cfg.model.dtype not in ("auto", "float32", "bfloat16", "float16"):
-        raise ConfigError(
-            f"'model.dtype' must be auto, float32, bfloat16 or float16, got '{cfg.model.dtype}'"
-        )
-    from turnrl.algorithms.advantages import ADV_ESTIMATORS
-
-    est = cfg.algorithm.adv_estimator
-    if est not in ADV_ESTIMATORS:
-        raise ConfigError(f"unknown 'algorithm.adv_estimator' '{est}'; valid: {', '.join(ADV_ESTIMATORS)}")
-    if est in ("grpo", "rloo", "reinforce_plus_plus_baseline") and r.n < 2:
-        raise ConfigError(f"'{est}' needs 'rollout.n' >= 2 (a group of one has no baseline), got {r.n}")
-    _validate_algorithm(cfg)
-    bad_loggers = set(cfg.trainer.logger) - set(LOGGERS)
-    if bad_loggers:
-        raise ConfigError(f"unknown 'trainer.logger' {sorted(bad_loggers)}; valid: {', '.join(LOGGERS)}")
-
-
-def _one_of(key: str, value: str, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        raise ConfigError(f"unknown '{key}' '{value}'; valid: {', '.join(valid)}")
-
-
-def _validate_algorithm(cfg: Config) -> None:
-    from turnrl.algorithms.core import LOSS_AGG_MODES
-    from turnrl.algorithms.kl import KL_CONTROLLERS, KL_ESTIMATORS
-    from turnrl.algorithms.losses import POLICY_LOSS_MODES
-
-    alg, actor = cfg.algorithm, cfg.actor
-    _one_of("actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
-    _one_of("critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
-    _one_of("actor.policy_loss_mode", actor.policy_loss_mode, POLICY_LOSS_MODES)
-    _one_of("algorithm.kl_penalty", alg.kl_penalty, KL_ESTIMATORS)
-    _one_of("actor.kl_loss_type", actor.kl_loss_type, KL_ESTIMATORS)
-    _one_of("algorithm.kl_ctrl.type", alg.kl_ctrl.type, KL_CONTROLLERS)
-    if alg.adv_estimator == "gae" and not cfg.critic.enable:
-        raise ConfigError("'algorithm.adv_estimator=gae' needs a critic: set critic.enable=true")
-    needs_ref = [
-        k
-        for k, on in (
-            ("actor.use_kl_loss", actor.use_kl_loss),
-            ("algorithm.use_kl_in_reward", alg.use_kl_in_reward),
-        )
-        if on
-    ]
-    if needs_ref and not cfg.ref.enable:
-        raise ConfigError(f"'{needs_ref[0]}=true' needs the reference policy: set ref.enable=true")
-    if cfg.reward_model.enable and not cfg.reward_model.model.path:
-        raise ConfigError("'reward_model.enable=true' needs 'reward_model.model.path'")
-    if cfg.critic.enable and cfg.data.train_batch_size % cfg.critic.ppo_mini_batch_size:
-        raise ConfigError(
-            f"'data.train_batch_size'={cfg.data.train_batch_size} prompts does not divide into "
-            f"'critic.ppo_mini_batch_size'={cfg.critic.ppo_mini_batch_size} prompts; pick a divisor"
-        )
-    ob = cfg.reward.overlong_buffer
-    if ob.enable and not 0 < ob.len < cfg.data.max_response_length:
-        raise ConfigError(
-            f"'reward.overlong_buffer.len' must be in (0, data.max_response_length), got {ob.len}"
-        )
 
 
 def to_yaml(cfg: Config) -> str:

@@ -115,17 +115,25 @@ class AlgorithmConfig:
 
 
 @dataclass
-class ActorConfig:
+class OptimConfig:
+    """AdamW with linear warm-up, then a constant rate: the actor's and the critic's optimizer."""
+
     lr: float = 2e-5
-    """Peak learning rate of AdamW (the default suits the embedded 135M model; larger models want ~1e-6)."""
+    """Peak learning rate (actor default 2e-5 suits the embedded 135M model; larger models want ~1e-6)."""
     lr_warmup_steps: int = 0
-    """Linear warm-up steps (optimizer steps); then constant."""
+    """Linear warm-up over this many optimizer steps; then constant."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     """AdamW betas."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value (0 = off)."""
+
+
+@dataclass
+class ActorConfig:
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """The actor's optimizer."""
     ppo_mini_batch_size: int = 4
     """Prompts per optimizer step (times `rollout.n` responses); must divide `data.train_batch_size`."""
     ppo_micro_batch_size: int = 16
@@ -168,14 +176,8 @@ class CriticConfig:
     """Train a value model (needed by `gae`)."""
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
     """Where the critic's backbone comes from."""
-    lr: float = 1e-5
-    """Peak learning rate of the critic's AdamW."""
-    lr_warmup_steps: int = 0
-    """Linear warm-up steps of the critic's optimizer."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    grad_clip: float = 1.0
-    """Clip the critic's gradient norm (0 = off)."""
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
+    """The critic's optimizer (default lr 1e-5)."""
     ppo_epochs: int = 1
     """Passes of the critic over each batch."""
     ppo_mini_batch_size: int = 8
@@ -194,6 +196,8 @@ class RefConfig:
     """Allow a reference policy (built only when a KL term needs it; with LoRA it is the actor without adapters)."""
     log_prob_micro_batch_size: int = 32
     """Responses per reference forward pass."""
+    logprob_chunk_size: int = 1024
+    """Tokens per chunk when turning hidden states into log-probs (bounds the vocab-sized buffer)."""
 
 
 @dataclass

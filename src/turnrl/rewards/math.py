@@ -13,8 +13,6 @@ import re
 import threading
 from typing import Any
 
-from turnrl.rewards.registry import register
-
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 MATH_SOURCES = ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math")
 CALCULATOR_SOURCE = "turnrl/calculator"
@@ -58,10 +56,6 @@ def compute_score(
     }
 
 
-register(*MATH_SOURCES)(compute_score)
-
-
-@register(CALCULATOR_SOURCE)
 def calculator_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None
 ) -> dict[str, float]:

@@ -19,8 +19,6 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from turnrl.rewards.registry import register
-
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
@@ -107,6 +105,3 @@ def compute_score(
     if score == 0.0:
         score = fmt  # well-formed but wrong: the optional format credit
     return {"score": score, **metrics, "formatted": 1.0}
-
-
-register(*SEARCH_R1_SOURCES, BUILTIN_SOURCE)(compute_score)

@@ -3,43 +3,45 @@
     compute_score(data_source, solution_str, ground_truth, extra_info=None) -> float | dict
 
 A dict must hold `score`; its other numeric entries become `reward_extra/<key>` metrics.
-A user function loaded from a file replaces the registry for every data source.
+`BUILTIN` maps each data source to its scorer; `registered(sandbox_url)` is that table with the
+code scorers bound to a run's sandbox. A user function loaded from a file replaces the table for
+every data source.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
 
+from turnrl.errors import TurnrlInputError
 from turnrl.plugins import load_attribute
+from turnrl.rewards import addition, code, math, qa
 
 ScoreFn = Callable[..., float | dict[str, Any]]
 
-_REGISTRY: dict[str, ScoreFn] = {}
+# data_source -> scorer of the built-in reward functions; the scorer modules import nothing from here
+BUILTIN: dict[str, ScoreFn] = {
+    addition.DATA_SOURCE: addition.compute_score,
+    **dict.fromkeys(math.MATH_SOURCES, math.compute_score),
+    math.CALCULATOR_SOURCE: math.calculator_score,
+    **dict.fromkeys((*qa.SEARCH_R1_SOURCES, qa.BUILTIN_SOURCE), qa.compute_score),
+    **dict.fromkeys(code.CODE_SOURCES, code.compute_score),
+}
 
 
-class RewardError(ValueError):
+class RewardError(TurnrlInputError):
     """A reward function that cannot be found or loaded; the message names it."""
 
 
-def register(*data_sources: str) -> Callable[[ScoreFn], ScoreFn]:
-    def wrap(fn: ScoreFn) -> ScoreFn:
-        for source in data_sources:
-            _REGISTRY[source] = fn
-        return fn
-
-    return wrap
-
-
-def _builtin() -> None:
-    # importing the scorer modules registers them
-    from turnrl.rewards import addition, code, math, qa  # noqa: F401
-
-
-def registered() -> dict[str, ScoreFn]:
-    _builtin()
-    return dict(_REGISTRY)
+def registered(sandbox_url: str | None = None) -> dict[str, ScoreFn]:
+    """A copy of the built-in table; with `sandbox_url`, the code scorers send programs there."""
+    table = dict(BUILTIN)
+    if sandbox_url:
+        bound = functools.partial(code.compute_score, sandbox_url=sandbox_url)
+        table.update(dict.fromkeys(code.CODE_SOURCES, bound))
+    return table
 
 
 def load_custom(path: str, name: str) -> ScoreFn:
@@ -54,10 +56,13 @@ def load_custom(path: str, name: str) -> ScoreFn:
     return fn
 
 
-def resolve(data_source: str, custom: ScoreFn | None = None) -> ScoreFn:
+def resolve(
+    data_source: str, custom: ScoreFn | None = None, table: dict[str, ScoreFn] | None = None
+) -> ScoreFn:
+    """The user's function if there is one, else the scorer of `data_source` in `table` (the built-ins)."""
     if custom is not None:
         return custom
-    table = registered()
+    table = BUILTIN if table is None else table
     if data_source not in table:
         raise RewardError(
             f"no reward function for data_source '{data_source}'; registered: {sorted(table)}; "

@@ -18,7 +18,11 @@ def last_token_index(response_mask: torch.Tensor) -> torch.Tensor:
 
 
 class RuleReward:
-    """Calls the reward function of each row's data source on its decoded response."""
+    """Calls the reward function of each row's data source on its decoded response.
+
+    `sandbox_url`: where code rewards run programs (an agent run passes the sandbox its python
+    tool uses); None = `$TURNRL_SANDBOX_URL`, else a child sandbox started on first use.
+    """
 
     def __init__(
         self,
@@ -26,18 +30,20 @@ class RuleReward:
         custom_path: str = "",
         custom_name: str = "compute_score",
         missing_ok: bool = False,
+        sandbox_url: str | None = None,
     ):
         self.tokenizer = tokenizer
         # with a reward model, a data source may have no rule: it then scores 0 here
         self.missing_ok = missing_ok
         self.custom: ScoreFn | None = load_custom(custom_path, custom_name) if custom_path else None
+        self.table = registered(sandbox_url)
 
     def check(self, data_sources: set[str]) -> None:
         """Fail at start-up, not mid-run, when a data source has no scorer."""
         if self.missing_ok:
             return
         for source in data_sources:
-            resolve(source, self.custom)
+            resolve(source, self.custom, self.table)
 
     def decode(self, batch: Batch) -> list[str]:
         # only model tokens and observations within the response, never padding
@@ -54,9 +60,9 @@ class RuleReward:
         extras: dict[str, list[float]] = defaultdict(list)
         for i, text in enumerate(texts):
             source = batch["data_source"][i]
-            if self.missing_ok and self.custom is None and source not in registered():
+            if self.missing_ok and self.custom is None and source not in self.table:
                 continue
-            fn = resolve(source, self.custom)
+            fn = resolve(source, self.custom, self.table)
             result = fn(source, text, batch["ground_truth"][i], batch["extra_info"][i])
             score, extra = split_score(result, f"reward function for '{source}'")
             scores[i] = score

@@ -1,7 +1,11 @@
-"""The rollout engine's contract: prompt ids in, response ids and their log-probs out.
+"""The rollout contracts, written so that an engine may live in another process.
 
-Engines never decode and re-encode: the ids they return are exactly the sampled ones, so
-the trainer scores the same tokens the policy produced.
+- `RolloutEngine`: prompt ids in, response ids + their log-probs + the policy version out.
+  Engines never decode and re-encode: the ids they return are exactly the sampled ones, so
+  the trainer scores the same tokens the policy produced. Everything crossing this boundary
+  is plain data (lists of ints and floats, a dataclass of sampling parameters).
+- `Rollout`: a prompt `Batch` in, the step's rollout fields out (single-turn or agent);
+  it drives an engine and is what the trainer's `gen` stage calls.
 """
 
 from __future__ import annotations
@@ -37,10 +41,44 @@ class Generation:
     """log p(token) under the sampling temperature, before top-p/top-k truncation."""
     finish_reasons: list[str]
     """'stop' (EOS or stop string) or 'length'."""
+    policy_version: int = 0
+    """Version of the weights that sampled these tokens (0 = the start policy, +1 per actor update)."""
 
 
 class RolloutEngine(Protocol):
-    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> Generation: ...
+    """Samples responses. One output row per (prompt, sample): `len(prompt_ids) * params.n` rows,
+    interleaved A,A,B,B."""
+
+    eos_ids: set[int]
+    """Token ids that end a response (the tokenizer's EOS and the model's generation config)."""
+
+    def generate(
+        self,
+        prompt_ids: list[list[int]],
+        params: SamplingParams,
+        max_new_tokens_per_row: list[int] | None = None,
+    ) -> Generation:
+        """`max_new_tokens_per_row`: one budget per output row, each <= `params.max_new_tokens`
+        (multi-turn episodes of one batch have different budgets left); None = all the same."""
+        ...
+
+    def sync_weights(self, version: int) -> None:
+        """Take the actor's weights of policy version `version` (a no-op for an engine that samples
+        from the actor's own module; a server engine loads them)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Rollout(Protocol):
+    """Stage 3: sample `params.n` responses per prompt of a generation batch (single-turn or agent).
+
+    Returns the fields of `assemble` (responses, masks, `rollout_log_probs`,
+    `rollout_policy_version`, ...) and the rollout's metrics."""
+
+    def generate(self, gen_batch: Batch, params: SamplingParams) -> tuple[Batch, dict[str, float]]: ...
+
+    def close(self) -> None: ...
 
 
 def assemble(prompts: Batch, gen: Generation, n: int, pad_id: int, response_length: int) -> Batch:
@@ -69,10 +107,11 @@ def assemble(prompts: Batch, gen: Generation, n: int, pad_id: int, response_leng
             "position_ids": position_ids_from_mask(attention_mask),
             "response_mask": response_mask,
             "rollout_log_probs": logps,
+            "rollout_policy_version": torch.full((b,), gen.policy_version, dtype=torch.long),
         },
         non_tensors={"finish_reason": gen.finish_reasons},
     )
     return out
 
 
-__all__ = ["Generation", "RolloutEngine", "SamplingParams", "assemble", "left_pad"]
+__all__ = ["Generation", "Rollout", "RolloutEngine", "SamplingParams", "assemble", "left_pad"]

@@ -43,14 +43,22 @@ def eos_ids(model: Any, tokenizer: Any) -> set[int]:
 
 
 class HFEngine:
-    """Samples from the live policy module (shared with the actor: no weight sync needed)."""
+    """Samples from the actor's own module, in the actor's process: its weights are always the
+    actor's current ones, so `sync_weights` only records the version."""
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
-        self.eos = eos_ids(model, tokenizer)
+        self.eos_ids = eos_ids(model, tokenizer)
         self.pad_id = int(tokenizer.pad_token_id)
+        self.version = 0
+
+    def sync_weights(self, version: int) -> None:
+        self.version = version
+
+    def close(self) -> None:
+        pass
 
     @torch.no_grad()
     def generate(
@@ -68,7 +76,7 @@ class HFEngine:
         device = next(self.model.parameters()).device
         gen = torch.Generator(device=device)
         gen.manual_seed(params.seed if params.seed is not None else torch.seed() % 2**63)
-        out = Generation([], [], [])
+        out = Generation([], [], [], policy_version=self.version)
         prompts_per_batch = max(1, self.batch_size // params.n)
         was_training = self.model.training
         self.model.eval()
@@ -134,7 +142,7 @@ class HFEngine:
             for j, (r, t, v) in enumerate(zip(alive.tolist(), token.tolist(), lp.tolist(), strict=True)):
                 responses[r].append(t)
                 logps[r].append(v)
-                if t in self.eos or (p.stop and self._stopped_by_string(responses[r], p.stop)):
+                if t in self.eos_ids or (p.stop and self._stopped_by_string(responses[r], p.stop)):
                     reasons[r] = "stop"
                 elif len(responses[r]) < limits[r]:
                     keep.append(j)

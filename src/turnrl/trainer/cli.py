@@ -6,7 +6,8 @@ import argparse
 import logging
 import sys
 
-from turnrl.config import ConfigError, field_docs, load_config, to_yaml
+from turnrl.config import field_docs, load_config, to_yaml
+from turnrl.errors import TurnrlInputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,6 +25,11 @@ def split_args(args: list[str]) -> tuple[str | None, list[str]]:
     return recipe, args
 
 
+def fail(err: TurnrlInputError) -> int:
+    print(f"turnrl train: {err}", file=sys.stderr)
+    return 2
+
+
 def run(ns: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if ns.list_keys:
@@ -33,20 +39,18 @@ def run(ns: argparse.Namespace) -> int:
     try:
         recipe, overrides = split_args(ns.args)
         cfg = load_config(recipe, overrides)
-    except ConfigError as err:
-        print(f"turnrl train: {err}", file=sys.stderr)
-        return 2
+    except TurnrlInputError as err:
+        return fail(err)
     if ns.show_config:
         print(to_yaml(cfg))
         return 0
-    from turnrl.trainer.errors import STARTUP_ERRORS
     from turnrl.trainer.ppo import Trainer
 
+    # bad input (config, data, model, reward, tools) is one line; anything else is a bug: keep its traceback
     try:
         trainer = Trainer(cfg)
-    except STARTUP_ERRORS as err:
-        print(f"turnrl train: {err}", file=sys.stderr)
-        return 2
+    except TurnrlInputError as err:
+        return fail(err)
     run_dir = trainer.fit()
     print(f"run directory: {run_dir}")
     return 0

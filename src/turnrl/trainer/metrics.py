@@ -48,6 +48,17 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     return out
 
 
+def version_metrics(batch: Batch, trained_at: int) -> dict[str, float]:
+    """Which policy versions sampled the batch, and how far behind the version that trains on it
+    they are (0 in a synchronous run; the basis of off-policy correction)."""
+    v = batch["rollout_policy_version"].float()
+    return {
+        "rollout/policy_version/min": v.min().item(),
+        "rollout/policy_version/max": v.max().item(),
+        "rollout/policy_lag/max": float(trained_at) - v.min().item(),
+    }
+
+
 def extra_metrics(extras: dict[str, list[float]], prefix: str = "reward_extra") -> dict[str, float]:
     return {f"{prefix}/{k}/mean": float(np.mean(v)) for k, v in extras.items() if v}
 

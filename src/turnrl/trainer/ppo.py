@@ -1,4 +1,8 @@
-"""The training loop. It reads like ARCHITECTURE §2: one named, timed stage per line."""
+"""The training loop. It reads like ARCHITECTURE §2: one named, timed stage per line.
+
+The driver holds no model and no optimizer: it calls each role through its worker group
+(`workers/group.py`) on `Batch`es, so the same lines run in one process or over many ranks.
+"""
 
 from __future__ import annotations
 
@@ -12,87 +16,60 @@ from typing import Any
 
 from turnrl.algorithms.kl import make_kl_controller
 from turnrl.batch import Batch
-from turnrl.config import Config, to_yaml
+from turnrl.config import Config, check_config, to_yaml
 from turnrl.data.loader import StatefulLoader
-from turnrl.models.loader import load_model
 from turnrl.rewards.scorer import RuleReward
-from turnrl.rollout.base import SamplingParams
-from turnrl.rollout.hf import HFEngine
+from turnrl.rollout.base import Rollout, SamplingParams
 from turnrl.rollout.single_turn import SingleTurnRollout
 from turnrl.tracking.dump import dump_rollouts
 from turnrl.tracking.logger import Tracker
 from turnrl.tracking.sinks import check_sinks
 from turnrl.trainer import checkpoint, stages
-from turnrl.trainer.metrics import data_metrics, extra_metrics, timing_metrics
-from turnrl.trainer.setup import build, make_run_dir
+from turnrl.trainer.metrics import data_metrics, extra_metrics, timing_metrics, version_metrics
+from turnrl.trainer.setup import build_data, build_roles, make_run_dir
 from turnrl.trainer.validation import validate
-from turnrl.workers.actor import Actor
-from turnrl.workers.critic import Critic
-from turnrl.workers.reference import Reference
-from turnrl.workers.reward_model import RewardModel
 
 log = logging.getLogger(__name__)
 
 
 class Trainer:
     def __init__(self, cfg: Config, recorder: stages.Recorder | None = None):
+        check_config(cfg)
         check_sinks(cfg.trainer.logger)  # a missing logger package fails before the model loads
-        self.cfg = cfg
-        self.recorder = recorder
-        parts = build(cfg)  # loads and checks everything: a failure here writes nothing
-        self.model, self.tokenizer, self.device = parts.model, parts.tokenizer, parts.device
-        self.val_examples = parts.val_examples
+        self.cfg, self.recorder = cfg, recorder
+        data = build_data(cfg)  # everything is loaded and checked before anything is written
+        self.tokenizer, self.val_examples = data.tokenizer, data.val_examples
         self.pad_id = int(self.tokenizer.pad_token_id)
+        self.roles = build_roles(cfg, self.tokenizer)
+        self.actor, self.ref, self.critic = self.roles.actor, self.roles.ref, self.roles.critic
+        self.reward_model = self.roles.reward_model
+        self.engine = self.actor.rollout_engine()
+        self.rollout: Rollout = SingleTurnRollout(self.engine, self.pad_id)
+        sandbox_url = None
+        if cfg.rollout.multi_turn.enable:  # starts and health-checks tool servers: before any disk write
+            from turnrl.agent.rollout import AgentRollout
+
+            self.rollout = AgentRollout(self.engine, self.tokenizer, cfg, self.pad_id)
+            sandbox_url = self.rollout.sandbox_url  # code rewards reuse the run's sandbox
         self.reward = RuleReward(
             self.tokenizer,
             cfg.reward.custom_function.path,
             cfg.reward.custom_function.name,
             missing_ok=cfg.reward_model.enable,
+            sandbox_url=sandbox_url,
         )
-        self.reward.check({e.data_source for e in parts.train_examples + parts.val_examples})
-        self.engine = HFEngine(self.model, self.tokenizer, cfg.rollout.generation_batch_size)
-        self.rollout: stages.Rollout = SingleTurnRollout(self.engine)
-        if cfg.rollout.multi_turn.enable:  # starts and health-checks tool servers: before any disk write
-            from turnrl.agent.rollout import AgentRollout
-
-            self.rollout = AgentRollout(self.engine, self.tokenizer, cfg)
-        share = not cfg.model.gradient_checkpointing  # prefix sharing needs the KV cache
-        self.actor = Actor(self.model, cfg.actor, cfg.rollout.temperature, share)
-        self.ref = self.critic = self.reward_model = self.kl_ctrl = None
-        if cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
-            self.ref = Reference(
-                self.model,
-                cfg.rollout.temperature,
-                cfg.ref.log_prob_micro_batch_size,
-                cfg.actor.logprob_chunk_size,
-                share,
-            )
+        self.reward.check({e.data_source for e in data.train_examples + data.val_examples})
+        self.kl_ctrl = None
         if cfg.algorithm.use_kl_in_reward:
             kc = cfg.algorithm.kl_ctrl
             self.kl_ctrl = make_kl_controller(kc.type, kc.kl_coef, kc.target_kl, kc.horizon)
-        if cfg.critic.enable:
-            critic_lm, _ = load_model(
-                cfg.critic.model.path or cfg.model.path,
-                self.device,
-                cfg.model.dtype,
-                cfg.model.cache_dir,
-                cfg.trainer.seed,
-            )
-            self.critic = Critic(critic_lm, cfg.critic, share)
-        if cfg.reward_model.enable:
-            self.reward_model = RewardModel(
-                cfg.reward_model.model.path,
-                self.tokenizer,
-                self.device,
-                cfg.reward_model.micro_batch_size,
-                cfg.trainer.seed,
-            )
         self.loader = StatefulLoader(
-            parts.train_examples, cfg.data.train_batch_size, self.pad_id, cfg.trainer.seed, cfg.data.shuffle
+            data.train_examples, cfg.data.train_batch_size, self.pad_id, cfg.trainer.seed, cfg.data.shuffle
         )
         self.batches = self._batch_stream()
         self.total_steps = cfg.trainer.total_training_steps or len(self.loader) * cfg.trainer.total_epochs
         self.global_step = 0
+        self.policy_version = 0  # +1 per actor update; every sample records the version that made it
         self.run_dir = make_run_dir(cfg)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.run_dir / ".config.yaml.tmp"
@@ -109,41 +86,37 @@ class Trainer:
 
     # -- the step ------------------------------------------------------------------------------
     def step(self, batch: Batch) -> dict[str, Any]:
-        cfg, clock, n = self.cfg, stages.StageClock(self.recorder), self.cfg.rollout.n
+        cfg, clock = self.cfg, stages.StageClock(self.recorder)
         start = time.perf_counter()
-        with clock("load_batch") as s:
-            s["batch"] = batch
+        with clock("load_batch", batch):
+            pass
         batch, metrics = self.rollout_and_score(batch, clock)  # stages 2-6, repeated by dynamic sampling
-        with clock("old_log_prob") as s:
-            batch["old_log_probs"], _ = self.actor.compute_log_prob(batch)
-            s["batch"] = batch
+        metrics.update(version_metrics(batch, self.policy_version))
+        with clock("old_log_prob", batch):
+            batch["old_log_probs"] = self.actor.compute_log_prob(batch)["log_probs"]
         if self.ref:
-            with clock("ref") as s:
-                batch["ref_log_prob"] = self.ref.compute_ref_log_prob(batch)
-                s["batch"] = batch
+            with clock("ref", batch):
+                batch.union(self.ref.compute_ref_log_prob(batch))
         if self.critic:
-            with clock("values") as s:
-                batch["values"] = self.critic.compute_values(batch)
-                s["batch"] = batch
+            with clock("values", batch):
+                batch.union(self.critic.compute_values(batch))
         if self.kl_ctrl:
-            with clock("kl_in_reward") as s:
+            with clock("kl_in_reward", batch):
                 metrics.update(stages.kl_in_reward(batch, self.kl_ctrl, cfg.algorithm.kl_penalty))
-                s["batch"] = batch
-        with clock("adv") as s:
+        with clock("adv", batch):
             stages.advantages(batch, cfg)
-            s["batch"] = batch
         if self.critic:
             with clock("update_critic"):
-                metrics.update(
-                    self.critic.update(batch, cfg.critic.ppo_mini_batch_size * n, seed=self.global_step)
-                )
+                metrics.update(self.critic.update(batch, step=self.global_step))
         if self.global_step > cfg.trainer.critic_warmup:
-            with clock("update_actor"):
-                metrics.update(
-                    self.actor.update(
-                        batch, cfg.actor.ppo_mini_batch_size * n, seed=self.global_step, recorder=self.recorder
-                    )
+            with clock("update_actor") as st:
+                actor_metrics, st.batch = self.actor.update(
+                    batch, self.global_step, self.recorder is not None
                 )
+                metrics.update(actor_metrics)
+            with clock("sync_weights"):
+                self.policy_version += 1
+                self.engine.sync_weights(self.policy_version)
         metrics.update(data_metrics(batch, cfg.data.max_response_length))
         metrics.update(timing_metrics(clock.timing, batch, time.perf_counter() - start))
         if cfg.trainer.rollout_dump_freq and self.global_step % cfg.trainer.rollout_dump_freq == 0:
@@ -158,23 +131,21 @@ class Trainer:
         dropped = rounds = 0
         while True:
             rounds += 1
-            with clock("gen_batch") as s:
-                gen_batch = s["batch"] = stages.split_generation_input(batch)
-            with clock("gen") as s:
-                params = self.sampling(self.global_step, rounds)
-                rollout, gen_metrics = stages.generate(
-                    self.rollout, gen_batch, params, self.pad_id, cfg.data.max_response_length
+            with clock("gen_batch") as st:
+                gen_batch = st.batch = stages.split_generation_input(batch)
+            with clock("gen") as st:
+                rollout, gen_metrics = self.rollout.generate(
+                    gen_batch, self.sampling(self.global_step, rounds)
                 )
-                s["batch"] = rollout
-            with clock("group") as s:
-                merged = s["batch"] = stages.group_and_merge(batch, rollout, n)
+                st.batch = rollout
+            with clock("group") as st:
+                merged = st.batch = stages.group_and_merge(batch, rollout, n)
             if cfg.algorithm.adv_estimator == "remax":
                 with clock("gen_max"):
                     merged["reward_baselines"] = self.greedy_baseline(batch, gen_batch).repeat_interleave(n)
-            with clock("reward") as s:
+            with clock("reward", merged):
                 for k, v in self.score(merged).items():
                     extras.setdefault(k, []).extend(v)
-                s["batch"] = merged
             if not fg.enable:
                 return merged, {**extra_metrics(extras), **gen_metrics}
             merged, n_dropped = stages.keep_varied_groups(merged)
@@ -204,7 +175,7 @@ class Trainer:
         cfg = self.cfg
         extras = stages.score(self.reward, batch)
         if self.reward_model:
-            rm = self.reward_model.score(batch)
+            rm = self.reward_model.score(batch)["rm_scores"]
             stages.add_to_last_token(batch, cfg.reward_model.coef * rm)
             extras["reward_model_score"] = rm.tolist()
         ob = cfg.reward.overlong_buffer
@@ -215,9 +186,7 @@ class Trainer:
     def greedy_baseline(self, prompts: Batch, gen_batch: Batch) -> Any:
         """ReMax's baseline: the score of a greedy response to the same prompt."""
         params = dataclasses.replace(self.sampling(self.global_step, 0), n=1, temperature=0.0)
-        rollout, _ = stages.generate(
-            self.rollout, gen_batch, params, self.pad_id, self.cfg.data.max_response_length
-        )
+        rollout, _ = self.rollout.generate(gen_batch, params)
         greedy = stages.group_and_merge(prompts, rollout, 1)
         self.score(greedy)
         return greedy["token_level_scores"].sum(-1)
@@ -266,8 +235,10 @@ class Trainer:
         return self.run_dir
 
     def close(self) -> None:
-        """Stop child tool servers and flush loggers."""
+        """Stop child tool servers, release the roles, flush loggers."""
         self.rollout.close()
+        for group in self.roles.owned().values():
+            group.close()
         self.tracker.close()
 
     def _batch_stream(self) -> Iterator[Batch]:
@@ -287,7 +258,6 @@ class Trainer:
             params,
             self.cfg.data.val_batch_size,
             self.pad_id,
-            self.cfg.data.max_response_length,
         )
         metrics["timing_s/validate"] = time.perf_counter() - start
         dump = self.run_dir / "val_samples" / f"step_{self.global_step}.jsonl"
@@ -299,14 +269,11 @@ class Trainer:
     def save(self) -> None:
         state = {
             "global_step": self.global_step,
+            "policy_version": self.policy_version,
             "loader": self.loader.state_dict(),
             "kl_coef": self.kl_ctrl.value if self.kl_ctrl else None,
         }
-        roles = {
-            "actor": self.actor.state_dict(),
-            "critic": self.critic.state_dict() if self.critic else None,
-        }
-        checkpoint.save(self.run_dir, self.global_step, self.model, roles, state)
+        checkpoint.save(self.run_dir, self.global_step, self.roles.owned(), state)
 
     def _resume(self) -> None:
         if not self.cfg.trainer.resume:
@@ -314,14 +281,13 @@ class Trainer:
         path = checkpoint.latest(self.run_dir)
         if path is None:
             return
-        roles, state = checkpoint.load(path, self.model)
-        self.actor.load_state_dict(roles["actor"])
-        if self.critic and roles.get("critic"):
-            self.critic.load_state_dict(roles["critic"])
+        state = checkpoint.load(path, self.roles.owned())
         if self.kl_ctrl and state.get("kl_coef") is not None:
             self.kl_ctrl.value = float(state["kl_coef"])
         self.loader.load_state_dict(state["loader"])
         self.global_step = int(state["global_step"])
+        self.policy_version = int(state.get("policy_version", 0))
+        self.engine.sync_weights(self.policy_version)
         log.warning("resumed from %s at step %d", path, self.global_step)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 from dataclasses import dataclass
@@ -12,19 +11,22 @@ from typing import Any
 import numpy as np
 import torch
 
-from turnrl.config.schema import Config
-from turnrl.data.dataset import Example, load_examples
+from turnrl.config import Config, ConfigError
+from turnrl.data.dataset import DataError, Example, load_examples
 from turnrl.data.tasks import write_task
-from turnrl.models.loader import apply_lora, cache_root, load_model
-
-log = logging.getLogger(__name__)
+from turnrl.models.loader import cache_root, load_tokenizer
+from turnrl.workers.actor import Actor
+from turnrl.workers.critic import Critic
+from turnrl.workers.group import LocalGroup, WorkerGroup
+from turnrl.workers.reference import Reference
+from turnrl.workers.reward_model import RewardModel
 
 
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("trainer.device=cuda but no CUDA device is available; use trainer.device=cpu")
+        raise ConfigError("trainer.device=cuda but no CUDA device is available; use trainer.device=cpu")
     return torch.device(name)
 
 
@@ -45,34 +47,61 @@ def resolve_data_files(cfg: Config) -> None:
 
 
 @dataclass
-class Components:
-    model: torch.nn.Module
+class Data:
     tokenizer: Any
-    device: torch.device
     train_examples: list[Example]
     val_examples: list[Example]
 
 
-def build(cfg: Config) -> Components:
+def build_data(cfg: Config) -> Data:
+    """Seeds, the tokenizer and both data splits, checked before any model loads."""
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)
     seed_everything(cfg.trainer.seed)
-    device = pick_device(cfg.trainer.device)
     resolve_data_files(cfg)
     for f in [*cfg.data.train_files, *cfg.data.val_files]:
         if not Path(f).is_file():  # fail before the minute-long model load
-            raise FileNotFoundError(f"data file not found: {f}")
-    t0 = time.perf_counter()
-    model, tokenizer = load_model(
-        cfg.model.path, device, cfg.model.dtype, cfg.model.cache_dir, cfg.trainer.seed
-    )
-    if cfg.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    model = apply_lora(model, cfg.model.lora_rank, cfg.model.lora_alpha, cfg.model.target_modules)
-    log.info("model %s loaded in %.1fs", cfg.model.path, time.perf_counter() - t0)
+            raise DataError(f"data file not found: {f}")
+    tokenizer = load_tokenizer(cfg.model.path, cfg.model.cache_dir)
     train = load_examples(cfg.data.train_files, tokenizer, cfg.data.max_prompt_length, cfg.data.prompt_key)
     val = load_examples(cfg.data.val_files, tokenizer, cfg.data.max_prompt_length, cfg.data.prompt_key)
-    return Components(model, tokenizer, device, train, val)
+    return Data(tokenizer, train, val)
+
+
+@dataclass
+class Roles:
+    """One worker group per role; `ref` is the actor's group with LoRA (adapters off)."""
+
+    actor: WorkerGroup
+    ref: WorkerGroup | None
+    critic: WorkerGroup | None
+    reward_model: WorkerGroup | None
+
+    def owned(self) -> dict[str, WorkerGroup]:
+        """Groups that keep state of their own, by checkpoint sub-directory."""
+        out = {
+            "actor": self.actor,
+            "reference": self.ref,
+            "critic": self.critic,
+            "reward_model": self.reward_model,
+        }
+        return {k: g for k, g in out.items() if g is not None and (k == "actor" or g is not self.actor)}
+
+
+def build_roles(cfg: Config, tokenizer: Any) -> Roles:
+    """Each role builds its own model from its own config section. The order is the order the
+    global RNG is drawn in (LoRA init, then the value head): keep it, or seeded runs change."""
+    device, seed = pick_device(cfg.trainer.device), cfg.trainer.seed
+    actor = LocalGroup([Actor(cfg.actor, cfg.model, cfg.rollout, cfg.ref, device, seed)])
+    ref = critic = reward_model = None
+    if cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
+        lora = cfg.model.lora_rank > 0
+        ref = actor if lora else LocalGroup([Reference(cfg.ref, cfg.model, cfg.rollout, device, seed)])
+    if cfg.critic.enable:
+        critic = LocalGroup([Critic(cfg.critic, cfg.model, cfg.rollout, device, seed)])
+    if cfg.reward_model.enable:
+        reward_model = LocalGroup([RewardModel(cfg.reward_model, tokenizer, device, seed)])
+    return Roles(actor, ref, critic, reward_model)
 
 
 def make_run_dir(cfg: Config) -> Path:

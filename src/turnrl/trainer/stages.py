@@ -1,7 +1,8 @@
 """The stages of one training step (ARCHITECTURE §2), as functions of a Batch.
 
 Each takes what it needs and returns new fields; the loop in `ppo.py` only sequences
-and times them. Stage names double as `timing_s/<name>` metric keys.
+and times them. `STAGES` names every stage the loop runs, in the order it runs them: the
+names double as `timing_s/<name>` metric keys and key the step inspector's texts.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -16,9 +18,25 @@ import torch
 from turnrl.algorithms.advantages import compute_advantage
 from turnrl.batch import Batch
 from turnrl.config.schema import Config
-from turnrl.rollout.base import SamplingParams
 
 PROMPT_FIELDS = ("input_ids", "attention_mask", "position_ids")
+
+STAGES: tuple[str, ...] = (
+    "load_batch",  # 1  prompts from the dataloader
+    "gen_batch",  # 2  split off the generation input
+    "gen",  # 3  rollout (single-turn or agent)
+    "group",  # 4  uid groups, merge with the rollout
+    "gen_max",  # 4b ReMax: a greedy response per prompt, its score is the baseline
+    "reward",  # 6  token_level_scores
+    "old_log_prob",  # 7  the trainer's log-probs of the sampled tokens
+    "ref",  # 8  reference log-probs
+    "values",  # 9  critic values
+    "kl_in_reward",  # 10 r = score - beta * KL
+    "adv",  # 11 advantages and returns
+    "update_critic",  # 12
+    "update_actor",  # 12
+    "sync_weights",  # 12b the rollout engine takes the new policy version
+)
 
 
 class Recorder(Protocol):
@@ -27,42 +45,37 @@ class Recorder(Protocol):
     def record(self, stage: str, batch: Batch, elapsed_s: float) -> None: ...
 
 
+@dataclass
+class Stage:
+    """What a running stage hands to the recorder when it ends: `batch` (set it to a new
+    batch when the stage makes one)."""
+
+    batch: Batch | None = None
+
+
 class StageClock:
-    """Times named stages and hands each stage's result to an optional recorder."""
+    """Times named stages and hands each stage's batch to an optional recorder."""
 
     def __init__(self, recorder: Recorder | None = None):
         self.timing: dict[str, float] = {}
         self.recorder = recorder
 
     @contextmanager
-    def __call__(self, name: str) -> Iterator[dict[str, Any]]:
-        slot: dict[str, Any] = {}
+    def __call__(self, name: str, batch: Batch | None = None) -> Iterator[Stage]:
+        if name not in STAGES:
+            raise ValueError(f"unknown stage '{name}'; stages: {', '.join(STAGES)}")
+        stage = Stage(batch)
         start = time.perf_counter()
-        yield slot
+        yield stage
         elapsed = time.perf_counter() - start
         self.timing[name] = self.timing.get(name, 0.0) + elapsed
-        if self.recorder is not None and isinstance(slot.get("batch"), Batch):
-            self.recorder.record(name, slot["batch"], elapsed)
+        if self.recorder is not None and stage.batch is not None:
+            self.recorder.record(name, stage.batch, elapsed)
 
 
 def split_generation_input(batch: Batch) -> Batch:
     """Stage 2: pop the prompt tensors; the engine needs nothing else."""
     return batch.pop(PROMPT_FIELDS)
-
-
-class Rollout(Protocol):
-    """Single-turn (`rollout.single_turn`) or agent (`agent.rollout`) sampling of a prompt batch."""
-
-    def generate(
-        self, gen_batch: Batch, params: SamplingParams, pad_id: int, response_length: int
-    ) -> tuple[Batch, dict[str, float]]: ...
-
-
-def generate(
-    rollout: Rollout, gen_batch: Batch, params: SamplingParams, pad_id: int, response_length: int
-) -> tuple[Batch, dict[str, float]]:
-    """Stage 3: sample `params.n` responses per prompt (interleaved A,A,B,B)."""
-    return rollout.generate(gen_batch, params, pad_id, response_length)
 
 
 def group_and_merge(batch: Batch, rollout: Batch, n: int) -> Batch:

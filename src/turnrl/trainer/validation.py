@@ -10,18 +10,17 @@ from turnrl.batch import Batch
 from turnrl.data.dataset import Example
 from turnrl.data.loader import batches_of
 from turnrl.rewards.scorer import RuleReward
-from turnrl.rollout.base import SamplingParams
+from turnrl.rollout.base import Rollout, SamplingParams
 from turnrl.trainer import stages
 
 
 def validate(
-    rollout: stages.Rollout,
+    rollout: Rollout,
     reward: RuleReward,
     examples: list[Example],
     params: SamplingParams,
     batch_size: int,
     pad_id: int,
-    response_length: int,
 ) -> tuple[dict[str, float], list[dict[str, object]]]:
     """Metrics `val/test_score/<data_source>` (+ `/mean`) and one sample row per response."""
     per_source: dict[str, list[float]] = defaultdict(list)
@@ -29,7 +28,7 @@ def validate(
     samples: list[dict[str, object]] = []
     for prompts in batches_of(examples, batch_size, pad_id):
         gen_batch = stages.split_generation_input(prompts)
-        out, _ = stages.generate(rollout, gen_batch, params, pad_id, response_length)
+        out, _ = rollout.generate(gen_batch, params)
         batch: Batch = stages.group_and_merge(prompts, out, params.n)
         extra = stages.score(reward, batch)
         seq_scores = batch["token_level_scores"].sum(-1).tolist()

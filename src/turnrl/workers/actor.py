@@ -1,8 +1,13 @@
-"""The actor: the policy's log-probs and its PPO update. One role, one class."""
+"""The actor: owns the policy model, its optimizer and its rollout engine.
+
+It computes the policy's log-probs, runs the PPO update, and saves/loads its own state.
+With LoRA it also serves the reference log-probs (the same model with its adapters off: the
+base weights never change, so no second copy of the model is needed).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
 
 import torch
 
@@ -10,64 +15,99 @@ from turnrl.algorithms.core import agg_denominator, masked_mean
 from turnrl.algorithms.kl import kl_loss
 from turnrl.algorithms.losses import policy_loss
 from turnrl.batch import Batch
-from turnrl.config.schema import ActorConfig
+from turnrl.config.schema import ActorConfig, ModelConfig, RefConfig, RolloutConfig
 from turnrl.models.logprobs import response_log_probs
+from turnrl.models.policy import build_policy
+from turnrl.rollout.hf import HFEngine
+from turnrl.workers.group import dp
 from turnrl.workers.microbatch import forward_trimmed, seq_args
 from turnrl.workers.optim import Optimizer, epochs_of_mini_batches
+from turnrl.workers.state import load_common, load_weights, save_common, save_weights
+
+DIAGNOSTIC_FIELDS = ("responses", "response_mask", "attention_mask", "old_log_probs", "advantages")
 
 
 class Actor:
     def __init__(
-        self, model: torch.nn.Module, cfg: ActorConfig, temperature: float, share_prompts: bool = True
+        self,
+        cfg: ActorConfig,
+        model: ModelConfig,
+        rollout: RolloutConfig,
+        ref: RefConfig | None = None,
+        device: torch.device | str = "cpu",
+        seed: int = 1,
     ):
-        self.model = model
-        self.cfg = cfg
-        self.temperature = temperature
+        self.cfg, self.model_cfg, self.rollout_cfg, self.ref_cfg = cfg, model, rollout, ref
+        self.device = torch.device(device)
+        self.model, self.tokenizer = build_policy(model, self.device, seed)
+        self.temperature = rollout.temperature
         # one prompt pass per group; off with gradient checkpointing, which disables the KV cache
-        self.share_prompts = share_prompts
-        params = [p for p in model.parameters() if p.requires_grad]
-        self.optim = Optimizer(
-            params,
-            cfg.lr,
-            cfg.lr_warmup_steps,
-            cfg.weight_decay,
-            cfg.grad_clip,
-            (cfg.betas[0], cfg.betas[1]),
-            name="actor",
-        )
+        self.share_prompts = not model.gradient_checkpointing
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optim = Optimizer(params, cfg.optim, name="actor")
+        # the in-process engine samples from this very module: its weights are always current
+        self.engine = HFEngine(self.model, self.tokenizer, rollout.generation_batch_size)
+        self._diagnostics: Batch | None = None
+        self._want_diagnostics = False
 
-    def _log_probs(self, mb: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    def rollout_engine(self) -> HFEngine:
+        return self.engine
+
+    def _log_probs(self, mb: Batch, chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         def fn(b: Batch, r: int) -> tuple[torch.Tensor, ...]:
             return response_log_probs(
-                self.model, *seq_args(b), r, self.temperature, self.cfg.logprob_chunk_size, self.share_prompts
+                self.model, *seq_args(b), r, self.temperature, chunk_size, self.share_prompts
             )
 
-        lp, ent = forward_trimmed(mb, fn)
+        lp, ent = forward_trimmed(mb.to(self.device), fn)
         return lp, ent
 
+    @dp
     @torch.no_grad()
-    def compute_log_prob(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log_probs, entropy) of the responses at the rollout temperature."""
+    def compute_log_prob(self, batch: Batch) -> Batch:
+        """`log_probs` and `entropys` of the responses at the rollout temperature."""
         self.model.eval()
-        parts = [self._log_probs(mb) for mb in batch.split(self.cfg.log_prob_micro_batch_size)]
-        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        chunk = self.cfg.logprob_chunk_size
+        parts = [self._log_probs(mb, chunk) for mb in batch.split(self.cfg.log_prob_micro_batch_size)]
+        return Batch(
+            tensors={
+                "log_probs": torch.cat([p[0] for p in parts]).cpu(),
+                "entropys": torch.cat([p[1] for p in parts]).cpu(),
+            }
+        )
+
+    @dp
+    @torch.no_grad()
+    def compute_ref_log_prob(self, batch: Batch) -> Batch:
+        """LoRA only: the start policy's log-probs, i.e. the base model with the adapters off."""
+        if not hasattr(self.model, "disable_adapter") or self.ref_cfg is None:
+            raise RuntimeError("the actor serves reference log-probs only with LoRA (model.lora_rank > 0)")
+        was_training = self.model.training
+        self.model.eval()
+        parts = []
+        with self.model.disable_adapter():
+            for mb in batch.split(self.ref_cfg.log_prob_micro_batch_size):
+                parts.append(self._log_probs(mb, self.ref_cfg.logprob_chunk_size)[0])
+        self.model.train(was_training)
+        return Batch(tensors={"ref_log_prob": torch.cat(parts).cpu()})
 
     def update(
-        self, batch: Batch, mini_batch_responses: int, seed: int, recorder: Any = None
-    ) -> dict[str, float]:
-        """PPO epochs over shuffled mini-batches; one optimizer step per mini-batch.
+        self, batch: Batch, step: int, diagnostics: bool = False
+    ) -> tuple[dict[str, float], Batch | None]:
+        """PPO epochs over shuffled mini-batches of `actor.ppo_mini_batch_size` prompts (times
+        `rollout.n` responses); one optimizer step per mini-batch, shuffled by `step`.
 
-        A recorder (the step inspector) receives the first micro-batch's per-token ratio,
-        clipping and loss.
+        With `diagnostics`, also returns the first micro-batch's per-token ratio, clipping and
+        loss (what the step inspector shows), as data.
         """
         self.model.train()
-        self._recorder = recorder
-        return epochs_of_mini_batches(batch, self.cfg.ppo_epochs, mini_batch_responses, seed, self._step)
+        self._want_diagnostics, self._diagnostics = diagnostics, None
+        mini = self.cfg.ppo_mini_batch_size * self.rollout_cfg.n
+        metrics = epochs_of_mini_batches(batch.to(self.device), self.cfg.ppo_epochs, mini, step, self._step)
+        return metrics, self._diagnostics
 
-    def _record(self, mb: Batch, log_prob: torch.Tensor, m: dict[str, torch.Tensor]) -> None:
-        fields = {
-            k: mb[k] for k in ("responses", "response_mask", "attention_mask", "old_log_probs", "advantages")
-        }
+    def _keep_diagnostics(self, mb: Batch, log_prob: torch.Tensor, m: dict[str, torch.Tensor]) -> None:
+        fields = {k: mb[k] for k in DIAGNOSTIC_FIELDS}
         fields.update(
             log_prob=log_prob.detach(),
             ratio=m["ratio"],
@@ -75,8 +115,8 @@ class Actor:
             dual_clipped=m["dual_active"],
             pg_loss=m["loss_mat"],
         )
-        self._recorder.record("update_actor", Batch(tensors=fields, non_tensors={"uid": mb["uid"]}), 0.0)
-        self._recorder = None
+        diag = Batch(tensors={k: v.detach().cpu() for k, v in fields.items()}, non_tensors={"uid": mb["uid"]})
+        self._diagnostics, self._want_diagnostics = diag, False
 
     def _step(self, mini: Batch) -> dict[str, float]:
         cfg = self.cfg
@@ -90,7 +130,7 @@ class Actor:
         )
         finite = True
         for mb in mini.split(cfg.ppo_micro_batch_size):
-            log_prob, entropy = self._log_probs(mb)
+            log_prob, entropy = self._log_probs(mb, cfg.logprob_chunk_size)
             mask = mb["response_mask"]
             pg, m = policy_loss(
                 old_log_prob=mb["old_log_probs"],
@@ -104,10 +144,10 @@ class Actor:
                 mode=cfg.policy_loss_mode,
                 loss_denominator=denom,
                 loss_norm_length=width,
-                per_token=self._recorder is not None,
+                per_token=self._want_diagnostics,
             )
-            if self._recorder is not None:
-                self._record(mb, log_prob, m)
+            if self._want_diagnostics:
+                self._keep_diagnostics(mb, log_prob, m)
             loss = pg
             if cfg.entropy_coeff:
                 loss = loss - cfg.entropy_coeff * (entropy * mask).sum() / tokens
@@ -139,8 +179,18 @@ class Actor:
                 out["actor/kl_coef"] = cfg.kl_loss_coef
         return out
 
-    def state_dict(self) -> dict[str, Any]:
-        return self.optim.state_dict()
+    def save(self, directory: Path) -> None:
+        """Trainable weights, optimizer + schedule, RNG streams."""
+        directory.mkdir(parents=True, exist_ok=True)
+        save_weights(self.model, directory / "weights.safetensors")
+        info = {"role": "actor", "model": self.model_cfg.path, "lora_rank": self.model_cfg.lora_rank}
+        save_common(directory, info, self.optim.state_dict())
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optim.load_state_dict(state)
+    def load(self, directory: Path) -> None:
+        load_weights(self.model, directory / "weights.safetensors")
+        _, optim_state = load_common(directory, "actor")
+        if optim_state is not None:
+            self.optim.load_state_dict(optim_state)
+
+    def close(self) -> None:
+        pass

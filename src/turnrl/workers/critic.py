@@ -1,18 +1,25 @@
-"""The critic: a value head on a language-model trunk, trained on GAE returns."""
+"""The critic: a value head on a language-model trunk, trained on GAE returns.
+
+It loads its own trunk (`critic.model.path`, else `model.path`), owns its optimizer and
+saves/loads its whole value model (trunk and head).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
 
 import torch
 
 from turnrl.algorithms.core import agg_denominator
 from turnrl.algorithms.losses import value_loss
 from turnrl.batch import Batch
-from turnrl.config.schema import CriticConfig
+from turnrl.config.schema import CriticConfig, ModelConfig, RolloutConfig
+from turnrl.models.loader import load_model
 from turnrl.models.logprobs import response_hidden
+from turnrl.workers.group import dp
 from turnrl.workers.microbatch import forward_trimmed, seq_args
 from turnrl.workers.optim import Optimizer, epochs_of_mini_batches
+from turnrl.workers.state import load_common, load_weights, save_common, save_weights
 
 
 class ValueModel(torch.nn.Module):
@@ -41,31 +48,41 @@ class ValueModel(torch.nn.Module):
 
 
 class Critic:
-    def __init__(self, causal_lm: torch.nn.Module, cfg: CriticConfig, share_prompts: bool = True):
-        self.model = ValueModel(causal_lm).to(next(causal_lm.parameters()).device)
-        self.cfg = cfg
-        self.share_prompts = share_prompts
+    def __init__(
+        self,
+        cfg: CriticConfig,
+        model: ModelConfig,
+        rollout: RolloutConfig,
+        device: torch.device | str = "cpu",
+        seed: int = 1,
+    ):
+        self.cfg, self.rollout_cfg = cfg, rollout
+        self.device = torch.device(device)
+        self.source = cfg.model.path or model.path
+        causal_lm, _ = load_model(self.source, self.device, model.dtype, model.cache_dir, seed)
+        self.model = ValueModel(causal_lm).to(self.device)
+        self.share_prompts = not model.gradient_checkpointing
         self.optim = Optimizer(
-            [p for p in self.model.parameters() if p.requires_grad],
-            cfg.lr,
-            cfg.lr_warmup_steps,
-            cfg.weight_decay,
-            cfg.grad_clip,
-            name="critic",
+            [p for p in self.model.parameters() if p.requires_grad], cfg.optim, name="critic"
         )
 
     def _values(self, mb: Batch) -> torch.Tensor:
+        mb = mb.to(self.device)
         (v,) = forward_trimmed(mb, lambda b, r: (self.model(*seq_args(b), r, self.share_prompts),))
         return v * mb["response_mask"]
 
+    @dp
     @torch.no_grad()
-    def compute_values(self, batch: Batch) -> torch.Tensor:
+    def compute_values(self, batch: Batch) -> Batch:
         self.model.eval()
-        return torch.cat([self._values(mb) for mb in batch.split(self.cfg.ppo_micro_batch_size)])
+        values = torch.cat([self._values(mb) for mb in batch.split(self.cfg.ppo_micro_batch_size)])
+        return Batch(tensors={"values": values.cpu()})
 
-    def update(self, batch: Batch, mini_batch_responses: int, seed: int) -> dict[str, float]:
+    def update(self, batch: Batch, step: int) -> dict[str, float]:
+        """Epochs over mini-batches of `critic.ppo_mini_batch_size` prompts (times `rollout.n`)."""
         self.model.train()
-        return epochs_of_mini_batches(batch, self.cfg.ppo_epochs, mini_batch_responses, seed, self._step)
+        mini = self.cfg.ppo_mini_batch_size * self.rollout_cfg.n
+        return epochs_of_mini_batches(batch.to(self.device), self.cfg.ppo_epochs, mini, step, self._step)
 
     def _step(self, mini: Batch) -> dict[str, float]:
         cfg = self.cfg
@@ -99,12 +116,17 @@ class Critic:
             out.update({f"critic/{k}": v for k, v in sums.items()})
         return out
 
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
-            "optim": self.optim.state_dict(),
-        }
+    def save(self, directory: Path) -> None:
+        """The whole value model (the trunk is trained too), optimizer + schedule, RNG streams."""
+        directory.mkdir(parents=True, exist_ok=True)
+        save_weights(self.model, directory / "weights.safetensors", everything=True)
+        save_common(directory, {"role": "critic", "model": self.source}, self.optim.state_dict())
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optim.load_state_dict(state["optim"])
+    def load(self, directory: Path) -> None:
+        load_weights(self.model, directory / "weights.safetensors", everything=True)
+        _, optim_state = load_common(directory, "critic")
+        if optim_state is not None:
+            self.optim.load_state_dict(optim_state)
+
+    def close(self) -> None:
+        pass

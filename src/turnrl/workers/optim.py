@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from turnrl.batch import Batch
+from turnrl.config.schema import OptimConfig
 
 log = logging.getLogger(__name__)
 
@@ -40,21 +41,14 @@ def epochs_of_mini_batches(
 class Optimizer:
     """AdamW + linear warm-up, and a step that never writes a NaN/inf into the weights."""
 
-    def __init__(
-        self,
-        params: list[torch.nn.Parameter],
-        lr: float,
-        warmup_steps: int,
-        weight_decay: float,
-        grad_clip: float,
-        betas: tuple[float, float] = (0.9, 0.999),
-        name: str = "actor",
-    ):
+    def __init__(self, params: list[torch.nn.Parameter], cfg: OptimConfig, name: str = "actor"):
         self.params = params
-        self.grad_clip = grad_clip
+        self.grad_clip = cfg.grad_clip
         self.name = name
-        self.opt = torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)
-        factor = (lambda s: min(1.0, (s + 1) / warmup_steps)) if warmup_steps > 0 else (lambda s: 1.0)
+        betas = (float(cfg.betas[0]), float(cfg.betas[1]))
+        self.opt = torch.optim.AdamW(params, lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay)
+        warmup = cfg.lr_warmup_steps
+        factor = (lambda s: min(1.0, (s + 1) / warmup)) if warmup > 0 else (lambda s: 1.0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.opt, factor)
         self.skipped_steps = 0
 

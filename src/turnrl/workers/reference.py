@@ -1,55 +1,68 @@
-"""The reference policy: the frozen start policy, for KL terms.
-
-With LoRA the reference is the actor itself with its adapters switched off: the base
-weights never change, so no second copy of the model is needed.
+"""The reference policy: the frozen start policy, for KL terms. It loads its own copy of
+`model.path`; with LoRA the actor serves reference log-probs instead (adapters off), so the
+driver points its reference group at the actor and this class is not built.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
+from pathlib import Path
 
 import torch
 
 from turnrl.batch import Batch
+from turnrl.config.schema import ModelConfig, RefConfig, RolloutConfig
 from turnrl.models.logprobs import response_log_probs
+from turnrl.models.policy import frozen_copy_of_start
+from turnrl.workers.group import dp
 from turnrl.workers.microbatch import forward_trimmed, seq_args
+from turnrl.workers.state import CheckpointError, load_common, save_common
 
 
 class Reference:
     def __init__(
         self,
-        actor_model: torch.nn.Module,
-        temperature: float,
-        micro_batch_size: int,
-        chunk_size: int = 1024,
-        share_prompts: bool = True,
+        cfg: RefConfig,
+        model: ModelConfig,
+        rollout: RolloutConfig,
+        device: torch.device | str = "cpu",
+        seed: int = 1,
     ):
-        self.uses_adapters = hasattr(actor_model, "disable_adapter")
-        if self.uses_adapters:
-            self.model = actor_model
-        else:
-            self.model = copy.deepcopy(actor_model).eval()
-            self.model.requires_grad_(False)
-        self.temperature = temperature
-        self.micro_batch_size = micro_batch_size
-        self.chunk_size = chunk_size
-        self.share_prompts = share_prompts
+        self.cfg, self.model_cfg = cfg, model
+        self.device = torch.device(device)
+        self.model = frozen_copy_of_start(model, self.device, seed)
+        self.temperature = rollout.temperature
+        self.share_prompts = not model.gradient_checkpointing
 
+    @dp
     @torch.no_grad()
-    def compute_ref_log_prob(self, batch: Batch) -> torch.Tensor:
-        ctx = self.model.disable_adapter() if self.uses_adapters else contextlib.nullcontext()
-        was_training = self.model.training
-        self.model.eval()
+    def compute_ref_log_prob(self, batch: Batch) -> Batch:
         parts = []
-        with ctx:
-            for mb in batch.split(self.micro_batch_size):
-                lp, _ = forward_trimmed(
-                    mb,
-                    lambda b, r: response_log_probs(
-                        self.model, *seq_args(b), r, self.temperature, self.chunk_size, self.share_prompts
-                    ),
-                )
-                parts.append(lp)
-        self.model.train(was_training)
-        return torch.cat(parts)
+        for mb in batch.split(self.cfg.log_prob_micro_batch_size):
+            lp, _ = forward_trimmed(
+                mb.to(self.device),
+                lambda b, r: response_log_probs(
+                    self.model,
+                    *seq_args(b),
+                    r,
+                    self.temperature,
+                    self.cfg.logprob_chunk_size,
+                    self.share_prompts,
+                ),
+            )
+            parts.append(lp)
+        return Batch(tensors={"ref_log_prob": torch.cat(parts).cpu()})
+
+    def save(self, directory: Path) -> None:
+        """Nothing trains here: the record of which start policy this is, and the RNG streams."""
+        save_common(directory, {"role": "reference", "model": self.model_cfg.path})
+
+    def load(self, directory: Path) -> None:
+        info, _ = load_common(directory, "reference")
+        if info.get("model") != self.model_cfg.path:
+            raise CheckpointError(
+                f"{directory}: the checkpoint's reference is '{info.get('model')}' but model.path is "
+                f"'{self.model_cfg.path}'; resuming would change the KL anchor"
+            )
+
+    def close(self) -> None:
+        pass

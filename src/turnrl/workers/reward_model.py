@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from turnrl.batch import Batch
+from turnrl.config.schema import RewardModelConfig
 from turnrl.data.dataset import left_pad, position_ids_from_mask
 from turnrl.models.loader import TINY, ModelError, load_tokenizer, tiny_random_config
+from turnrl.workers.group import dp
+from turnrl.workers.state import load_common, save_common
 
 
 def _head(model: torch.nn.Module) -> torch.nn.Module:
@@ -21,10 +25,17 @@ def _head(model: torch.nn.Module) -> torch.nn.Module:
 
 class RewardModel:
     def __init__(
-        self, path: str, policy_tokenizer: Any, device: torch.device, micro_batch_size: int, seed: int = 0
+        self,
+        cfg: RewardModelConfig,
+        policy_tokenizer: Any,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
     ):
         from transformers import AutoModelForSequenceClassification
 
+        self.cfg = cfg
+        device = torch.device(device)
+        path = cfg.model.path
         if path == TINY:
             self.tokenizer = policy_tokenizer
             with torch.random.fork_rng():
@@ -43,7 +54,7 @@ class RewardModel:
         self.model.to(device).eval().requires_grad_(False)
         self.same_vocab = self.tokenizer.get_vocab() == policy_tokenizer.get_vocab()
         self.policy_tokenizer = policy_tokenizer
-        self.micro_batch_size = micro_batch_size
+        self.micro_batch_size = cfg.micro_batch_size
         self.device = device
 
     def _inputs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -60,9 +71,10 @@ class RewardModel:
         ids, mask = left_pad(rows, self.tokenizer.pad_token_id)
         return ids, mask, position_ids_from_mask(mask)
 
+    @dp
     @torch.no_grad()
-    def score(self, batch: Batch) -> torch.Tensor:
-        """(B,) scalar scores at each sequence's last attended token."""
+    def score(self, batch: Batch) -> Batch:
+        """`rm_scores` (B,): the scalar score at each sequence's last attended token."""
         trunk, head = self.model.base_model, _head(self.model)
         out = []
         for mb in batch.split(self.micro_batch_size):
@@ -72,4 +84,13 @@ class RewardModel:
             last = torch.where(mask.bool(), cols, torch.zeros_like(cols)).max(dim=1).values
             h = hidden[torch.arange(len(ids), device=ids.device), last]
             out.append(head(h).squeeze(-1).float().cpu())
-        return torch.cat(out)
+        return Batch(tensors={"rm_scores": torch.cat(out)})
+
+    def save(self, directory: Path) -> None:
+        save_common(directory, {"role": "reward_model", "model": self.cfg.model.path})
+
+    def load(self, directory: Path) -> None:
+        load_common(directory, "reward_model")
+
+    def close(self) -> None:
+        pass

@@ -18,8 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from turnrl.errors import TurnrlInputError
 
-class ToolError(ValueError):
+
+class ToolError(TurnrlInputError):
     """A tool that cannot be built or loaded; the message is one line naming the culprit."""
 
 

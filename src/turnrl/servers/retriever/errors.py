@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from turnrl.errors import TurnrlInputError
 
-class RetrieverError(Exception):
+
+class RetrieverError(TurnrlInputError):
     """Base class; `str(err)` is a single line fit for a command-line error message."""
 
 

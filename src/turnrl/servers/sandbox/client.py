@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from turnrl.errors import TurnrlInputError
+
 
 class SandboxError(RuntimeError):
     """Base of the client's errors."""
@@ -28,8 +30,12 @@ class SandboxRequestError(SandboxError):
     """The server refused the request (4xx); retrying would not help."""
 
 
-class SandboxUnavailable(SandboxError):
-    """The server could not be reached or kept failing after all retries."""
+class SandboxUnavailable(SandboxError, TurnrlInputError):
+    """The server could not be reached or kept failing after all retries.
+
+    Also bad input (a TurnrlInputError): at start-up it means a sandbox URL that does not answer or a
+    sandbox that cannot start, reported in one line naming the URL.
+    """
 
 
 def base_url(url: str) -> str:

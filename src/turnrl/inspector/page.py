@@ -7,8 +7,8 @@ import re
 from html import escape
 from typing import Any
 
-from turnrl.tracking.trace_assets import CSS, JS
-from turnrl.tracking.trace_view import RowView, StageView, Tok
+from turnrl.inspector.assets import CSS, JS
+from turnrl.inspector.view import RowView, StageView, Tok
 
 PALETTE = ("#0969da", "#1a7f37", "#9a6700", "#8250df", "#bf3989", "#cf222e", "#0a3069", "#57606a")
 KIND_LABEL = {

@@ -1,7 +1,9 @@
 """What each stage of a training step is for: the texts `turnrl trace` prints next to the tensors.
 
-Keys are the stage names the trainer records (they double as `timing_s/<name>` metric keys).
-A stage missing here is still shown, with the generic text, so a new stage never breaks a trace.
+`STAGE_DOCS` is keyed by exactly the trainer's stage names (`turnrl.trainer.stages.STAGES`, in
+their order; they double as `timing_s/<name>` metric keys), then the inspector's own two
+pseudo-stages `INSPECTOR_STAGES`. A unit test holds the keys to that set, so a stage added to the
+loop without a text here fails the tests, not a user's trace.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ class StageDoc:
     inputs: str
     why: str
 
+
+# recorded by the inspector itself, after the trainer's stages
+INSPECTOR_STAGES: tuple[str, ...] = ("after_update", "metrics")
 
 STAGE_DOCS: dict[str, StageDoc] = {
     "load_batch": StageDoc(
@@ -44,11 +49,12 @@ STAGE_DOCS: dict[str, StageDoc] = {
         "prompt's index), which is what group-relative estimators such as GRPO average over. "
         "Merging checks that every field lines up row by row with its response.",
     ),
-    "balance": StageDoc(
-        "Balance tokens across ranks",
-        "the merged batch",
-        "Rows are reordered so every data-parallel rank gets about the same number of tokens. "
-        "Without it the slowest rank sets the pace of every step.",
+    "gen_max": StageDoc(
+        "ReMax: the greedy baseline",
+        "the prompt tensors",
+        "ReMax samples one more response per prompt, greedily (temperature 0), and scores it like the "
+        "others; that score, repeated over the prompt's samples, is the baseline (`reward_baselines`) "
+        "the advantage subtracts. One greedy rollout per prompt replaces a critic.",
     ),
     "reward": StageDoc(
         "Score the responses",
@@ -77,7 +83,7 @@ STAGE_DOCS: dict[str, StageDoc] = {
         "The critic estimates the return from every response position (`values`). "
         "GAE uses these estimates as the baseline that turns rewards into advantages.",
     ),
-    "kl": StageDoc(
+    "kl_in_reward": StageDoc(
         "KL penalty in the reward",
         "scores, old and reference log-probs",
         "The per-token reward becomes score minus beta times the KL to the reference "
@@ -104,6 +110,14 @@ STAGE_DOCS: dict[str, StageDoc] = {
         "loss takes away any gain from moving a token's ratio beyond [1 - eps, 1 + eps], which keeps "
         "one step from changing the policy too much. Shown: the first micro-batch of the update.",
     ),
+    "sync_weights": StageDoc(
+        "Sync the rollout engine's weights",
+        "the updated actor",
+        "The rollout engine takes the policy version the update produced, so the next step samples "
+        "from the new policy. For the in-process engine, whose module is the actor's own, it is a no-op; "
+        "a server engine loads the new weights. Every sample records the `rollout_policy_version` "
+        "that generated it, which is how a stale sample is told from a fresh one.",
+    ),
     "after_update": StageDoc(
         "The policy after the update",
         "the updated policy, old log-probs",
@@ -119,13 +133,6 @@ STAGE_DOCS: dict[str, StageDoc] = {
     ),
 }
 
-GENERIC = StageDoc(
-    "Stage",
-    "the previous stage's batch",
-    "A stage recorded by the trainer that this inspector has no description for. "
-    "Its fields are shown as they came out of the stage.",
-)
-
 # the per-token field a stage is about: response tokens are coloured by it
 FOCUS: dict[str, tuple[str, ...]] = {
     "gen": ("rollout_log_probs",),
@@ -134,7 +141,7 @@ FOCUS: dict[str, tuple[str, ...]] = {
     "old_log_prob": ("old_log_probs",),
     "ref": ("ref_log_prob",),
     "values": ("values",),
-    "kl": ("kl", "token_level_rewards"),
+    "kl_in_reward": ("kl", "token_level_rewards"),
     "adv": ("advantages",),
     "update_critic": ("values", "returns"),
     "update_actor": ("ratio", "pg_loss"),
@@ -142,19 +149,15 @@ FOCUS: dict[str, tuple[str, ...]] = {
 }
 
 
-# other spellings of the same stages (verl's timing names and longer forms)
-ALIASES: dict[str, str] = {
-    "ref_log_prob": "ref",
-    "compute_values": "values",
-    "kl_in_reward": "kl",
-    "balance_batch": "balance",
-    "advantages": "adv",
-}
-
-
 def stage_doc(name: str) -> StageDoc:
+    """The text of a recorded stage; a stage recorded twice (`gen#2`) shares its first's text."""
     base = name.split("#", 1)[0]
-    doc = STAGE_DOCS.get(ALIASES.get(base, base))
+    doc = STAGE_DOCS.get(base)
     if doc is None:
-        return StageDoc(base.replace("_", " ").capitalize(), GENERIC.inputs, GENERIC.why)
+        raise KeyError(f"no inspector text for stage '{base}'; add it to STAGE_DOCS in {__name__}")
     return doc
+
+
+def focus_fields(name: str) -> tuple[str, ...]:
+    """The per-token fields a recorded stage is about, most telling first."""
+    return FOCUS.get(name.split("#", 1)[0], ())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnrl.tracking.trace_html import fmt
-from turnrl.tracking.trace_view import RowView, StageView, Tok
+from turnrl.inspector.page import fmt
+from turnrl.inspector.view import RowView, StageView, Tok
 
 SAMPLES_IN_MARKDOWN = 2
 VALUES_IN_MARKDOWN = 16

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from turnrl.batch import Batch
-from turnrl.tracking.trace_docs import ALIASES, FOCUS, StageDoc, stage_doc
+from turnrl.inspector.docs import StageDoc, focus_fields, stage_doc
 
 # fields shown as the token itself, never as a per-token value
 ID_FIELDS = ("input_ids", "prompts", "responses")
@@ -268,11 +268,7 @@ def group_rows(batch: Batch) -> list[GroupRow]:
 
 # -- stages ------------------------------------------------------------------------------------------
 def focus_of(name: str, fields: list[str]) -> str | None:
-    base = name.split("#", 1)[0]
-    for key in FOCUS.get(ALIASES.get(base, base), ()):
-        if key in fields:
-            return key
-    return None
+    return next((key for key in focus_fields(name) if key in fields), None)
 
 
 def stage_view(

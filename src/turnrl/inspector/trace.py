@@ -1,9 +1,14 @@
 """`turnrl trace`: run one real training step and show every stage with its real tensors.
 
-The trainer hands each stage's batch to `TraceRecorder.record`; the recorder clones it on the
-spot because later stages change the same batch in place (the prompt tensors are popped, new
-fields are added). After the step the recorded batches become one self-contained HTML page and
-a Markdown summary.
+The trainer's stage clock hands each stage's batch to `TraceRecorder.record` (the trainer's
+`Recorder` protocol), named by its stage in `turnrl.trainer.stages.STAGES`; the recorder clones it
+on the spot because later stages change the same batch in place (the prompt tensors are popped,
+new fields are added). After the step the inspector adds its own `after_update` (the step's
+responses scored by the updated policy) and `metrics`, and the recorded batches become one
+self-contained HTML page and a Markdown summary.
+
+The inspector imports the trainer, never the other way round: the trainer knows only the
+protocol.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 import torch
 
 from turnrl.batch import Batch
-from turnrl.tracking.trace_view import Decoder, StageView, metrics_view, stage_view
+from turnrl.inspector.view import Decoder, StageView, metrics_view, stage_view
 
 # a small step unless the user says otherwise: 2 prompts x 2 samples, one mini-batch
 TRACE_DEFAULTS: dict[str, str] = {
@@ -79,14 +84,25 @@ def trace_overrides(user: list[str], run_dir: str | None) -> list[str]:
     return out + list(user) + [f"{k}={v}" for k, v in TRACE_FORCED.items() if k in valid_keys()]
 
 
+# what `after_update` needs of a recorded batch: a whole sequence and its old log-probs (the
+# actor's update diagnostics hold old log-probs but no prompt, so they do not qualify)
+AFTER_UPDATE_INPUTS = (
+    "input_ids",
+    "attention_mask",
+    "position_ids",
+    "responses",
+    "response_mask",
+    "old_log_probs",
+)
+
+
 def after_update(trainer: Any, batch: Batch) -> Batch | None:
     """Score the step's responses with the updated policy: the ratio the next PPO epoch would see."""
-    needed = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "old_log_probs")
-    if any(k not in batch for k in needed):
+    if any(k not in batch for k in AFTER_UPDATE_INPUTS):
         return None
-    inputs = batch.select(needed).to(trainer.device)
-    new_lp, _ = trainer.actor.compute_log_prob(inputs)
-    new_lp = new_lp.float().cpu()
+    # `uid` keeps each prompt's samples on one rank when the actor group is data-parallel
+    inputs = batch.select([*AFTER_UPDATE_INPUTS, *(["uid"] if "uid" in batch else [])])
+    new_lp = trainer.actor.compute_log_prob(inputs)["log_probs"].float()  # a CPU tensor
     old, mask = batch["old_log_probs"].float(), batch["response_mask"] > 0
     zero = torch.zeros(())
     ratio = torch.where(mask, torch.exp((new_lp - old).clamp(-20.0, 20.0)), zero)
@@ -122,9 +138,7 @@ def build_views(
     views: list[StageView] = []
     prev: Batch | None = None
     for i, rec in enumerate(records, 1):
-        # a record made inside a stage (the update's first micro-batch) carries no time of its own
-        elapsed = rec.elapsed_s or float(metrics.get(f"timing_s/{rec.stage}", 0.0))
-        views.append(stage_view(i, rec.stage, rec.batch, elapsed, prev, decode, max_rows))
+        views.append(stage_view(i, rec.stage, rec.batch, rec.elapsed_s, prev, decode, max_rows))
         prev = rec.batch
     step_time = float(metrics.get("timing_s/step", 0.0))
     views.append(metrics_view(len(views) + 1, metrics, step_time))
@@ -140,7 +154,7 @@ def run_trace(
 ) -> TraceResult:
     """One real step of the configured run, written to `out_dir/trace.html` and `trace.md`."""
     from turnrl.config import load_config, to_yaml
-    from turnrl.trainer.errors import STARTUP_ERRORS
+    from turnrl.errors import TurnrlInputError
     from turnrl.trainer.ppo import Trainer
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -157,20 +171,28 @@ def run_trace(
         try:
             cfg = load_config(recipe, trace_overrides(overrides, tmp))
             trainer = Trainer(cfg, recorder=recorder)
-        except STARTUP_ERRORS as err:  # bad input: one line; a failure inside the step keeps its traceback
+        except TurnrlInputError as err:  # bad input: one line; a failure inside the step keeps its traceback
             raise TraceSetupError(str(err).splitlines()[0] if str(err) else type(err).__name__) from err
         setup_s = time.perf_counter() - start
-        trainer.global_step += 1  # as fit() numbers its steps
-        # the trainer's own batch stream when it has one (dynamic sampling draws more prompts from it)
-        stream = getattr(trainer, "batches", None)
-        batch = next(stream) if stream is not None else next(iter(trainer.loader.epoch_batches()))
-        metrics = trainer.step(batch)
-        last = next((r.batch for r in reversed(recorder.records) if "old_log_probs" in r.batch), None)
-        if last is not None:
-            t0 = time.perf_counter()
-            after = after_update(trainer, last)
-            if after is not None:
-                recorder.records.append(Record("after_update", after, time.perf_counter() - t0))
+        try:
+            trainer.global_step += 1  # as fit() numbers its steps
+            # the trainer's own batch stream: dynamic sampling draws more prompts from it
+            metrics = trainer.step(next(trainer.batches))
+            last = next(
+                (
+                    r.batch
+                    for r in reversed(recorder.records)
+                    if all(k in r.batch for k in AFTER_UPDATE_INPUTS)
+                ),
+                None,
+            )
+            if last is not None:
+                t0 = time.perf_counter()
+                after = after_update(trainer, last)
+                if after is not None:
+                    recorder.records.append(Record("after_update", after, time.perf_counter() - t0))
+        finally:
+            trainer.close()  # tool servers the rollout started, the roles, the (empty) loggers
         views = build_views(recorder.records, trainer.tokenizer, metrics, max_rows)
         header = {
             "command": command,
@@ -184,8 +206,8 @@ def run_trace(
             shutil.rmtree(tmp, ignore_errors=True)
         if given_dir and saved is not None:
             (Path(given_dir) / "config.yaml").write_bytes(saved)
-    from turnrl.tracking.trace_html import render_html
-    from turnrl.tracking.trace_md import render_markdown
+    from turnrl.inspector.markdown import render_markdown
+    from turnrl.inspector.page import render_html
 
     html_path, md_path = out_dir / "trace.html", out_dir / "trace.md"
     _write(html_path, render_html(views, header))
@@ -220,9 +242,11 @@ def _write(path: Path, text: str) -> None:
 
 __all__ = [
     "TRACE_DEFAULTS",
+    "Record",
     "TraceRecorder",
     "TraceResult",
     "TraceSetupError",
+    "after_update",
     "build_views",
     "run_trace",
     "snapshot",

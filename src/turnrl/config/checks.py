@@ -1,0 +1,146 @@
+"""Every cross-field rule of the config, in one place: `check_config(cfg)`.
+
+`load_config` runs it on what it builds and the Trainer runs it again, so a Config made in code is
+checked too. It only reads the config (idempotent) and imports nothing heavy (cheap).
+"""
+
+from __future__ import annotations
+
+from turnrl.config.agent_schema import MultiTurnConfig
+from turnrl.config.schema import Config
+from turnrl.errors import TurnrlInputError
+
+LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+MULTI_TURN_FORMATS = ("xml", "json")
+
+
+class ConfigError(TurnrlInputError):
+    """A bad recipe or override; the message is one line naming the key and the fix."""
+
+
+def check_config(cfg: Config) -> None:
+    """Raise ConfigError naming the first key that breaks a rule a type system cannot express."""
+    _check_sizes_and_sampling(cfg)
+    _check_algorithm(cfg)
+    _check_data(cfg)
+    if cfg.rollout.multi_turn.enable:
+        _check_multi_turn(cfg.rollout.multi_turn)
+
+
+def _one_of(key: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ConfigError(f"unknown '{key}' '{value}'; valid: {', '.join(valid)}")
+
+
+def _check_sizes_and_sampling(cfg: Config) -> None:
+    d, a, r = cfg.data, cfg.actor, cfg.rollout
+    positive = {
+        "data.train_batch_size": d.train_batch_size,
+        "data.max_prompt_length": d.max_prompt_length,
+        "data.max_response_length": d.max_response_length,
+        "rollout.n": r.n,
+        "actor.ppo_mini_batch_size": a.ppo_mini_batch_size,
+        "actor.ppo_micro_batch_size": a.ppo_micro_batch_size,
+        "actor.log_prob_micro_batch_size": a.log_prob_micro_batch_size,
+        "actor.ppo_epochs": a.ppo_epochs,
+        "rollout.generation_batch_size": r.generation_batch_size,
+    }
+    for key, value in positive.items():
+        if value <= 0:
+            raise ConfigError(f"'{key}' must be positive, got {value}")
+    if d.train_batch_size % a.ppo_mini_batch_size:
+        raise ConfigError(
+            f"'data.train_batch_size'={d.train_batch_size} prompts does not divide into "
+            f"'actor.ppo_mini_batch_size'={a.ppo_mini_batch_size} prompts; pick a divisor"
+        )
+    if r.temperature <= 0:
+        raise ConfigError(f"'rollout.temperature' must be > 0 for training rollouts, got {r.temperature}")
+    if not 0 < r.top_p <= 1:
+        raise ConfigError(f"'rollout.top_p' must be in (0, 1], got {r.top_p}")
+    if a.clip_ratio_c <= 1:
+        raise ConfigError(f"'actor.clip_ratio_c' must be > 1 (dual-clip), got {a.clip_ratio_c}")
+    if cfg.model.dtype not in DTYPES:
+        raise ConfigError(
+            f"'model.dtype' must be auto, float32, bfloat16 or float16, got '{cfg.model.dtype}'"
+        )
+    bad_loggers = set(cfg.trainer.logger) - set(LOGGERS)
+    if bad_loggers:
+        raise ConfigError(f"unknown 'trainer.logger' {sorted(bad_loggers)}; valid: {', '.join(LOGGERS)}")
+
+
+def _check_algorithm(cfg: Config) -> None:
+    # the valid names live beside the code that uses them (and import torch): imported on first check
+    from turnrl.algorithms.advantages import ADV_ESTIMATORS
+    from turnrl.algorithms.core import LOSS_AGG_MODES
+    from turnrl.algorithms.kl import KL_CONTROLLERS, KL_ESTIMATORS
+    from turnrl.algorithms.losses import POLICY_LOSS_MODES
+
+    alg, actor, n = cfg.algorithm, cfg.actor, cfg.rollout.n
+    est = alg.adv_estimator
+    _one_of("algorithm.adv_estimator", est, ADV_ESTIMATORS)
+    if est in ("grpo", "rloo", "reinforce_plus_plus_baseline") and n < 2:
+        raise ConfigError(f"'{est}' needs 'rollout.n' >= 2 (a group of one has no baseline), got {n}")
+    _one_of("actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
+    _one_of("critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
+    _one_of("actor.policy_loss_mode", actor.policy_loss_mode, POLICY_LOSS_MODES)
+    _one_of("algorithm.kl_penalty", alg.kl_penalty, KL_ESTIMATORS)
+    _one_of("actor.kl_loss_type", actor.kl_loss_type, KL_ESTIMATORS)
+    _one_of("algorithm.kl_ctrl.type", alg.kl_ctrl.type, KL_CONTROLLERS)
+    if est == "gae" and not cfg.critic.enable:
+        raise ConfigError("'algorithm.adv_estimator=gae' needs a critic: set critic.enable=true")
+    needs_ref = [
+        k
+        for k, on in (
+            ("actor.use_kl_loss", actor.use_kl_loss),
+            ("algorithm.use_kl_in_reward", alg.use_kl_in_reward),
+        )
+        if on
+    ]
+    if needs_ref and not cfg.ref.enable:
+        raise ConfigError(f"'{needs_ref[0]}=true' needs the reference policy: set ref.enable=true")
+    if cfg.reward_model.enable and not cfg.reward_model.model.path:
+        raise ConfigError("'reward_model.enable=true' needs 'reward_model.model.path'")
+    if cfg.critic.enable and cfg.data.train_batch_size % cfg.critic.ppo_mini_batch_size:
+        raise ConfigError(
+            f"'data.train_batch_size'={cfg.data.train_batch_size} prompts does not divide into "
+            f"'critic.ppo_mini_batch_size'={cfg.critic.ppo_mini_batch_size} prompts; pick a divisor"
+        )
+    ob = cfg.reward.overlong_buffer
+    if ob.enable and not 0 < ob.len < cfg.data.max_response_length:
+        raise ConfigError(
+            f"'reward.overlong_buffer.len' must be in (0, data.max_response_length), got {ob.len}"
+        )
+
+
+def _check_data(cfg: Config) -> None:
+    d = cfg.data
+    if d.train_files and d.val_files:
+        return  # the built-in task is only written when a split has no files
+    from turnrl.data.tasks import TASKS  # pure-Python writers, no torch
+
+    _one_of("data.task", d.task, tuple(TASKS))
+
+
+def _check_multi_turn(mt: MultiTurnConfig) -> None:
+    """`rollout.multi_turn` with `enable=true`: checked before any tool server starts."""
+    key = "rollout.multi_turn"
+    if mt.format not in MULTI_TURN_FORMATS:
+        raise ConfigError(f"'{key}.format' must be xml or json, got '{mt.format}'")
+    at_least = {
+        "max_turns": (mt.max_turns, 0),
+        "max_obs_length": (mt.max_obs_length, 1),
+        "max_tokens_per_turn": (mt.max_tokens_per_turn, 0),
+        "max_concurrent_calls": (mt.max_concurrent_calls, 1),
+        "search.topk": (mt.search.topk, 1),
+    }
+    for name, (value, low) in at_least.items():
+        if value < low:
+            raise ConfigError(f"'{key}.{name}' must be >= {low}, got {value}")
+    for name, seconds in (("tool_timeout", mt.tool_timeout), ("python.run_timeout", mt.python.run_timeout)):
+        if seconds <= 0:
+            raise ConfigError(f"'{key}.{name}' must be > 0, got {seconds}")
+    if not mt.answer_tag.strip():
+        raise ConfigError(f"'{key}.answer_tag' must not be empty")
+    if not mt.tools and not mt.custom_tools:
+        raise ConfigError(f"{key} is enabled but names no tool ({key}.tools / custom_tools)")

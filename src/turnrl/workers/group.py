@@ -1,0 +1,95 @@
+"""The seam between the driver and the roles: dispatch -> call -> collect.
+
+The driver never holds a model. It holds one `WorkerGroup` per role and calls the role's
+methods through it (`actor.compute_log_prob(batch)` reads like a local call). How a call
+travels is the group's business and the role method's declared dispatch mode:
+
+- `@dp` — the method takes a `Batch` first: the group cuts it over its ranks with
+  `workers.dispatch.shard_rows` (whole `uid` groups, balanced by tokens), calls every rank
+  on its shard, and gathers `Batch` results back in the original row order (other results:
+  rank 0's, since a rank's metrics are already reduced over ranks inside the role).
+- `@on_all` (the default) — every rank gets the same arguments (save, load, sync, update
+  with the whole batch); rank 0's result is returned.
+
+`LocalGroup` runs its workers in this process, one after the other; with one worker (the
+default) it is the single-process trainer exactly. A Ray group implements the same
+interface with one actor per rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from turnrl.batch import Batch
+from turnrl.workers.dispatch import gather, scatter, shard_rows
+
+F = TypeVar("F", bound=Callable[..., Any])
+DISPATCH_ATTR = "_turnrl_dispatch"
+
+
+def dp(fn: F) -> F:
+    """Mark a role method whose first argument is a Batch to split over data-parallel ranks."""
+    setattr(fn, DISPATCH_ATTR, "dp")
+    return fn
+
+
+def on_all(fn: F) -> F:
+    """Mark a role method that every rank runs with the same arguments (the default)."""
+    setattr(fn, DISPATCH_ATTR, "all")
+    return fn
+
+
+def dispatch_mode(method: Callable[..., Any]) -> str:
+    return getattr(method, DISPATCH_ATTR, "all")
+
+
+class WorkerGroup(Protocol):
+    """What the driver sees of a role: its methods, called on every rank of the group."""
+
+    world_size: int
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class LocalGroup:
+    """Workers in this process. `group.name(...)` is `group.call("name", ...)`."""
+
+    def __init__(self, workers: list[Any]):
+        if not workers:
+            raise ValueError("a worker group needs at least one worker")
+        self.workers = workers
+        self.world_size = len(workers)
+        self.role = type(workers[0]).__name__
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        fn = getattr(self.workers[0], method, None)
+        if not callable(fn):
+            raise AttributeError(f"role {self.role} has no method '{method}'")
+        if dispatch_mode(fn) == "dp" and self.world_size > 1:
+            batch, rest = args[0], args[1:]
+            if not isinstance(batch, Batch):
+                raise TypeError(f"{self.role}.{method} is data-parallel: its first argument must be a Batch")
+            shards = shard_rows(batch, self.world_size)
+            results = [
+                getattr(w, method)(part, *rest, **kwargs)
+                for w, part in zip(self.workers, scatter(batch, shards), strict=True)
+            ]
+            if all(isinstance(r, Batch) for r in results):
+                return gather(results, shards)
+            return results[0]
+        results = [getattr(w, method)(*args, **kwargs) for w in self.workers]
+        return results[0]
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return lambda *args, **kwargs: self.call(method, *args, **kwargs)
+
+    def close(self) -> None:
+        for w in self.workers:
+            close = getattr(w, "close", None)
+            if callable(close):
+                close()

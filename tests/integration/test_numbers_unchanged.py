@@ -1,0 +1,58 @@
+"""The structure of the code may change; the numbers the loop produces may not.
+
+`tests/fixtures/refactor/*.jsonl` are the `metrics.jsonl` of three real runs recorded before
+the roles took ownership of their models (timings dropped):
+
+    turnrl train model.path=tiny-random trainer.total_training_steps=3
+    turnrl train examples/ppo_gae.yaml model.path=tiny-random trainer.total_training_steps=3
+    turnrl train examples/calculator_agent.yaml model.path=tiny-random trainer.total_training_steps=3
+
+The same commands must give the same values. On the machine that recorded them they are
+bit-for-bit equal; the tolerance only absorbs another CPU's float rounding (a different
+SIMD width sums in a different order), far below any change a refactor could make.
+"""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "refactor"
+RUNS = {
+    "grpo": [],
+    "ppo_gae": [str(ROOT / "examples" / "ppo_gae.yaml")],
+    "calc": [str(ROOT / "examples" / "calculator_agent.yaml")],
+}
+
+
+def compare(expected: list[dict], got: list[dict]) -> list[str]:
+    problems = []
+    assert [r["step"] for r in got] == [r["step"] for r in expected]
+    for want, have in zip(expected, got, strict=True):
+        for key, value in want.items():
+            if key not in have:
+                problems.append(f"step {want['step']}: {key} missing")
+            elif not math.isclose(have[key], value, rel_tol=1e-5, abs_tol=1e-7):
+                problems.append(f"step {want['step']}: {key} {have[key]!r} != {value!r}")
+    return problems
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", list(RUNS))
+def test_metrics_equal_the_recorded_run(name, tmp_path):
+    run = tmp_path / name
+    cmd = [
+        sys.executable, "-m", "turnrl.cli", "train", *RUNS[name], "model.path=tiny-random",
+        "trainer.total_training_steps=3", f"trainer.default_local_dir={run}",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    expected = [json.loads(line) for line in (FIXTURES / f"{name}.jsonl").read_text().splitlines()]
+    assert compare(expected, got) == []
+    # the sync loop trains every sample on the policy that sampled it
+    assert all(r.get("rollout/policy_lag/max", 0.0) == 0.0 for r in got)
