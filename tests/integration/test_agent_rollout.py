@@ -85,15 +85,21 @@ class RecordingEngine(HFEngine):
         return out
 
 
-class PlainEngine:
-    """An engine with only the protocol's `generate(prompt_ids, params)` (no per-row budgets)."""
+class BudgetIgnoringEngine:
+    """A broken engine: it takes per-row budgets but runs every row to the longest."""
 
     def __init__(self, inner: HFEngine):
         self.inner = inner
-        self.eos = inner.eos
+        self.eos_ids = inner.eos_ids
 
-    def generate(self, prompt_ids, params):
+    def generate(self, prompt_ids, params, max_new_tokens_per_row=None):
         return self.inner.generate(prompt_ids, params)
+
+    def sync_weights(self, version):
+        pass
+
+    def close(self):
+        pass
 
 
 def gen_batch(tok, texts: list[str]) -> Batch:
@@ -114,7 +120,7 @@ def agent_cfg(tmp_path, **extra):
 
 def run(agent, tok, texts, n=2, budget=BUDGET, seed=1, temperature=1.0):
     params = SamplingParams(max_new_tokens=budget, n=n, temperature=temperature, seed=seed)
-    return agent.generate(gen_batch(tok, texts), params, tok.pad_token_id, budget)
+    return agent.generate(gen_batch(tok, texts), params)
 
 
 def unpadded(batch: Batch, i: int) -> tuple[list[int], list[int], list[float]]:
@@ -140,7 +146,7 @@ def segments(batch: Batch, i: int) -> list[tuple[int, list[int]]]:
 def test_multi_turn_episodes_keep_exact_ids_and_logprobs_match_trainer(tool_model, tmp_path):
     model, tok = tool_model
     engine = RecordingEngine(model, tok, 64)
-    with AgentRollout(engine, tok, agent_cfg(tmp_path)) as agent:
+    with AgentRollout(engine, tok, agent_cfg(tmp_path), tok.pad_token_id) as agent:
         batch, metrics = run(agent, tok, ["Compute 12 * 34.", "Compute 7 * 8 please."], n=3)
     assert len(batch) == 6
     assert metrics["agent/tool_calls/mean"] > 0.5 and metrics["agent/turns/mean"] > 1.5, metrics
@@ -187,7 +193,7 @@ def test_multi_turn_episodes_keep_exact_ids_and_logprobs_match_trainer(tool_mode
 
 def test_groups_are_interleaved_with_identical_prompts(tool_model, tmp_path):
     model, tok = tool_model
-    with AgentRollout(HFEngine(model, tok), tok, agent_cfg(tmp_path)) as agent:
+    with AgentRollout(HFEngine(model, tok), tok, agent_cfg(tmp_path), tok.pad_token_id) as agent:
         batch, _ = run(agent, tok, ["Compute 12 * 34.", "What is 5 * 6?", "Multiply 3 by 9."], n=4)
     prompts = batch["prompts"]
     assert len(batch) == 12
@@ -203,7 +209,7 @@ def test_groups_are_interleaved_with_identical_prompts(tool_model, tmp_path):
 
 def test_budget_truncates_and_counts_never_crashes(tool_model, tmp_path):
     model, tok = tool_model
-    with AgentRollout(HFEngine(model, tok), tok, agent_cfg(tmp_path)) as agent:
+    with AgentRollout(HFEngine(model, tok), tok, agent_cfg(tmp_path), tok.pad_token_id) as agent:
         # 14 tokens hold the tool call but not its observation: every episode ends truncated
         batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=14)
     assert batch["responses"].shape[1] == 14
@@ -212,7 +218,24 @@ def test_budget_truncates_and_counts_never_crashes(tool_model, tmp_path):
     assert (batch["attention_mask"][:, -14:].sum(1) <= 14).all()
 
 
-def test_engine_without_per_row_budgets_is_cut_to_the_budget(tool_model, tmp_path):
+def test_engine_that_ignores_row_budgets_is_caught(tool_model, tmp_path):
+    """Per-row budgets are part of the engine contract: an engine that overruns one fails loudly
+    (cutting its output would hide the bug and leave the rollout log-probs of a longer turn)."""
+    from turnrl.agent.episode import Episode
+
+    model, tok = tool_model
+    params = SamplingParams(max_new_tokens=8, temperature=1.0, seed=3, stop=["</answer>"])
+    episodes = [Episode(chat_prompt(tok, "Compute 12 * 34.")), Episode(chat_prompt(tok, "Compute 2 * 3."))]
+    with AgentRollout(HFEngine(model, tok), tok, agent_cfg(tmp_path), tok.pad_token_id) as agent:
+        outs = agent.loop._generate(episodes, params, [2, 6], 1)
+    assert len(outs[0].ids) <= 2 and len(outs[1].ids) <= 6  # the real engine honours each row's budget
+    engine = BudgetIgnoringEngine(HFEngine(model, tok))
+    agent = AgentRollout(engine, tok, agent_cfg(tmp_path), tok.pad_token_id)
+    with agent, pytest.raises(RuntimeError, match="limited to 2"):
+        agent.loop._generate(episodes, params, [2, 6], 1)
+
+
+def test_per_turn_cap_bounds_every_model_run(tool_model, tmp_path):
     model, tok = tool_model
     cfg = agent_cfg(
         tmp_path,
@@ -222,7 +245,7 @@ def test_engine_without_per_row_budgets_is_cut_to_the_budget(tool_model, tmp_pat
             "rollout.multi_turn.invalid_action_observation": "' Invalid.'",
         },
     )
-    with AgentRollout(PlainEngine(HFEngine(model, tok)), tok, cfg) as agent:
+    with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id) as agent:
         batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=2, budget=30)
     # a per-turn cap of 5 splits the tool call, so turns end without a complete action
     assert metrics["agent/turns/mean"] > 1
@@ -243,7 +266,7 @@ def test_observation_is_cut_with_visible_marker(tool_model, tmp_path):
         tmp_path,
         **{"rollout.multi_turn.max_obs_length": 2, "rollout.multi_turn.obs_truncation_marker": "'~'"},
     )
-    with AgentRollout(HFEngine(model, tok), tok, cfg) as agent:
+    with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id) as agent:
         batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=60)
     observations = [tok.decode(ids) for i in range(4) for kind, ids in segments(batch, i) if kind == 0]
     assert observations
@@ -283,7 +306,7 @@ def test_bad_tools_become_error_observations_and_the_step_goes_on(tool_model, tm
             },
         )
         start = time.perf_counter()
-        with AgentRollout(HFEngine(model, tok), tok, cfg) as agent:
+        with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id) as agent:
             batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=64)
         assert time.perf_counter() - start < 10
         texts = [tok.decode(batch["responses"][i][batch["attention_mask"][i, -64:].bool()]) for i in range(4)]
@@ -306,26 +329,25 @@ def test_trainer_stages_run_on_agent_batches(tool_model, tmp_path):
     prompts["extra_info"] = [{}, {}]
     prompts["index"] = [0, 1]
     g = stages.split_generation_input(prompts)
-    with AgentRollout(HFEngine(model, tok), tok, cfg) as agent:
-        rollout, _ = agent.generate(
-            g, SamplingParams(max_new_tokens=BUDGET, n=4, seed=5), tok.pad_token_id, BUDGET
-        )
+    with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id) as agent:
+        rollout, _ = agent.generate(g, SamplingParams(max_new_tokens=BUDGET, n=4, seed=5))
     batch = stages.group_and_merge(prompts, rollout, 4)
     stages.score(RuleReward(tok), batch)
     assert batch["token_level_scores"][:4].sum(-1).max() == 1.0  # the memorised answer 408 is right
-    actor = Actor(model, cfg.actor, 1.0)
-    batch["old_log_probs"], _ = actor.compute_log_prob(batch)
+    actor = Actor(cfg.actor, cfg.model.__class__(path="tiny-random"), cfg.rollout)
+    actor.model.load_state_dict(model.state_dict())  # the role builds its own module; give it these weights
+    batch["old_log_probs"] = actor.compute_log_prob(batch)["log_probs"]
     gap = ((batch["old_log_probs"] - batch["rollout_log_probs"]).abs() * batch["response_mask"]).max()
     assert gap < 1e-4
     stages.advantages(batch, cfg)
     assert (batch["advantages"][batch["response_mask"] == 0] == 0).all()
-    metrics = actor.update(batch, 8, seed=0)
+    metrics, _ = actor.update(batch, step=0)
     assert torch.isfinite(torch.tensor(metrics["actor/pg_loss"]))
 
 
 def test_close_is_idempotent(tool_model, tmp_path):
     model, tok = tool_model
-    agent = AgentRollout(HFEngine(model, tok), tok, agent_cfg(tmp_path))
+    agent = AgentRollout(HFEngine(model, tok), tok, agent_cfg(tmp_path), tok.pad_token_id)
     agent.close()
     agent.close()
     assert asyncio.iscoroutinefunction(agent.tools["calculator"].call)
@@ -351,7 +373,7 @@ def test_json_tool_calls_through_the_chat_template(tmp_path):
     cfg = agent_cfg(
         tmp_path, **{"rollout.multi_turn.format": "json", "rollout.multi_turn.max_obs_length": 16}
     )
-    with AgentRollout(HFEngine(model, tok), tok, cfg) as agent:
+    with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id) as agent:
         batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=64)
     assert metrics["agent/tool_calls/mean"] > 0.5, metrics
     observations = {tok.decode(ids) for i in range(4) for kind, ids in segments(batch, i) if kind == 0}
@@ -375,7 +397,7 @@ def test_json_tool_calls_through_the_chat_template(tmp_path):
             "rollout.multi_turn.custom_tools": f"['{other}:weather']",
         },
     )
-    with AgentRollout(HFEngine(model, tok), tok, cfg) as agent:
+    with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id) as agent:
         batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=120)
     assert metrics["agent/invalid_actions/mean"] > 0.5 and metrics["agent/tool_calls/mean"] == 0
     observations = [tok.decode(ids) for i in range(4) for kind, ids in segments(batch, i) if kind == 0]

@@ -24,14 +24,14 @@ from turnrl.workers.critic import Critic
 MAX_NEW = 16
 RECIPE = Path(__file__).parents[2] / "examples" / "ppo_gae.yaml"
 
-# the share of even token ids: a random policy sits near 0.5, so groups have non-zero advantages
+# the share of odd token ids: a random policy sits near 0.5, so groups have non-zero advantages
 # and two steps at lr 1e-2 move the weights (the built-in addition task scores 0 for a random model)
 REWARD = (
     "from turnrl.models.loader import load_tokenizer\n"
     "_tok = load_tokenizer('tiny-random')\n"
     "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
     "    ids = _tok(solution_str, add_special_tokens=False)['input_ids']\n"
-    "    return sum(1 for i in ids if i % 2 == 0) / max(len(ids), 1)\n"
+    "    return sum(1 for i in ids if i % 2 == 1) / max(len(ids), 1)\n"
 )
 
 
@@ -49,11 +49,19 @@ def train(root: Path, recipe: str | None = None, **extra: object) -> Path:
         "trainer.test_freq": 0,
         "trainer.val_before_train": False,
         "trainer.logger": "[jsonl]",
+        "trainer.num_threads": 1,  # a tiny model gains nothing from threads; a busy machine loses 10x
         "trainer.default_local_dir": str(root / "run"),
         "reward.custom_function.path": str(root / "even_reward.py"),
         **extra,
     }
     return Trainer(load_config(recipe, [f"{k}={v}" for k, v in overrides.items()])).fit()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -97,13 +105,27 @@ def check_policy_export(run: Path, out: Path) -> None:
     tok = AutoTokenizer.from_pretrained(out)
     tok.padding_side = "left"
     enc = tok.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
+    greedy = {
+        "max_new_tokens": MAX_NEW,
+        "do_sample": False,
+        "output_logits": True,
+        "return_dict_in_generate": True,
+    }
     with torch.no_grad():
-        gen = hf.generate(**enc, max_new_tokens=MAX_NEW, do_sample=False)
-    theirs = gen[:, enc["input_ids"].shape[1] :].tolist()
+        gen = hf.generate(**enc, **greedy)
+        first_at_start = start.generate(**enc, **{**greedy, "max_new_tokens": 1}).logits[0]
+    new_ids = gen.sequences[:, enc["input_ids"].shape[1] :]
+    theirs = new_ids.tolist()
 
     eos = set(actor.engine.eos_ids)
     assert [up_to_eos(r, eos) for r in theirs] == [up_to_eos(r, eos) for r in ours.response_ids]
-    assert sum(len(r) for r in ours.response_ids) > len(prompts)  # more than one token each
+    # the tiny random model greedily repeats a token, so also compare every greedy token's log-prob:
+    # the trained (for LoRA: merged) weights, not only the argmax, must be the same
+    log_probs = torch.stack(gen.logits, dim=1).log_softmax(-1).gather(-1, new_ids[..., None])
+    for row, (ids, lps) in enumerate(zip(ours.response_ids, ours.log_probs, strict=True)):
+        n = len(up_to_eos(ids, eos))
+        torch.testing.assert_close(log_probs[row, :n, 0], torch.tensor(lps[:n]), atol=1e-4, rtol=0)
+    assert not torch.allclose(gen.logits[0], first_at_start, atol=1e-3)  # the trained policy is another
 
 
 @pytest.mark.timeout(120)
@@ -194,7 +216,7 @@ def test_non_empty_out_is_untouched(full_run, tmp_path, capsys):
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     line = run_cli(capsys, full_run, "--out", out)
-    assert str(out) in line and "not empty" in line
+    assert str(out) in line and "not an empty directory" in line
     assert [p.name for p in out.iterdir()] == ["keep.txt"] and (out / "keep.txt").read_text() == "mine"
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary sibling left behind
 

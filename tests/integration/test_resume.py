@@ -44,5 +44,79 @@ def test_resume_matches_uninterrupted_run(tmp_path):
     assert a["actor/lr"] == b["actor/lr"]  # the warm-up schedule did not restart
     assert a["critic/score/mean"] == b["critic/score/mean"]
     assert a["actor/pg_loss"] == pytest.approx(b["actor/pg_loss"], abs=1e-6)
-    for (name, p), q in zip(straight.model.named_parameters(), resumed.model.parameters(), strict=True):
+    for (name, p), q in zip(policy(straight).named_parameters(), policy(resumed).parameters(), strict=True):
         assert torch.allclose(p, q, atol=1e-6), name
+
+
+def policy(trainer: Trainer) -> torch.nn.Module:
+    return trainer.actor.workers[0].model  # the in-process group's one actor
+
+
+def run_in_two_parts(tmp_path, overrides: dict, total: int, stop: int) -> tuple[Trainer, Trainer]:
+    """(the uninterrupted run, the run stopped after `stop` steps and resumed to `total`)."""
+
+    def make(where: str, steps: int) -> Trainer:
+        extra = {**overrides, "trainer.total_training_steps": steps}
+        trainer = Trainer(load_config(None, tiny_overrides(tmp_path / where, **extra)))
+        trainer.loader.examples = trainer.loader.examples[:8]
+        return trainer
+
+    straight = make("a", total)
+    straight.fit()
+    make("b", stop).fit()
+    resumed = make("b", total)
+    assert resumed.global_step == stop
+    resumed.fit()
+    return straight, resumed
+
+
+def same_metrics(a: Trainer, b: Trainer, steps: range) -> None:
+    for step in steps:
+        ma = next(m for m in metrics(a.run_dir) if m["step"] == step and "critic/score/mean" in m)
+        mb = next(m for m in metrics(b.run_dir) if m["step"] == step and "critic/score/mean" in m)
+        keys = {k for k in ma if not k.startswith(("timing_s/", "perf/throughput"))}
+        assert keys == {k for k in mb if not k.startswith(("timing_s/", "perf/throughput"))}
+        assert {k: ma[k] for k in keys} == {k: mb[k] for k in keys}, step  # identical, not close
+
+
+@pytest.mark.timeout(400)
+def test_resume_restores_every_role_ppo_with_critic_reference_and_kl(tmp_path):
+    # critic warm-up, KL in the reward AND as a loss: after the resume the reference must still be
+    # the start policy (not the resumed actor), the critic its trained self, the KL coefficient and
+    # the policy version where they were
+    overrides = {
+        "algorithm.adv_estimator": "gae",
+        "algorithm.lam": 0.95,
+        "algorithm.use_kl_in_reward": True,
+        "algorithm.kl_ctrl.type": "adaptive",
+        "actor.use_kl_loss": True,
+        "critic.enable": True,
+        "critic.ppo_mini_batch_size": 2,
+        "critic.optim.lr_warmup_steps": 2,
+        "trainer.critic_warmup": 1,
+        "trainer.save_freq": 2,
+        "rollout.n": 4,
+    }
+    straight, resumed = run_in_two_parts(tmp_path, overrides, total=4, stop=2)
+    same_metrics(straight, resumed, range(3, 5))
+    last = next(m for m in metrics(resumed.run_dir) if m["step"] == 4 and "critic/score/mean" in m)
+    assert last["actor/kl_loss"] > 0 and last["critic/kl"] > 0  # the reference differs from the policy
+    assert last["rollout/policy_version/max"] == 2  # steps 2 and 3 updated the actor (step 1 warmed up)
+    for a, b in zip(policy(straight).parameters(), policy(resumed).parameters(), strict=True):
+        assert torch.equal(a, b)
+    critic_a, critic_b = straight.critic.workers[0].model, resumed.critic.workers[0].model
+    for a, b in zip(critic_a.parameters(), critic_b.parameters(), strict=True):
+        assert torch.equal(a, b)
+    ckpt = resumed.run_dir / "checkpoints" / "step_4"
+    assert {p.name for p in ckpt.iterdir()} == {"actor", "critic", "reference", "trainer_state.json"}
+
+
+@pytest.mark.timeout(300)
+def test_resume_with_lora_where_the_actor_serves_the_reference(tmp_path):
+    overrides = {"model.lora_rank": 4, "actor.use_kl_loss": True, "trainer.save_freq": 1, "rollout.n": 4}
+    straight, resumed = run_in_two_parts(tmp_path, overrides, total=3, stop=1)
+    same_metrics(straight, resumed, range(2, 4))
+    # no second copy of the model: the reference group is the actor's
+    assert resumed.ref is resumed.actor
+    ckpt = resumed.run_dir / "checkpoints" / "step_3"
+    assert {p.name for p in ckpt.iterdir()} == {"actor", "trainer_state.json"}

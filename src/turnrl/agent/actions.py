@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnrl.agent.executor import ToolCall
+from turnrl.agent.tools.base import ToolError
 
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
@@ -36,7 +37,7 @@ class XmlActions:
 
     def __init__(self, tags: dict[str, tuple[str, str]], answer_tag: str = "answer"):
         if answer_tag in tags:
-            raise ValueError(f"rollout.multi_turn.answer_tag '{answer_tag}' is also a tool tag")
+            raise ToolError(f"rollout.multi_turn.answer_tag '{answer_tag}' is also a tool tag")
         self.tags, self.answer_tag = tags, answer_tag
         names = "|".join(re.escape(t) for t in [*tags, answer_tag])
         self._action = re.compile(rf"<({names})>(.*?)</\1>", re.DOTALL)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnrl.agent.chat_template import ToolMessages
+from turnrl.agent.tools.base import ToolError
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +38,11 @@ class ObservationBuilder:
         template: ToolMessages | None = None,
     ):
         if max_obs_length < 1:
-            raise ValueError(f"rollout.multi_turn.max_obs_length must be >= 1, got {max_obs_length}")
+            raise ToolError(f"rollout.multi_turn.max_obs_length must be >= 1, got {max_obs_length}")
         self.tokenizer, self.max_obs_length = tokenizer, max_obs_length
         self.marker_ids = self.encode(marker)
         if len(self.marker_ids) >= max_obs_length:
-            raise ValueError(
+            raise ToolError(
                 f"rollout.multi_turn.obs_truncation_marker is {len(self.marker_ids)} tokens, "
                 f"not shorter than max_obs_length={max_obs_length}"
             )

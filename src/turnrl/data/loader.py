@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from turnrl.batch import Batch
-from turnrl.data.dataset import Example, left_pad, position_ids_from_mask
+from turnrl.data.dataset import DataError, Example, left_pad, position_ids_from_mask
 
 
 def collate(examples: list[Example], pad_id: int) -> Batch:
@@ -36,7 +36,7 @@ class StatefulLoader:
         self, examples: list[Example], batch_size: int, pad_id: int, seed: int, shuffle: bool = True
     ):
         if len(examples) < batch_size:
-            raise ValueError(f"{len(examples)} usable prompts are fewer than one batch of {batch_size}")
+            raise DataError(f"{len(examples)} usable prompts are fewer than one batch of {batch_size}")
         self.examples = examples
         self.batch_size = batch_size
         self.pad_id = pad_id

@@ -13,11 +13,13 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
+from turnrl.errors import TurnrlInputError
+
 # sink name -> the package it needs
 OPTIONAL_SINKS: dict[str, str] = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 
-class SinkUnavailable(ValueError):
+class SinkUnavailable(TurnrlInputError):
     """A sink named in `trainer.logger` whose package is missing; the message says what to install."""
 
 
