@@ -24,8 +24,42 @@ def check_config(cfg: Config) -> None:
     _check_sizes_and_sampling(cfg)
     _check_algorithm(cfg)
     _check_data(cfg)
+    _check_distributed(cfg)
     if cfg.rollout.multi_turn.enable:
         _check_multi_turn(cfg.rollout.multi_turn)
+
+
+def _check_distributed(cfg: Config) -> None:
+    """Data-parallel ranks split every batch by whole prompt groups: sizes in prompts must divide."""
+    t = cfg.trainer
+    for key, value in (("trainer.nnodes", t.nnodes), ("trainer.n_gpus_per_node", t.n_gpus_per_node)):
+        if value < 1:
+            raise ConfigError(f"'{key}' must be >= 1, got {value}")
+    world = t.nnodes * t.n_gpus_per_node
+    if world == 1:
+        return
+    if t.nnodes > 1 and not t.ray_address:
+        raise ConfigError(
+            "'trainer.nnodes' > 1 needs 'trainer.ray_address' (the head printed by `ray start --head`)"
+        )
+    sizes = [
+        ("data.train_batch_size", cfg.data.train_batch_size),
+        ("actor.ppo_mini_batch_size", cfg.actor.ppo_mini_batch_size),
+    ]
+    if cfg.critic.enable:
+        sizes.append(("critic.ppo_mini_batch_size", cfg.critic.ppo_mini_batch_size))
+    for key, value in sizes:
+        if value % world:
+            raise ConfigError(
+                f"'{key}'={value} prompts does not divide over {world} data-parallel ranks "
+                f"(trainer.nnodes x trainer.n_gpus_per_node); pick a multiple of {world}"
+            )
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError(
+            f'{world} ranks (trainer.nnodes x trainer.n_gpus_per_node) need Ray: pip install -e ".[distributed]"'
+        )
 
 
 def _one_of(key: str, value: str, valid: tuple[str, ...]) -> None:

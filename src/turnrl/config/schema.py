@@ -50,6 +50,8 @@ class ModelConfig:
     """Module names that get LoRA adapters."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
+    fsdp_offload: bool = False
+    """With N ranks: keep sharded parameters, gradients and optimizer state in CPU memory (FSDP2 offload)."""
 
 
 @dataclass
@@ -274,6 +276,15 @@ class TrainerConfig:
     """Resume from the latest checkpoint in the run directory if there is one."""
     device: str = "auto"
     """`auto`, `cpu` or `cuda`."""
+    nnodes: int = 1
+    """Machines in the Ray cluster the run uses (data-parallel ranks = nnodes x n_gpus_per_node)."""
+    n_gpus_per_node: int = 1
+    """Ranks per machine: one per GPU; with `trainer.device=cpu`, CPU processes (2 on a 2-core laptop).
+    1 rank in all = the single-process trainer, which never imports Ray."""
+    ray_address: str = ""
+    """Ray cluster to join (`ray start --head` prints it, e.g. `10.0.0.1:6379`); empty = start one on this machine."""
+    balance_batch: bool = True
+    """Split each batch over ranks by tokens (whole uid groups); false = contiguous groups."""
     num_threads: int = 0
     """torch CPU threads (0 = torch's default)."""
 

@@ -13,6 +13,7 @@ the copies into the single prompt pass, so values and gradients equal the plain 
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import torch
@@ -138,3 +139,12 @@ def shared_prefix_log_probs(
         chunk_size,
         share_prompts=True,
     )
+
+
+def attach_log_prob_method(model: Any) -> None:
+    """Make `response_log_probs` a method of the model itself (`model.response_log_probs(ids, ...)`).
+
+    The trunk and the vocabulary head are called separately, never through `model.forward`; a
+    sharded model gathers its weights around registered forward methods, so this is the one
+    the roles call, on 1 rank or N."""
+    model.response_log_probs = types.MethodType(response_log_probs, model)

@@ -118,6 +118,7 @@ class Trainer:
                 self.policy_version += 1
                 self.engine.sync_weights(self.policy_version)
         metrics.update(data_metrics(batch, cfg.data.max_response_length))
+        metrics.update(self.roles.dispatch_metrics())
         metrics.update(timing_metrics(clock.timing, batch, time.perf_counter() - start))
         if cfg.trainer.rollout_dump_freq and self.global_step % cfg.trainer.rollout_dump_freq == 0:
             dump_rollouts(self.run_dir, self.global_step, batch, self.tokenizer)
@@ -237,8 +238,7 @@ class Trainer:
     def close(self) -> None:
         """Stop child tool servers, release the roles, flush loggers."""
         self.rollout.close()
-        for group in self.roles.owned().values():
-            group.close()
+        self.roles.close()
         self.tracker.close()
 
     def _batch_stream(self) -> Iterator[Batch]:

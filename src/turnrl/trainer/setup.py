@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,8 @@ class Roles:
     ref: WorkerGroup | None
     critic: WorkerGroup | None
     reward_model: WorkerGroup | None
+    pool: Any = None
+    """The Ray pool the groups run in (None in one process)."""
 
     def owned(self) -> dict[str, WorkerGroup]:
         """Groups that keep state of their own, by checkpoint sub-directory."""
@@ -87,21 +90,55 @@ class Roles:
         }
         return {k: g for k, g in out.items() if g is not None and (k == "actor" or g is not self.actor)}
 
+    def dispatch_metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for group in self.owned().values():
+            stats = getattr(group, "dispatch_metrics", None)
+            if stats is not None and not isinstance(group, LocalGroup):
+                out.update(stats())
+        return out
+
+    def close(self) -> None:
+        for group in self.owned().values():
+            group.close()
+        if self.pool is not None:
+            self.pool.close()
+
 
 def build_roles(cfg: Config, tokenizer: Any) -> Roles:
     """Each role builds its own model from its own config section. The order is the order the
     global RNG is drawn in (LoRA init, then the value head): keep it, or seeded runs change."""
-    device, seed = pick_device(cfg.trainer.device), cfg.trainer.seed
-    actor = LocalGroup([Actor(cfg.actor, cfg.model, cfg.rollout, cfg.ref, device, seed)])
-    ref = critic = reward_model = None
-    if cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
-        lora = cfg.model.lora_rank > 0
-        ref = actor if lora else LocalGroup([Reference(cfg.ref, cfg.model, cfg.rollout, device, seed)])
+    t = cfg.trainer
+    lora = cfg.model.lora_rank > 0
+    factories: dict[str, Any] = {"actor": partial(Actor, cfg.actor, cfg.model, cfg.rollout, cfg.ref)}
+    if (cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and not lora:
+        factories["reference"] = partial(Reference, cfg.ref, cfg.model, cfg.rollout)
     if cfg.critic.enable:
-        critic = LocalGroup([Critic(cfg.critic, cfg.model, cfg.rollout, device, seed)])
+        factories["critic"] = partial(Critic, cfg.critic, cfg.model, cfg.rollout)
     if cfg.reward_model.enable:
-        reward_model = LocalGroup([RewardModel(cfg.reward_model, tokenizer, device, seed)])
-    return Roles(actor, ref, critic, reward_model)
+        factories["reward_model"] = partial(RewardModel, cfg.reward_model, tokenizer)
+    pool = None
+    if t.nnodes * t.n_gpus_per_node == 1:
+        device = pick_device(t.device)
+        groups = {name: LocalGroup([make(device, t.seed)]) for name, make in factories.items()}
+    else:
+        from turnrl.workers.ray_group import RayGroup, RayPool
+
+        pool = RayPool(cfg)
+        pool.reserve(len(factories))
+        groups = {}
+        try:
+            for name, make in factories.items():
+                factory = partial(make, pool.device, t.seed)
+                groups[name] = RayGroup(pool, name, factory, t.seed, t.balance_batch)
+        except BaseException:
+            for group in groups.values():
+                group.close()
+            pool.close()
+            raise
+    needs_ref = cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
+    ref = (groups["actor"] if lora else groups["reference"]) if needs_ref else None
+    return Roles(groups["actor"], ref, groups.get("critic"), groups.get("reward_model"), pool)
 
 
 def make_run_dir(cfg: Config) -> Path:

@@ -7,6 +7,7 @@ base weights never change, so no second copy of the model is needed).
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
@@ -16,13 +17,15 @@ from turnrl.algorithms.kl import kl_loss
 from turnrl.algorithms.losses import policy_loss
 from turnrl.batch import Batch
 from turnrl.config.schema import ActorConfig, ModelConfig, RefConfig, RolloutConfig
-from turnrl.models.logprobs import response_log_probs
+from turnrl.models.logprobs import attach_log_prob_method
 from turnrl.models.policy import build_policy
+from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.rollout.hf import HFEngine
+from turnrl.workers import parallel
 from turnrl.workers.group import dp
 from turnrl.workers.microbatch import forward_trimmed, seq_args
 from turnrl.workers.optim import Optimizer, epochs_of_mini_batches
-from turnrl.workers.state import load_common, load_weights, save_common, save_weights
+from turnrl.workers.state import load_common, load_weights, save_role
 
 DIAGNOSTIC_FIELDS = ("responses", "response_mask", "attention_mask", "old_log_probs", "advantages")
 
@@ -40,23 +43,56 @@ class Actor:
         self.cfg, self.model_cfg, self.rollout_cfg, self.ref_cfg = cfg, model, rollout, ref
         self.device = torch.device(device)
         self.model, self.tokenizer = build_policy(model, self.device, seed)
+        attach_log_prob_method(self.model)
+        # one process: the engine samples from this very module, its weights are always current.
+        # N ranks: rank 0 samples from a full copy that `sync_weights` refreshes (the sharded model
+        # cannot run forwards on one rank alone: each is a collective)
+        many = parallel.world_size() > 1
+        engine_model = copy.deepcopy(self.model) if many and parallel.rank() == 0 else self.model
+        self.model = parallel.shard(
+            self.model, self.device.type == "cuda", model.fsdp_offload, ("response_log_probs",)
+        )
+        self.engine = HFEngine(engine_model, self.tokenizer, rollout.generation_batch_size)
         self.temperature = rollout.temperature
         # one prompt pass per group; off with gradient checkpointing, which disables the KV cache
         self.share_prompts = not model.gradient_checkpointing
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optim = Optimizer(params, cfg.optim, name="actor")
-        # the in-process engine samples from this very module: its weights are always current
-        self.engine = HFEngine(self.model, self.tokenizer, rollout.generation_batch_size)
+        self.optim = Optimizer(self.model, cfg.optim, name="actor")
         self._diagnostics: Batch | None = None
         self._want_diagnostics = False
 
     def rollout_engine(self) -> HFEngine:
+        """The engine itself, for a group in this process (a remote group wraps `generate`)."""
         return self.engine
+
+    def generate(
+        self,
+        prompt_ids: list[list[int]],
+        params: SamplingParams,
+        max_new_tokens_per_row: list[int] | None = None,
+    ) -> Generation | None:
+        """Rank 0 samples; the others have nothing to do (their result is dropped)."""
+        if parallel.rank() == 0:
+            return self.engine.generate(prompt_ids, params, max_new_tokens_per_row)
+        return None
+
+    def eos_ids(self) -> set[int]:
+        return set(self.engine.eos_ids)
+
+    def sync_weights(self, version: int) -> None:
+        self._refresh_engine()
+        self.engine.sync_weights(version)
+
+    def _refresh_engine(self) -> None:
+        if parallel.world_size() == 1:
+            return
+        state = parallel.full_state_dict(self.model, trainable_only=True)  # every rank gathers
+        if parallel.rank() == 0:
+            parallel.load_full_state_dict(self.engine.model, state)
 
     def _log_probs(self, mb: Batch, chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         def fn(b: Batch, r: int) -> tuple[torch.Tensor, ...]:
-            return response_log_probs(
-                self.model, *seq_args(b), r, self.temperature, chunk_size, self.share_prompts
+            return self.model.response_log_probs(
+                *seq_args(b), r, self.temperature, chunk_size, self.share_prompts
             )
 
         lp, ent = forward_trimmed(mb.to(self.device), fn)
@@ -68,7 +104,11 @@ class Actor:
         """`log_probs` and `entropys` of the responses at the rollout temperature."""
         self.model.eval()
         chunk = self.cfg.logprob_chunk_size
-        parts = [self._log_probs(mb, chunk) for mb in batch.split(self.cfg.log_prob_micro_batch_size)]
+        parts = []
+        for mb, real in parallel.local_micro_batches(batch, self.cfg.log_prob_micro_batch_size):
+            out = self._log_probs(mb, chunk)
+            if real:
+                parts.append(out)
         return Batch(
             tensors={
                 "log_probs": torch.cat([p[0] for p in parts]).cpu(),
@@ -86,8 +126,10 @@ class Actor:
         self.model.eval()
         parts = []
         with self.model.disable_adapter():
-            for mb in batch.split(self.ref_cfg.log_prob_micro_batch_size):
-                parts.append(self._log_probs(mb, self.ref_cfg.logprob_chunk_size)[0])
+            for mb, real in parallel.local_micro_batches(batch, self.ref_cfg.log_prob_micro_batch_size):
+                lp = self._log_probs(mb, self.ref_cfg.logprob_chunk_size)[0]
+                if real:
+                    parts.append(lp)
         self.model.train(was_training)
         return Batch(tensors={"ref_log_prob": torch.cat(parts).cpu()})
 
@@ -129,7 +171,7 @@ class Actor:
             ("pg_loss", "pg_clipfrac", "ppo_kl", "pg_clipfrac_lower", "entropy", "kl_loss"), 0.0
         )
         finite = True
-        for mb in mini.split(cfg.ppo_micro_batch_size):
+        for mb, real in parallel.my_micro_batches(mini, cfg.ppo_micro_batch_size):
             log_prob, entropy = self._log_probs(mb, cfg.logprob_chunk_size)
             mask = mb["response_mask"]
             pg, m = policy_loss(
@@ -146,7 +188,7 @@ class Actor:
                 loss_norm_length=width,
                 per_token=self._want_diagnostics,
             )
-            if self._want_diagnostics:
+            if self._want_diagnostics and real:
                 self._keep_diagnostics(mb, log_prob, m)
             loss = pg
             if cfg.entropy_coeff:
@@ -162,17 +204,22 @@ class Actor:
                     loss_norm_length=width,
                 )
                 loss = loss + cfg.kl_loss_coef * kl
-                sums["kl_loss"] += kl.item()
+                sums["kl_loss"] += kl.item() * real
+            if not real:  # a stand-in so this rank joins the others' collectives; adds nothing
+                parallel.backward(loss * 0.0)
+                continue
             if not torch.isfinite(loss):
                 finite = False
-                break
-            loss.backward()
+                if parallel.world_size() == 1:
+                    break
+            parallel.backward(loss)  # with N ranks a NaN reaches the gradient norm: every rank skips the step
             share = mask.sum().item() / tokens  # token-weighted metric averages
             sums["pg_loss"] += pg.item()
             for k in ("pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"):
                 sums[k] += float(m[k]) * share
             sums["entropy"] += float(masked_mean(entropy.detach(), mask)) * share
-        out = self.optim.step(finite)
+        sums = dict(zip(sums, parallel.all_reduce(list(sums.values())), strict=True))
+        out = self.optim.step(parallel.all_reduce([float(not finite)], "max")[0] == 0.0)
         if "actor/grad_norm" in out:
             out.update({f"actor/{k}": v for k, v in sums.items() if k != "kl_loss" or cfg.use_kl_loss})
             if cfg.use_kl_loss:
@@ -180,17 +227,16 @@ class Actor:
         return out
 
     def save(self, directory: Path) -> None:
-        """Trainable weights, optimizer + schedule, RNG streams."""
-        directory.mkdir(parents=True, exist_ok=True)
-        save_weights(self.model, directory / "weights.safetensors")
+        """Trainable weights, optimizer + schedule, RNG streams (unsharded: loads on any world size)."""
         info = {"role": "actor", "model": self.model_cfg.path, "lora_rank": self.model_cfg.lora_rank}
-        save_common(directory, info, self.optim.state_dict())
+        save_role(directory, self.model, info, self.optim.state_dict())
 
     def load(self, directory: Path) -> None:
         load_weights(self.model, directory / "weights.safetensors")
         _, optim_state = load_common(directory, "actor")
         if optim_state is not None:
             self.optim.load_state_dict(optim_state)
+        self._refresh_engine()
 
     def close(self) -> None:
         pass

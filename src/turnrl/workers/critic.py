@@ -16,10 +16,11 @@ from turnrl.batch import Batch
 from turnrl.config.schema import CriticConfig, ModelConfig, RolloutConfig
 from turnrl.models.loader import load_model
 from turnrl.models.logprobs import response_hidden
+from turnrl.workers import parallel
 from turnrl.workers.group import dp
 from turnrl.workers.microbatch import forward_trimmed, seq_args
 from turnrl.workers.optim import Optimizer, epochs_of_mini_batches
-from turnrl.workers.state import load_common, load_weights, save_common, save_weights
+from turnrl.workers.state import load_common, load_weights, save_role
 
 
 class ValueModel(torch.nn.Module):
@@ -61,10 +62,9 @@ class Critic:
         self.source = cfg.model.path or model.path
         causal_lm, _ = load_model(self.source, self.device, model.dtype, model.cache_dir, seed)
         self.model = ValueModel(causal_lm).to(self.device)
+        self.model = parallel.shard(self.model, self.device.type == "cuda", model.fsdp_offload)
         self.share_prompts = not model.gradient_checkpointing
-        self.optim = Optimizer(
-            [p for p in self.model.parameters() if p.requires_grad], cfg.optim, name="critic"
-        )
+        self.optim = Optimizer(self.model, cfg.optim, name="critic")
 
     def _values(self, mb: Batch) -> torch.Tensor:
         mb = mb.to(self.device)
@@ -75,7 +75,12 @@ class Critic:
     @torch.no_grad()
     def compute_values(self, batch: Batch) -> Batch:
         self.model.eval()
-        values = torch.cat([self._values(mb) for mb in batch.split(self.cfg.ppo_micro_batch_size)])
+        parts = []
+        for mb, real in parallel.local_micro_batches(batch, self.cfg.ppo_micro_batch_size):
+            v = self._values(mb)  # a stand-in's forward too: every rank runs as many
+            if real:
+                parts.append(v)
+        values = torch.cat(parts)
         return Batch(tensors={"values": values.cpu()})
 
     def update(self, batch: Batch, step: int) -> dict[str, float]:
@@ -91,7 +96,7 @@ class Critic:
         tokens = max(mini["response_mask"].sum().item(), 1.0)
         sums = {"vf_loss": 0.0, "vf_clipfrac": 0.0, "vpred_mean": 0.0}
         finite = True
-        for mb in mini.split(cfg.ppo_micro_batch_size):
+        for mb, real in parallel.my_micro_batches(mini, cfg.ppo_micro_batch_size):
             vpreds = self._values(mb)
             loss, m = value_loss(
                 vpreds=vpreds,
@@ -103,24 +108,28 @@ class Critic:
                 loss_denominator=denom,
                 loss_norm_length=mb["responses"].shape[1],
             )
+            if not real:  # a stand-in so this rank joins the others' collectives; adds nothing
+                parallel.backward(loss * 0.0)
+                continue
             if not torch.isfinite(loss):
                 finite = False
-                break
-            loss.backward()
+                if parallel.world_size() == 1:
+                    break
+            parallel.backward(loss)
             share = mb["response_mask"].sum().item() / tokens
             sums["vf_loss"] += loss.item()
             sums["vf_clipfrac"] += float(m["vf_clipfrac"]) * share
             sums["vpred_mean"] += float(m["vpred_mean"]) * share
-        out = self.optim.step(finite)
+        sums = dict(zip(sums, parallel.all_reduce(list(sums.values())), strict=True))
+        out = self.optim.step(parallel.all_reduce([float(not finite)], "max")[0] == 0.0)
         if "critic/grad_norm" in out:
             out.update({f"critic/{k}": v for k, v in sums.items()})
         return out
 
     def save(self, directory: Path) -> None:
         """The whole value model (the trunk is trained too), optimizer + schedule, RNG streams."""
-        directory.mkdir(parents=True, exist_ok=True)
-        save_weights(self.model, directory / "weights.safetensors", everything=True)
-        save_common(directory, {"role": "critic", "model": self.source}, self.optim.state_dict())
+        info = {"role": "critic", "model": self.source}
+        save_role(directory, self.model, info, self.optim.state_dict(), everything=True)
 
     def load(self, directory: Path) -> None:
         load_weights(self.model, directory / "weights.safetensors", everything=True)

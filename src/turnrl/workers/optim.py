@@ -9,9 +9,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.distributed.tensor import DTensor
 
 from turnrl.batch import Batch
 from turnrl.config.schema import OptimConfig
+from turnrl.workers.parallel import full_optimizer_state, load_full_optimizer_state
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +43,9 @@ def epochs_of_mini_batches(
 class Optimizer:
     """AdamW + linear warm-up, and a step that never writes a NaN/inf into the weights."""
 
-    def __init__(self, params: list[torch.nn.Parameter], cfg: OptimConfig, name: str = "actor"):
-        self.params = params
+    def __init__(self, model: torch.nn.Module, cfg: OptimConfig, name: str = "actor"):
+        self.model = model
+        self.params = params = [p for p in model.parameters() if p.requires_grad]
         self.grad_clip = cfg.grad_clip
         self.name = name
         betas = (float(cfg.betas[0]), float(cfg.betas[1]))
@@ -60,6 +63,8 @@ class Optimizer:
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.params, self.grad_clip if self.grad_clip > 0 else math.inf
         )
+        if isinstance(grad_norm, DTensor):  # sharded parameters: the norm over all ranks
+            grad_norm = grad_norm.full_tensor()
         out = {f"{self.name}/skipped_steps": float(self.skipped_steps)}
         if not finite_loss or not torch.isfinite(grad_norm):
             self.skipped_steps += 1
@@ -78,13 +83,14 @@ class Optimizer:
         return out
 
     def state_dict(self) -> dict[str, Any]:
+        """Keyed by parameter name and unsharded: a checkpoint of N ranks loads on M."""
         return {
-            "optimizer": self.opt.state_dict(),
+            "optimizer": full_optimizer_state(self.model, self.opt),
             "scheduler": self.scheduler.state_dict(),
             "skipped": self.skipped_steps,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.opt.load_state_dict(state["optimizer"])
+        load_full_optimizer_state(self.model, self.opt, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.skipped_steps = int(state["skipped"])

@@ -11,11 +11,12 @@ import torch
 
 from turnrl.batch import Batch
 from turnrl.config.schema import ModelConfig, RefConfig, RolloutConfig
-from turnrl.models.logprobs import response_log_probs
+from turnrl.models.logprobs import attach_log_prob_method
 from turnrl.models.policy import frozen_copy_of_start
+from turnrl.workers import parallel
 from turnrl.workers.group import dp
 from turnrl.workers.microbatch import forward_trimmed, seq_args
-from turnrl.workers.state import CheckpointError, load_common, save_common
+from turnrl.workers.state import CheckpointError, load_common, save_role
 
 
 class Reference:
@@ -30,6 +31,10 @@ class Reference:
         self.cfg, self.model_cfg = cfg, model
         self.device = torch.device(device)
         self.model = frozen_copy_of_start(model, self.device, seed)
+        attach_log_prob_method(self.model)
+        self.model = parallel.shard(
+            self.model, self.device.type == "cuda", forward_methods=("response_log_probs",)
+        )
         self.temperature = rollout.temperature
         self.share_prompts = not model.gradient_checkpointing
 
@@ -37,11 +42,10 @@ class Reference:
     @torch.no_grad()
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         parts = []
-        for mb in batch.split(self.cfg.log_prob_micro_batch_size):
+        for mb, real in parallel.local_micro_batches(batch, self.cfg.log_prob_micro_batch_size):
             lp, _ = forward_trimmed(
                 mb.to(self.device),
-                lambda b, r: response_log_probs(
-                    self.model,
+                lambda b, r: self.model.response_log_probs(
                     *seq_args(b),
                     r,
                     self.temperature,
@@ -49,12 +53,13 @@ class Reference:
                     self.share_prompts,
                 ),
             )
-            parts.append(lp)
+            if real:
+                parts.append(lp)
         return Batch(tensors={"ref_log_prob": torch.cat(parts).cpu()})
 
     def save(self, directory: Path) -> None:
         """Nothing trains here: the record of which start policy this is, and the RNG streams."""
-        save_common(directory, {"role": "reference", "model": self.model_cfg.path})
+        save_role(directory, None, {"role": "reference", "model": self.model_cfg.path})
 
     def load(self, directory: Path) -> None:
         info, _ = load_common(directory, "reference")

@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from turnrl.errors import TurnrlInputError
+from turnrl.workers import parallel
 
 
 class CheckpointError(TurnrlInputError):
@@ -32,35 +33,42 @@ def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.detach().cpu().clone().contiguous() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def save_weights(model: torch.nn.Module, path: Path, everything: bool = False) -> None:
-    state = (
-        {k: v.detach().cpu().clone().contiguous() for k, v in model.state_dict().items()}
-        if everything
-        else trainable_state(model)
-    )
-    save_file(state, str(path))
+def save_role(
+    directory: Path,
+    model: torch.nn.Module | None,
+    info: dict[str, Any],
+    optim_state: dict[str, Any] | None = None,
+    everything: bool = False,
+) -> None:
+    """A role's checkpoint directory, written the same from 1 or N ranks: every rank joins in
+    gathering the full (unsharded) state, rank 0 writes it; each rank writes its RNG streams."""
+    weights = parallel.full_state_dict(model, trainable_only=not everything) if model is not None else None
+    directory.mkdir(parents=True, exist_ok=True)
+    if parallel.rank() == 0:
+        if weights is not None:
+            save_file(weights, str(directory / "weights.safetensors"))
+        (directory / "role.json").write_text(json.dumps(info, indent=1))
+        if optim_state is not None:
+            torch.save(optim_state, directory / "optim.pt")
+    torch.save(rng_state(), directory / rng_file(parallel.rank()))
+    parallel.barrier()
+
+
+def rng_file(rank: int) -> str:
+    return "rng.pt" if rank == 0 else f"rng_rank{rank}.pt"
 
 
 def load_weights(model: torch.nn.Module, path: Path, everything: bool = False) -> None:
+    """Restore a `save_role` state into a plain or sharded model; names must match exactly."""
     if not path.is_file():
         raise CheckpointError(f"checkpoint file missing: {path}")
     weights = load_file(str(path))
-    if everything:
-        expected = set(model.state_dict())
-        if set(weights) != expected:
-            raise CheckpointError(
-                _mismatch(path, sorted(expected - set(weights)), sorted(set(weights) - expected))
-            )
-        model.load_state_dict(weights)
-        return
-    params = dict(model.named_parameters())
-    missing = [n for n, p in params.items() if p.requires_grad and n not in weights]
-    unknown = [n for n in weights if n not in params]
-    if missing or unknown:
-        raise CheckpointError(_mismatch(path, missing, unknown))
-    with torch.no_grad():
-        for name, value in weights.items():
-            params[name].copy_(value.to(params[name].device, params[name].dtype))
+    expected = set(parallel.full_state_dict_names(model, trainable_only=not everything))
+    if set(weights) != expected:
+        raise CheckpointError(
+            _mismatch(path, sorted(expected - set(weights)), sorted(set(weights) - expected))
+        )
+    parallel.load_full_state_dict(model, weights)
 
 
 def _mismatch(path: Path, missing: list[str], unknown: list[str]) -> str:
@@ -84,15 +92,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
 
 
-def save_common(directory: Path, info: dict[str, Any], optim_state: dict[str, Any] | None = None) -> None:
-    """role.json, rng.pt and (for a trained role) optim.pt."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "role.json").write_text(json.dumps(info, indent=1))
-    torch.save(rng_state(), directory / "rng.pt")
-    if optim_state is not None:
-        torch.save(optim_state, directory / "optim.pt")
-
-
 def load_common(directory: Path, role: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(role.json, optim state or None); restores the RNG streams."""
     info_path = directory / "role.json"
@@ -101,6 +100,8 @@ def load_common(directory: Path, role: str) -> tuple[dict[str, Any], dict[str, A
     info = json.loads(info_path.read_text())
     if info.get("role") != role:
         raise CheckpointError(f"{info_path} belongs to role '{info.get('role')}', not '{role}'")
-    set_rng_state(torch.load(directory / "rng.pt", weights_only=False))
+    # a rank that did not exist when the checkpoint was written takes rank 0's streams
+    own = directory / rng_file(parallel.rank())
+    set_rng_state(torch.load(own if own.is_file() else directory / "rng.pt", weights_only=False))
     optim = directory / "optim.pt"
     return info, (torch.load(optim, weights_only=False) if optim.is_file() else None)

@@ -1,0 +1,246 @@
+"""Worker groups on Ray: one actor process per rank, `torch.distributed` inside each.
+
+    pool = RayPool(cfg)                                  # joins or starts Ray, reserves one bundle per rank
+    actor = RayGroup(pool, "actor", partial(Actor, cfg.actor, ...), seed)
+    actor.compute_log_prob(batch)                        # the same call as on a LocalGroup
+
+Placement follows the seeds' resource pools: one placement group with a bundle per rank
+(`trainer.nnodes` x `trainer.n_gpus_per_node`; a GPU each, or a CPU each with
+`trainer.device=cpu`), and every role puts its rank r into bundle r with a fraction of it, so
+actor, reference and critic are colocated on the same devices. Each role's ranks form their own
+process group (gloo on CPU, NCCL on GPU) and build their own model (FSDP2-sharded inside).
+
+A rank that raises or dies ends the call at once: the group kills its other ranks (they would
+wait forever in a collective) and raises `RankError` naming the rank and its error.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from turnrl.batch import Batch
+from turnrl.config.schema import Config
+from turnrl.errors import TurnrlInputError
+from turnrl.workers.dispatch import gather, group_rows, imbalance, scatter, shard_rows
+from turnrl.workers.group import dispatch_mode
+
+COLLECTIVE_TIMEOUT_S = 600  # a collective that waits this long has lost a peer
+
+
+class RankError(RuntimeError):
+    """A rank of a worker group raised or died; the message names the role, the rank and the error."""
+
+
+class DistributedSetupError(TurnrlInputError):
+    """Ray or the process groups could not start; the message names the setting to fix."""
+
+
+class RankWorker:
+    """The process of one rank: joins the role's process group, builds the role, runs its methods."""
+
+    def address(self) -> tuple[str, int]:
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def init(self, rank: int, world: int, master: tuple[str, int], device: str, threads: int) -> int:
+        import torch
+        import torch.distributed as dist
+
+        os.environ.update(
+            MASTER_ADDR=master[0], MASTER_PORT=str(master[1]), RANK=str(rank), WORLD_SIZE=str(world)
+        )
+        if device == "cpu":
+            torch.set_num_threads(threads)
+        backend = "nccl" if device == "cuda" else "gloo"
+        dist.init_process_group(
+            backend, rank=rank, world_size=world, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S)
+        )
+        return os.getpid()
+
+    def build(self, factory: Callable[[], Any], seed: int) -> None:
+        from turnrl.trainer.setup import seed_everything
+
+        seed_everything(seed)  # as the single process does before it builds its roles
+        self.role = factory()
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.role, method)(*args, **kwargs)
+
+
+class RayPool:
+    """The run's Ray connection and its bundles: one per data-parallel rank."""
+
+    def __init__(self, cfg: Config):
+        t = cfg.trainer
+        self.world = t.nnodes * t.n_gpus_per_node
+        self.device = "cuda" if t.device in ("auto", "cuda") and _has_cuda() else "cpu"
+        if t.device == "cuda" and self.device != "cuda":
+            raise DistributedSetupError("trainer.device=cuda but this machine has no CUDA device")
+        self.started = False
+        if not ray.is_initialized():
+            try:
+                if t.ray_address:
+                    ray.init(address=t.ray_address, log_to_driver=True)
+                else:
+                    ray.init(num_cpus=max(os.cpu_count() or 1, self.world), include_dashboard=False)
+                    self.started = True
+            except (ConnectionError, RuntimeError, ValueError) as err:
+                raise DistributedSetupError(
+                    f"trainer.ray_address={t.ray_address!r}: no Ray cluster answers ({str(err).splitlines()[0]})"
+                ) from None
+        per_rank = {"GPU": 1.0, "CPU": 1.0} if self.device == "cuda" else {"CPU": 1.0}
+        have = ray.cluster_resources()
+        for key, need in per_rank.items():
+            if have.get(key, 0.0) < need * self.world:
+                raise DistributedSetupError(
+                    f"trainer.nnodes x trainer.n_gpus_per_node = {self.world} ranks need {need * self.world:g} "
+                    f"{key} but the Ray cluster has {have.get(key, 0.0):g}; lower trainer.n_gpus_per_node"
+                )
+        self.pg = placement_group([dict(per_rank) for _ in range(self.world)], strategy="PACK")
+        ready, _ = ray.wait([self.pg.ready()], timeout=120)
+        if not ready:
+            raise DistributedSetupError(
+                f"Ray could not place {self.world} ranks ({per_rank} each) within 120 s; "
+                "check trainer.nnodes / trainer.n_gpus_per_node against `ray status`"
+            )
+        self.threads = max(1, (os.cpu_count() or 1) // t.n_gpus_per_node)
+        self.share = 1.0  # the fraction of a bundle each role takes; set by `reserve`
+
+    def reserve(self, roles: int) -> None:
+        """Colocate `roles` roles in every bundle."""
+        self.share = 1.0 / max(roles, 1)
+
+    def close(self) -> None:
+        remove_placement_group(self.pg)
+        if self.started:
+            ray.shutdown()
+
+
+class RayGroup:
+    """A role on `pool.world` ranks behind the `WorkerGroup` interface."""
+
+    def __init__(self, pool: RayPool, role: str, factory: Callable[[], Any], seed: int, balance: bool = True):
+        self.role, self.world_size, self.balance = role, pool.world, balance
+        self.role_cls = factory.func if hasattr(factory, "func") else type(None)  # type: ignore[attr-defined]
+        self.stats: list[tuple[float, float]] = []
+        cls = ray.remote(RankWorker)
+        self.workers = [
+            cls.options(
+                num_cpus=pool.share,
+                num_gpus=pool.share if pool.device == "cuda" else 0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=pool.pg, placement_group_bundle_index=r
+                ),
+                name=None,
+            ).remote()
+            for r in range(self.world_size)
+        ]
+        master = self._get([self.workers[0].address.remote()])[0]
+        self.pids = self._get(
+            [
+                w.init.remote(r, self.world_size, master, pool.device, pool.threads)
+                for r, w in enumerate(self.workers)
+            ]
+        )
+        self._get([w.build.remote(factory, seed) for w in self.workers])
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        fn = getattr(self.role_cls, method, None)
+        if not callable(fn):
+            raise AttributeError(f"role {self.role} has no method '{method}'")
+        if dispatch_mode(fn) == "dp":
+            batch, rest = args[0], args[1:]
+            shards = self._shards(batch)
+            refs = [
+                w.call.remote(method, part, *rest, **kwargs)
+                for w, part in zip(self.workers, scatter(batch, shards), strict=True)
+            ]
+            results = self._get(refs)
+            return gather(results, shards) if all(isinstance(r, Batch) for r in results) else results[0]
+        return self._get([w.call.remote(method, *args, **kwargs) for w in self.workers])[0]
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return lambda *args, **kwargs: self.call(method, *args, **kwargs)
+
+    def rollout_engine(self) -> RemoteEngine:
+        return RemoteEngine(self)
+
+    def _shards(self, batch: Batch) -> list[list[int]]:
+        """Whole uid groups per rank: balanced by tokens, or contiguous (the 'before' of the metric)."""
+        groups = group_rows(batch["uid"]) if "uid" in batch else [[i] for i in range(len(batch))]
+        per = -(-len(groups) // self.world_size)
+        plain = [[r for g in groups[k * per : (k + 1) * per] for r in g] for k in range(self.world_size)]
+        if not self.balance or "attention_mask" not in batch:
+            return plain
+        balanced = shard_rows(batch, self.world_size)
+        self.stats.append((imbalance(batch, plain), imbalance(batch, balanced)))
+        return balanced
+
+    def dispatch_metrics(self) -> dict[str, float]:
+        """Tokens of the fullest rank over the mean, before and after balancing (since last asked)."""
+        if not self.stats:
+            return {}
+        before = max(s[0] for s in self.stats)
+        after = max(s[1] for s in self.stats)
+        self.stats.clear()
+        return {
+            f"balance/{self.role}/imbalance_before": before,
+            f"balance/{self.role}/imbalance_after": after,
+        }
+
+    def _get(self, refs: list[Any]) -> list[Any]:
+        """Results of every rank; the first rank to fail ends the call (no waiting on the others)."""
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done[0])
+            except Exception as err:  # the rank's own exception, or its death
+                rank = refs.index(done[0])
+                self.close()
+                first = str(err).strip().splitlines()
+                detail = next((line for line in reversed(first) if line.strip()), type(err).__name__)
+                raise RankError(f"{self.role} rank {rank} failed: {detail}") from err
+        return ray.get(refs)
+
+    def close(self) -> None:
+        for w in self.workers:
+            ray.kill(w, no_restart=True)
+        self.workers = []
+
+
+class RemoteEngine:
+    """The rollout engine of a remote actor group: rank 0 samples with the full weights."""
+
+    def __init__(self, group: RayGroup):
+        self.group = group
+        self.eos_ids: set[int] = group.call("eos_ids")
+
+    def generate(
+        self, prompt_ids: list[list[int]], params: Any, max_new_tokens_per_row: list[int] | None = None
+    ) -> Any:
+        return self.group.call("generate", prompt_ids, params, max_new_tokens_per_row)
+
+    def sync_weights(self, version: int) -> None:
+        self.group.call("sync_weights", version)
+
+    def close(self) -> None:
+        pass
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
