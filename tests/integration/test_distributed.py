@@ -89,3 +89,19 @@ def test_ppo_gae_two_ranks_equal_one(tmp_path):
             list(load_file(str(ckpt1 / "critic" / "weights.safetensors"))["value_head.weight"].shape)
         ),
     )
+
+
+@pytest.mark.timeout(600)
+def test_lora_and_gradient_checkpointing_two_ranks_equal_one(tmp_path):
+    # LoRA adapters sharded with their blocks; the reference is the actor with adapters off
+    extra = {
+        **GRPO,
+        "model.lora_rank": 8,
+        "model.gradient_checkpointing": True,
+        "actor.use_kl_loss": True,
+    }
+    one, ckpt1 = run(tmp_path, 1, extra)
+    two, ckpt2 = run(tmp_path, 2, extra)
+    assert_same(one, two, ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/kl_loss"))
+    assert one[-1]["actor/kl_loss"] > 0  # the adapters moved the policy away from the reference
+    assert_same_weights(ckpt1 / "actor", ckpt2 / "actor")

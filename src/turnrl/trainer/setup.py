@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from dataclasses import dataclass
@@ -110,15 +111,20 @@ def build_roles(cfg: Config, tokenizer: Any) -> Roles:
     global RNG is drawn in (LoRA init, then the value head): keep it, or seeded runs change."""
     t = cfg.trainer
     lora = cfg.model.lora_rank > 0
-    factories: dict[str, Any] = {"actor": partial(Actor, cfg.actor, cfg.model, cfg.rollout, cfg.ref)}
+    world = t.nnodes * t.n_gpus_per_node
+    model_cfg = cfg.model
+    if world > 1 and model_cfg.dtype == "auto" and t.device != "cpu" and torch.cuda.is_available():
+        # sharded on GPUs: fp32 master weights, bf16 compute (FSDP's mixed precision casts them)
+        model_cfg = dataclasses.replace(model_cfg, dtype="float32")
+    factories: dict[str, Any] = {"actor": partial(Actor, cfg.actor, model_cfg, cfg.rollout, cfg.ref)}
     if (cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and not lora:
-        factories["reference"] = partial(Reference, cfg.ref, cfg.model, cfg.rollout)
+        factories["reference"] = partial(Reference, cfg.ref, model_cfg, cfg.rollout)
     if cfg.critic.enable:
-        factories["critic"] = partial(Critic, cfg.critic, cfg.model, cfg.rollout)
+        factories["critic"] = partial(Critic, cfg.critic, model_cfg, cfg.rollout)
     if cfg.reward_model.enable:
         factories["reward_model"] = partial(RewardModel, cfg.reward_model, tokenizer)
     pool = None
-    if t.nnodes * t.n_gpus_per_node == 1:
+    if world == 1:
         device = pick_device(t.device)
         groups = {name: LocalGroup([make(device, t.seed)]) for name, make in factories.items()}
     else:

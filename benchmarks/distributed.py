@@ -1,0 +1,279 @@
+"""1 rank vs N data-parallel ranks (Ray + FSDP2 on CPU): step time, stage times and memory per rank.
+
+    python benchmarks/distributed.py                        # embedded SmolLM2-135M, PPO + critic, 3 steps
+    python benchmarks/distributed.py --model tiny-random    # a quick run
+    python benchmarks/distributed.py --steps 5 --ranks 2 data.max_response_length=32   # more overrides
+
+Both runs use `examples/ppo_gae.yaml` (PPO with a critic, GAE, KL in the reward, so actor,
+reference and critic all exist) with `trainer.critic_warmup=0` (the actor updates every step),
+the same seed and the same global batch (`--batch` prompts x `--n` samples, whole batch = one
+mini-batch), no validation and no checkpoint. One run is the single-process trainer (no Ray);
+the other `trainer.device=cpu trainer.n_gpus_per_node=N`. Each runs in its own child process,
+one after the other, so the single process's peak memory is its own.
+
+It prints, per run:
+- step time: the mean `timing_s/step` of the steps after the first (the first is a warm-up),
+  and each stage's `timing_s/<stage>` read back from the run's `metrics.jsonl`;
+- peak memory per rank: the summed VmHWM (`/proc/<pid>/status`) of the rank's processes, one
+  per role (`RayGroup.pids`), vs the single process's own VmHWM; the N-rank driver's too;
+- the sharded state per rank, measured inside each rank (a function run on the rank's actor
+  through Ray's `__ray_call__`): local elements of the parameters (DTensor `to_local()`), of
+  their gradients and of AdamW's two moments, times their element sizes; vs the same count in
+  the single process; plus rank 0's full sampling copy of the policy;
+and the N-rank / 1-rank ratios. Every rank gets `cpu_count // N` torch threads; the single
+process torch's default. Quote ratios from one invocation: both runs see the same machine load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+RECIPE = Path(__file__).resolve().parent.parent / "examples" / "ppo_gae.yaml"
+MIB = 2**20
+
+
+# -- inside a run ---------------------------------------------------------------------------------
+def role_bytes(role: Any) -> dict[str, int]:
+    """Bytes this process holds of a role's parameters, gradients and AdamW moments: local shards
+    for FSDP2 DTensors, whole tensors otherwise; `sampling_copy`: the actor's separate engine model."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    world = dist.get_world_size() if dist.is_initialized() else 1
+
+    def local(t: torch.Tensor) -> torch.Tensor:
+        return t.to_local() if isinstance(t, DTensor) else t
+
+    def size(t: torch.Tensor) -> int:
+        t = local(t)
+        return t.numel() * t.element_size()
+
+    model = role.model
+    out = {"params": 0, "grads": 0, "adam": 0, "sampling_copy": 0, "gathered": 0, "full": 0}
+    for p in model.parameters():
+        out["params"] += size(p)
+        out["full"] += p.numel() * p.element_size()  # a DTensor's numel is the full tensor's
+        if world > 1 and not isinstance(p, DTensor):  # FSDP2 shows a module it holds unsharded
+            out["gathered"] += size(p)  # through plain full tensors in place of its DTensors
+        if p.grad is not None:
+            out["grads"] += size(p.grad)
+    optim = getattr(role, "optim", None)
+    if optim is not None:
+        for state in optim.opt.state.values():
+            out["adam"] += sum(size(state[k]) for k in ("exp_avg", "exp_avg_sq") if k in state)
+    engine = getattr(role, "engine", None)
+    if engine is not None and engine.model is not model:
+        out["sampling_copy"] = sum(size(p) for p in engine.model.parameters())
+    return out
+
+
+def _remote_role_bytes(worker: Any) -> dict[str, int]:
+    return role_bytes(worker.role)  # runs inside the rank's process (RankWorker.role)
+
+
+def proc_status(pid: int | str) -> dict[str, int]:
+    """VmHWM (peak resident set) and RssAnon of a process, in bytes."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "VmRSS", "RssAnon"):
+            out[key] = int(value.split()[0]) * 1024  # kB
+    return out
+
+
+def measure(trainer: Any) -> dict[str, Any]:
+    """Memory and sharded sizes per rank, per role: {rank: {role: {...}}}."""
+    import ray
+
+    ranks: dict[int, dict[str, Any]] = {}
+    for name, group in trainer.roles.owned().items():
+        if "pids" in vars(group):  # a RayGroup: one process per rank (groups answer any getattr)
+            sizes = ray.get([w.__ray_call__.remote(_remote_role_bytes) for w in group.workers])
+            for r, (pid, sz) in enumerate(zip(group.pids, sizes, strict=True)):
+                ranks.setdefault(r, {})[name] = {**sz, **proc_status(pid), "pid": pid}
+        else:  # a LocalGroup: the role lives in this process
+            ranks.setdefault(0, {})[name] = {**role_bytes(group.workers[0])}
+    return {"ranks": ranks, "driver": proc_status("self")}
+
+
+def child(args: argparse.Namespace) -> None:
+    import torch
+
+    from turnrl.config import load_config
+    from turnrl.trainer.ppo import Trainer
+
+    run_dir = Path(args.child_dir)
+    overrides = [
+        f"model.path={args.model}",
+        f"data.train_batch_size={args.batch}",
+        f"rollout.n={args.n}",
+        f"data.max_response_length={args.max_response_length}",
+        f"actor.ppo_mini_batch_size={args.batch}",
+        f"critic.ppo_mini_batch_size={args.batch}",
+        "trainer.critic_warmup=0",
+        "trainer.test_freq=0",
+        "trainer.val_before_train=false",
+        "trainer.save_freq=0",
+        "trainer.logger=[jsonl]",
+        "trainer.device=cpu",
+        f"trainer.n_gpus_per_node={args.child}",
+        f"trainer.default_local_dir={run_dir}",
+        *args.overrides,
+    ]
+    cfg = load_config(str(RECIPE), overrides)
+    start = time.perf_counter()
+    trainer = Trainer(cfg)
+    setup_s = time.perf_counter() - start
+    try:
+        batches = trainer.batches
+        for _ in range(args.steps + 1):
+            trainer.global_step += 1  # numbered as fit() numbers them (critic_warmup=0: the actor updates)
+            metrics = trainer.step(next(batches))
+            trainer.tracker.log(metrics, step=trainer.global_step)
+        mem = measure(trainer)
+    finally:
+        trainer.close()
+    threads = getattr(trainer.roles.pool, "threads", torch.get_num_threads())
+    result = {"world": args.child, "setup_s": setup_s, "threads_per_rank": threads, **mem}
+    (run_dir / "bench.json").write_text(json.dumps(result))
+
+
+# -- the comparison -------------------------------------------------------------------------------
+def run_one(args: argparse.Namespace, ranks: int, root: Path) -> dict[str, Any]:
+    out = root / f"ranks{ranks}"
+    cmd = [sys.executable, __file__, "--child", str(ranks), "--child-dir", str(out)]
+    cmd += ["--model", args.model, "--steps", str(args.steps), "--batch", str(args.batch)]
+    cmd += ["--n", str(args.n), "--max-response-length", str(args.max_response_length), *args.overrides]
+    print(f"-- {ranks} rank(s): {' '.join(cmd[1:])}", flush=True)
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    result = json.loads((out / "bench.json").read_text())
+    result["wall_s"] = time.perf_counter() - start
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    result["rows"] = [r for r in rows if "timing_s/step" in r]
+    return result
+
+
+def mean_after_first(rows: list[dict], key: str) -> float:
+    vals = [r.get(key, 0.0) for r in rows[1:]] or [rows[0].get(key, 0.0)]
+    return statistics.mean(vals)
+
+
+def machine() -> str:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    mem = int(Path("/proc/meminfo").read_text().split()[1]) / 2**20
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.system()}, load avg {load}"
+
+
+def per_rank(res: dict[str, Any], rank: int, key: str) -> int:
+    return sum(role.get(key, 0) for role in res["ranks"][str(rank)].values())
+
+
+def report(args: argparse.Namespace, one: dict[str, Any], many: dict[str, Any]) -> None:
+    import torch
+
+    n = many["world"]
+    print(f"\nmachine: {machine()}; torch {torch.__version__}")
+    print(
+        f"model={args.model} PPO+GAE+critic+reference (examples/ppo_gae.yaml, critic_warmup=0), "
+        f"{args.batch} prompts x {args.n} samples/step, max_response_length={args.max_response_length}, "
+        f"{args.steps} timed steps after 1 warm-up; torch threads: 1 rank {one['threads_per_rank']}, "
+        f"{n} ranks {many['threads_per_rank']} each"
+    )
+    head = f"{'':34s} {'1 rank':>10s} {f'{n} ranks':>10s} {f'{n}/1':>7s}"
+
+    def line(label: str, a: float, b: float, fmt: str = "{:10.2f}") -> None:
+        ratio = f"{b / a:7.2f}" if a else f"{'-':>7s}"
+        print(f"{label:34s} {fmt.format(a)} {fmt.format(b)} {ratio}")
+
+    print("\n== time (seconds; steps after the first, mean) ==")
+    print(head)
+    line("setup (build roles)", one["setup_s"], many["setup_s"])
+    line("step", mean_after_first(one["rows"], "timing_s/step"), mean_after_first(many["rows"], "timing_s/step"))
+    stages = [k for k in one["rows"][0] if k.startswith("timing_s/") and k != "timing_s/step"]
+    for k in stages:
+        line(f"  {k[9:]}", mean_after_first(one["rows"], k), mean_after_first(many["rows"], k))
+    line("first step (warm-up)", one["rows"][0]["timing_s/step"], many["rows"][0]["timing_s/step"])
+
+    print("\n== memory per rank (MiB) ==")
+    print(head)
+    single_hwm = one["driver"]["VmHWM"] / MIB
+    for r in range(n):
+        line(f"peak RSS rank {r} (sum of roles)", single_hwm, per_rank(many, r, "VmHWM") / MIB, "{:10.0f}")
+    for role in many["ranks"]["0"]:
+        hwm = [many["ranks"][str(r)][role]["VmHWM"] / MIB for r in range(n)]
+        print(f"{'  ' + role + ' process, per rank':34s} {'':>10s} {' / '.join(f'{h:.0f}' for h in hwm):>10s}")
+    print(f"{'peak RSS of the driver':34s} {single_hwm:10.0f} {many['driver']['VmHWM'] / MIB:10.0f}")
+
+    print("\n== state per rank (MiB, counted inside each rank: local shard elements x bytes) ==")
+    print(head)
+    for key, label in (("params", "parameters"), ("grads", "gradients"), ("adam", "AdamW moments")):
+        for role in one["ranks"]["0"]:
+            a = one["ranks"]["0"][role][key] / MIB
+            b = many["ranks"]["0"][role][key] / MIB
+            if a or b:
+                line(f"{label}: {role}", a, b)
+    tot1 = sum(per_rank(one, 0, k) for k in ("params", "grads", "adam")) / MIB
+    for r in range(n):
+        totn = sum(per_rank(many, r, k) for k in ("params", "grads", "adam")) / MIB
+        line(f"params+grads+Adam, rank {r}", tot1, totn)
+    for r in range(n):
+        gathered = per_rank(many, r, "gathered") / MIB
+        print(f"{f'  of which held gathered, rank {r}':34s} {'':>10s} {gathered:10.2f}")
+    copy = many["ranks"]["0"].get("actor", {}).get("sampling_copy", 0) / MIB
+    print(f"{'rank 0 full sampling copy (actor)':34s} {0:10.2f} {copy:10.2f}")
+    print(
+        "\nPeak RSS counts each process's whole resident set (Python, torch, Ray's worker runtime, "
+        "shared libraries) at its peak; 'held gathered': parameters FSDP2 still holds unsharded "
+        "(plain tensors in place of DTensors) when measured, after the last step."
+    )
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="model.path (tiny-random for a quick run)")
+    ap.add_argument("--ranks", type=int, default=2, help="data-parallel CPU ranks of the second run")
+    ap.add_argument("--steps", type=int, default=3, help="timed steps, after one warm-up step")
+    ap.add_argument("--batch", type=int, default=2, help="prompts per step (= the mini-batch)")
+    ap.add_argument("--n", type=int, default=2, help="samples per prompt (rollout.n)")
+    ap.add_argument("--max-response-length", type=int, default=16)
+    ap.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
+    ap.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--child-dir", default="", help=argparse.SUPPRESS)
+    ap.add_argument("overrides", nargs="*", help="more key=value config overrides, for both runs")
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return
+    root = Path(tempfile.mkdtemp(prefix="turnrl-bench-dist-"))
+    one = run_one(args, 1, root)
+    many = run_one(args, args.ranks, root)
+    report(args, one, many)
+    if args.keep:
+        print(f"\nrun directories: {root}")
+    else:
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
