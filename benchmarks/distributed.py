@@ -83,12 +83,26 @@ def _remote_role_bytes(worker: Any) -> dict[str, int]:
 
 
 def proc_status(pid: int | str) -> dict[str, int]:
-    """VmHWM (peak resident set) and RssAnon of a process, in bytes."""
+    """VmHWM (peak resident set), VmRSS and RssAnon of a process, in bytes."""
     out = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
         if key in ("VmHWM", "VmRSS", "RssAnon"):
             out[key] = int(value.split()[0]) * 1024  # kB
+    return out
+
+
+def cpu_seconds(pid: int | str) -> float:
+    """user + system CPU time a process has used so far (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def processes(trainer: Any) -> dict[str, list[int | str]]:
+    """The processes each role runs in, by rank: the rank workers, or this very process."""
+    out: dict[str, list[int | str]] = {}
+    for name, group in trainer.roles.owned().items():
+        out[name] = list(vars(group).get("pids", ["self"]))  # groups answer any getattr: look in vars
     return out
 
 
@@ -98,7 +112,7 @@ def measure(trainer: Any) -> dict[str, Any]:
 
     ranks: dict[int, dict[str, Any]] = {}
     for name, group in trainer.roles.owned().items():
-        if "pids" in vars(group):  # a RayGroup: one process per rank (groups answer any getattr)
+        if "pids" in vars(group):  # a RayGroup: one process per rank
             sizes = ray.get([w.__ray_call__.remote(_remote_role_bytes) for w in group.workers])
             for r, (pid, sz) in enumerate(zip(group.pids, sizes, strict=True)):
                 ranks.setdefault(r, {})[name] = {**sz, **proc_status(pid), "pid": pid}
@@ -135,39 +149,54 @@ def child(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     trainer = Trainer(cfg)
     setup_s = time.perf_counter() - start
+    pids = sorted({p for ps in processes(trainer).values() for p in ps} | {"self"}, key=str)
+    after_setup = {str(p): proc_status(p)["VmHWM"] for p in pids}
     try:
         batches = trainer.batches
-        for _ in range(args.steps + 1):
+        for i in range(args.steps + 1):
+            if i == 1:  # after the warm-up step
+                cpu0, t0 = sum(cpu_seconds(p) for p in pids), time.perf_counter()
             trainer.global_step += 1  # numbered as fit() numbers them (critic_warmup=0: the actor updates)
             metrics = trainer.step(next(batches))
             trainer.tracker.log(metrics, step=trainer.global_step)
+        cpu_per_step = (sum(cpu_seconds(p) for p in pids) - cpu0) / max(args.steps, 1)
+        wall_per_step = (time.perf_counter() - t0) / max(args.steps, 1)
         mem = measure(trainer)
     finally:
         trainer.close()
     threads = getattr(trainer.roles.pool, "threads", torch.get_num_threads())
-    result = {"world": args.child, "setup_s": setup_s, "threads_per_rank": threads, **mem}
+    result = {
+        "world": args.child,
+        "setup_s": setup_s,
+        "threads_per_rank": threads,
+        "cpu_s_per_step": cpu_per_step,
+        "wall_s_per_step": wall_per_step,
+        "load_avg": os.getloadavg()[0],
+        "hwm_after_setup": after_setup,
+        **mem,
+    }
     (run_dir / "bench.json").write_text(json.dumps(result))
 
 
 # -- the comparison -------------------------------------------------------------------------------
-def run_one(args: argparse.Namespace, ranks: int, root: Path) -> dict[str, Any]:
-    out = root / f"ranks{ranks}"
+def run_one(args: argparse.Namespace, ranks: int, out: Path) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", str(ranks), "--child-dir", str(out)]
     cmd += ["--model", args.model, "--steps", str(args.steps), "--batch", str(args.batch)]
     cmd += ["--n", str(args.n), "--max-response-length", str(args.max_response_length), *args.overrides]
+    if ranks == 1 and args.single_threads:
+        cmd.append(f"trainer.num_threads={args.single_threads}")
     print(f"-- {ranks} rank(s): {' '.join(cmd[1:])}", flush=True)
-    start = time.perf_counter()
     subprocess.run(cmd, check=True)
     result = json.loads((out / "bench.json").read_text())
-    result["wall_s"] = time.perf_counter() - start
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     result["rows"] = [r for r in rows if "timing_s/step" in r]
     return result
 
 
-def mean_after_first(rows: list[dict], key: str) -> float:
-    vals = [r.get(key, 0.0) for r in rows[1:]] or [rows[0].get(key, 0.0)]
-    return statistics.mean(vals)
+def after_first(res: dict[str, Any], key: str) -> float:
+    """Mean of a metric over the steps after the first (warm-up) step."""
+    rows = res["rows"]
+    return statistics.mean(r.get(key, 0.0) for r in (rows[1:] or rows))
 
 
 def machine() -> str:
@@ -180,51 +209,76 @@ def machine() -> str:
         platform.processor(),
     )
     mem = int(Path("/proc/meminfo").read_text().split()[1]) / 2**20
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.system()}, load avg {load}"
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.system()} {platform.release()}"
 
 
 def per_rank(res: dict[str, Any], rank: int, key: str) -> int:
     return sum(role.get(key, 0) for role in res["ranks"][str(rank)].values())
 
 
-def report(args: argparse.Namespace, one: dict[str, Any], many: dict[str, Any]) -> None:
+def setup_peak(res: dict[str, Any], rank: int) -> int:
+    """Summed VmHWM of a rank's processes right after the roles were built."""
+    pids = [str(role.get("pid", "self")) for role in res["ranks"][str(rank)].values()]
+    return sum(res["hwm_after_setup"][p] for p in set(pids))
+
+
+def report(args: argparse.Namespace, ones: list[dict[str, Any]], manys: list[dict[str, Any]]) -> None:
     import torch
 
+    one, many = ones[-1], manys[-1]  # memory: the last run of each (it repeats to the MiB)
     n = many["world"]
     print(f"\nmachine: {machine()}; torch {torch.__version__}")
     print(
         f"model={args.model} PPO+GAE+critic+reference (examples/ppo_gae.yaml, critic_warmup=0), "
         f"{args.batch} prompts x {args.n} samples/step, max_response_length={args.max_response_length}, "
-        f"{args.steps} timed steps after 1 warm-up; torch threads: 1 rank {one['threads_per_rank']}, "
-        f"{n} ranks {many['threads_per_rank']} each"
+        f"{args.steps} timed steps after 1 warm-up, {len(ones)} run(s) of each (order 1,{n},{n},1,...); "
+        f"torch threads: 1 rank {one['threads_per_rank']}, {n} ranks {many['threads_per_rank']} each"
     )
-    head = f"{'':34s} {'1 rank':>10s} {f'{n} ranks':>10s} {f'{n}/1':>7s}"
+    head = f"{'':36s} {'1 rank':>10s} {f'{n} ranks':>10s} {f'{n}/1':>7s}"
 
     def line(label: str, a: float, b: float, fmt: str = "{:10.2f}") -> None:
         ratio = f"{b / a:7.2f}" if a else f"{'-':>7s}"
-        print(f"{label:34s} {fmt.format(a)} {fmt.format(b)} {ratio}")
+        print(f"{label:36s} {fmt.format(a)} {fmt.format(b)} {ratio}")
 
-    print("\n== time (seconds; steps after the first, mean) ==")
+    print(f"\n== time (seconds: mean over the steps after the first; median of {len(ones)} run(s)) ==")
     print(head)
-    line("setup (build roles)", one["setup_s"], many["setup_s"])
-    line("step", mean_after_first(one["rows"], "timing_s/step"), mean_after_first(many["rows"], "timing_s/step"))
+
+    def both(value: Any) -> tuple[float, float]:
+        """The median over the runs of each: 1 rank, N ranks."""
+        return statistics.median(map(value, ones)), statistics.median(map(value, manys))
+
+    line("setup (build roles; N: + Ray start)", *both(lambda r: r["setup_s"]))
+    line("step", *both(lambda r: after_first(r, "timing_s/step")))
     stages = [k for k in one["rows"][0] if k.startswith("timing_s/") and k != "timing_s/step"]
     for k in stages:
-        line(f"  {k[9:]}", mean_after_first(one["rows"], k), mean_after_first(many["rows"], k))
-    line("first step (warm-up)", one["rows"][0]["timing_s/step"], many["rows"][0]["timing_s/step"])
+        a, b = both(lambda r, k=k: after_first(r, k))
+        if max(a, b) >= 0.005:  # the bookkeeping stages take microseconds
+            line(f"  {k[9:]}", a, b)
+    line("CPU s per step (all rank processes)", *both(lambda r: r["cpu_s_per_step"]))
+    line("first step (warm-up)", *both(lambda r: r["rows"][0]["timing_s/step"]))
+    if len(ones) > 1:
+        for label, runs in (("1 rank", ones), (f"{n} ranks", manys)):
+            steps = ", ".join(
+                f"{after_first(r, 'timing_s/step'):.2f} (load {r['load_avg']:.1f})" for r in runs
+            )
+            print(f"  step per run, {label}: {steps}")
 
     print("\n== memory per rank (MiB) ==")
     print(head)
     single_hwm = one["driver"]["VmHWM"] / MIB
     for r in range(n):
-        line(f"peak RSS rank {r} (sum of roles)", single_hwm, per_rank(many, r, "VmHWM") / MIB, "{:10.0f}")
+        line(
+            f"peak RSS, rank {r} (sum of its roles)", single_hwm, per_rank(many, r, "VmHWM") / MIB, "{:10.0f}"
+        )
+    for r in range(n):
+        built = one["hwm_after_setup"]["self"] / MIB, setup_peak(many, r) / MIB
+        line("  of it, peak once the roles were built", *built, "{:10.0f}")
     for role in many["ranks"]["0"]:
-        hwm = [many["ranks"][str(r)][role]["VmHWM"] / MIB for r in range(n)]
-        print(f"{'  ' + role + ' process, per rank':34s} {'':>10s} {' / '.join(f'{h:.0f}' for h in hwm):>10s}")
-    print(f"{'peak RSS of the driver':34s} {single_hwm:10.0f} {many['driver']['VmHWM'] / MIB:10.0f}")
+        hwm = " / ".join(f"{many['ranks'][str(r)][role]['VmHWM'] / MIB:.0f}" for r in range(n))
+        print(f"{'  ' + role + ' process, rank 0 / 1 ...':36s} {'':>10s} {hwm:>10s}")
+    print(f"{'peak RSS of the driver':36s} {single_hwm:10.0f} {many['driver']['VmHWM'] / MIB:10.0f}")
 
-    print("\n== state per rank (MiB, counted inside each rank: local shard elements x bytes) ==")
+    print("\n== state per rank (MiB: local shard elements x bytes, counted inside each rank) ==")
     print(head)
     for key, label in (("params", "parameters"), ("grads", "gradients"), ("adam", "AdamW moments")):
         for role in one["ranks"]["0"]:
@@ -238,23 +292,32 @@ def report(args: argparse.Namespace, one: dict[str, Any], many: dict[str, Any]) 
         line(f"params+grads+Adam, rank {r}", tot1, totn)
     for r in range(n):
         gathered = per_rank(many, r, "gathered") / MIB
-        print(f"{f'  of which held gathered, rank {r}':34s} {'':>10s} {gathered:10.2f}")
+        print(f"{f'  of which held gathered, rank {r}':36s} {'':>10s} {gathered:10.2f}")
     copy = many["ranks"]["0"].get("actor", {}).get("sampling_copy", 0) / MIB
-    print(f"{'rank 0 full sampling copy (actor)':34s} {0:10.2f} {copy:10.2f}")
+    print(f"{'rank 0 full sampling copy (actor)':36s} {0:10.2f} {copy:10.2f}")
     print(
-        "\nPeak RSS counts each process's whole resident set (Python, torch, Ray's worker runtime, "
-        "shared libraries) at its peak; 'held gathered': parameters FSDP2 still holds unsharded "
-        "(plain tensors in place of DTensors) when measured, after the last step."
+        "\nPeak RSS: each process's VmHWM (whole resident set: Python, torch, Ray's worker runtime, "
+        "shared libraries), summed over a rank's role processes; Ray's own daemons are not counted. "
+        "'held gathered': parameters FSDP2 still holds unsharded (plain tensors in place of "
+        "DTensors) at the end, after the last step. CPU s: user+system time of the rank processes "
+        "and the driver over the timed steps."
     )
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2-135m-instruct", help="model.path (tiny-random for a quick run)")
+    ap.add_argument(
+        "--model", default="smollm2-135m-instruct", help="model.path (tiny-random for a quick run)"
+    )
     ap.add_argument("--ranks", type=int, default=2, help="data-parallel CPU ranks of the second run")
     ap.add_argument("--steps", type=int, default=3, help="timed steps, after one warm-up step")
     ap.add_argument("--batch", type=int, default=2, help="prompts per step (= the mini-batch)")
     ap.add_argument("--n", type=int, default=2, help="samples per prompt (rollout.n)")
     ap.add_argument("--max-response-length", type=int, default=16)
+    ap.add_argument(
+        "--single-threads", type=int, default=0, help="torch threads of the 1-rank run (0: torch's default)"
+    )
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each, alternated 1,N,N,1,...")
     ap.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
     ap.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--child-dir", default="", help=argparse.SUPPRESS)
@@ -264,9 +327,12 @@ def main() -> None:
         child(args)
         return
     root = Path(tempfile.mkdtemp(prefix="turnrl-bench-dist-"))
-    one = run_one(args, 1, root)
-    many = run_one(args, args.ranks, root)
-    report(args, one, many)
+    runs: dict[int, list[dict[str, Any]]] = {1: [], args.ranks: []}
+    for i in range(args.repeats):
+        order = (1, args.ranks) if i % 2 == 0 else (args.ranks, 1)  # ABBA: drifting load hits both
+        for ranks in order:
+            runs[ranks].append(run_one(args, ranks, root / f"ranks{ranks}-{i}"))
+    report(args, runs[1], runs[args.ranks])
     if args.keep:
         print(f"\nrun directories: {root}")
     else:

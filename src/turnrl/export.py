@@ -72,6 +72,8 @@ def _export_dtype(model_dtype: str, weights: Path) -> torch.dtype:
     (the model is rebuilt on the CPU, where `auto` would mean float32 whatever the run used)."""
     if model_dtype != "auto":
         return getattr(torch, model_dtype)
+    if not weights.is_file():  # shards of N ranks hold the fp32 master weights
+        return torch.float32
     from safetensors import safe_open
 
     with safe_open(str(weights), framework="pt") as f:
@@ -87,7 +89,7 @@ def _policy(cfg: Any, role: Path) -> tuple[torch.nn.Module, Any]:
     # LoRA parameter names
     model_cfg = dataclasses.replace(cfg.model, gradient_checkpointing=False)
     model, tokenizer = build_policy(model_cfg, CPU, cfg.trainer.seed)
-    load_weights(model, role / "weights.safetensors")
+    load_weights(model, role)
     if cfg.model.lora_rank > 0:
         model = model.merge_and_unload()  # W + (alpha / r) B A: a plain transformers model again
     return model.to(_export_dtype(cfg.model.dtype, role / "weights.safetensors")), tokenizer
@@ -101,7 +103,7 @@ def _value_model(cfg: Any, role: Path) -> tuple[torch.nn.Module, Any]:
     source = cfg.critic.model.path or cfg.model.path
     causal_lm, tokenizer = load_model(source, CPU, cfg.model.dtype, cfg.model.cache_dir, cfg.trainer.seed)
     value = ValueModel(causal_lm)
-    load_weights(value, role / "weights.safetensors", everything=True)
+    load_weights(value, role, everything=True)
     model = _token_classifier(value, causal_lm.config, role)
     return model.to(_export_dtype(cfg.model.dtype, role / "weights.safetensors")), tokenizer
 

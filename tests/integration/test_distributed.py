@@ -55,8 +55,18 @@ def assert_same(one: list[dict], two: list[dict], keys: tuple[str, ...]) -> None
             assert b[k] == pytest.approx(a[k], abs=1e-5, rel=1e-5), (a["step"], k, a[k], b[k])
 
 
+def role_weights(role_dir: Path) -> dict[str, torch.Tensor]:
+    """A role's saved weights: one file from one rank, shards from N (read back whole here)."""
+    if (role_dir / "weights.safetensors").is_file():
+        return load_file(str(role_dir / "weights.safetensors"))
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(role_dir / "shards", role_dir.parent / f"{role_dir.name}.pt")
+    return torch.load(role_dir.parent / f"{role_dir.name}.pt", weights_only=False)["model"]
+
+
 def assert_same_weights(one: Path, two: Path) -> None:
-    a, b = load_file(str(one / "weights.safetensors")), load_file(str(two / "weights.safetensors"))
+    a, b = role_weights(one), role_weights(two)
     assert a.keys() == b.keys()
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
     assert worst <= 1e-5, worst
@@ -105,3 +115,19 @@ def test_lora_and_gradient_checkpointing_two_ranks_equal_one(tmp_path):
     assert_same(one, two, ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/kl_loss"))
     assert one[-1]["actor/kl_loss"] > 0  # the adapters moved the policy away from the reference
     assert_same_weights(ckpt1 / "actor", ckpt2 / "actor")
+
+
+def test_one_rank_never_imports_ray(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from turnrl.config import load_config\n"
+        "from turnrl.trainer.ppo import Trainer\n"
+        f"t = Trainer(load_config(None, {tiny_overrides(tmp_path, **{'trainer.total_training_steps': 1})!r}))\n"
+        "t.fit()\n"
+        "assert 'ray' not in sys.modules, 'ray imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]

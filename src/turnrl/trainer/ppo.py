@@ -26,7 +26,7 @@ from turnrl.tracking.logger import Tracker
 from turnrl.tracking.sinks import check_sinks
 from turnrl.trainer import checkpoint, stages
 from turnrl.trainer.metrics import data_metrics, extra_metrics, timing_metrics, version_metrics
-from turnrl.trainer.setup import build_data, build_roles, make_run_dir
+from turnrl.trainer.setup import Data, build_data, build_roles, make_run_dir
 from turnrl.trainer.validation import validate
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,13 @@ class Trainer:
         self.tokenizer, self.val_examples = data.tokenizer, data.val_examples
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.roles = build_roles(cfg, self.tokenizer)
+        try:  # from here on, a failure must not leave ranks, Ray or tool servers behind
+            self._start(cfg, data)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, cfg: Config, data: Data) -> None:
         self.actor, self.ref, self.critic = self.roles.actor, self.roles.ref, self.roles.critic
         self.reward_model = self.roles.reward_model
         self.engine = self.actor.rollout_engine()
@@ -215,31 +222,33 @@ class Trainer:
             total=self.total_steps, initial=self.global_step, desc="train", unit="step", dynamic_ncols=True
         )
         last_val = self.global_step
-        while self.global_step < self.total_steps:
-            batch = next(self.batches)
-            self.global_step += 1
-            metrics = self.step(batch)
-            metrics["training/global_step"] = self.global_step
-            metrics["training/epoch"] = self.loader.epoch
-            if t.test_freq and self.global_step % t.test_freq == 0:
-                metrics.update(self.validate())
-                last_val = self.global_step
-            self.tracker.log(metrics, step=self.global_step)
-            bar.update(1)
-            if t.save_freq and self.global_step % t.save_freq == 0:
-                self.save()
-        bar.close()
-        if last_val != self.global_step:
-            self.tracker.log(self.validate(), step=self.global_step)
-        self.save()
-        self.close()
+        try:
+            while self.global_step < self.total_steps:
+                batch = next(self.batches)
+                self.global_step += 1
+                metrics = self.step(batch)
+                metrics["training/global_step"] = self.global_step
+                metrics["training/epoch"] = self.loader.epoch
+                if t.test_freq and self.global_step % t.test_freq == 0:
+                    metrics.update(self.validate())
+                    last_val = self.global_step
+                self.tracker.log(metrics, step=self.global_step)
+                bar.update(1)
+                if t.save_freq and self.global_step % t.save_freq == 0:
+                    self.save()
+            bar.close()
+            if last_val != self.global_step:
+                self.tracker.log(self.validate(), step=self.global_step)
+            self.save()
+        finally:
+            self.close()
         return self.run_dir
 
     def close(self) -> None:
-        """Stop child tool servers, release the roles, flush loggers."""
-        self.rollout.close()
-        self.roles.close()
-        self.tracker.close()
+        """Stop child tool servers, release the roles, flush loggers; safe on a half-built trainer."""
+        for part in ("rollout", "roles", "tracker"):
+            if hasattr(self, part):
+                getattr(self, part).close()
 
     def _batch_stream(self) -> Iterator[Batch]:
         while True:  # epochs roll over; a resume at an epoch's end simply starts the next one

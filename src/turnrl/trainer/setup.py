@@ -138,9 +138,7 @@ def build_roles(cfg: Config, tokenizer: Any) -> Roles:
                 factory = partial(make, pool.device, t.seed)
                 groups[name] = RayGroup(pool, name, factory, t.seed, t.balance_batch)
         except BaseException:
-            for group in groups.values():
-                group.close()
-            pool.close()
+            pool.close()  # ends the ranks of every group it placed, a half-built one's too
             raise
     needs_ref = cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
     ref = (groups["actor"] if lora else groups["reference"]) if needs_ref else None

@@ -25,7 +25,7 @@ from turnrl.workers import parallel
 from turnrl.workers.group import dp
 from turnrl.workers.microbatch import forward_trimmed, seq_args
 from turnrl.workers.optim import Optimizer, epochs_of_mini_batches
-from turnrl.workers.state import load_common, load_weights, save_role
+from turnrl.workers.state import load_role, save_role
 
 DIAGNOSTIC_FIELDS = ("responses", "response_mask", "attention_mask", "old_log_probs", "advantages")
 
@@ -227,15 +227,12 @@ class Actor:
         return out
 
     def save(self, directory: Path) -> None:
-        """Trainable weights, optimizer + schedule, RNG streams (unsharded: loads on any world size)."""
+        """Trainable weights, optimizer + schedule, RNG streams (loads on any number of ranks)."""
         info = {"role": "actor", "model": self.model_cfg.path, "lora_rank": self.model_cfg.lora_rank}
-        save_role(directory, self.model, info, self.optim.state_dict())
+        save_role(directory, info, self.model, self.optim)
 
     def load(self, directory: Path) -> None:
-        load_weights(self.model, directory / "weights.safetensors")
-        _, optim_state = load_common(directory, "actor")
-        if optim_state is not None:
-            self.optim.load_state_dict(optim_state)
+        load_role(directory, "actor", self.model, self.optim)
         self._refresh_engine()
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ from turnrl.workers import parallel
 from turnrl.workers.group import dp
 from turnrl.workers.microbatch import forward_trimmed, seq_args
 from turnrl.workers.optim import Optimizer, epochs_of_mini_batches
-from turnrl.workers.state import load_common, load_weights, save_role
+from turnrl.workers.state import load_role, save_role
 
 
 class ValueModel(torch.nn.Module):
@@ -129,13 +129,10 @@ class Critic:
     def save(self, directory: Path) -> None:
         """The whole value model (the trunk is trained too), optimizer + schedule, RNG streams."""
         info = {"role": "critic", "model": self.source}
-        save_role(directory, self.model, info, self.optim.state_dict(), everything=True)
+        save_role(directory, info, self.model, self.optim, everything=True)
 
     def load(self, directory: Path) -> None:
-        load_weights(self.model, directory / "weights.safetensors", everything=True)
-        _, optim_state = load_common(directory, "critic")
-        if optim_state is not None:
-            self.optim.load_state_dict(optim_state)
+        load_role(directory, "critic", self.model, self.optim, everything=True)
 
     def close(self) -> None:
         pass

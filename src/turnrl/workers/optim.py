@@ -82,15 +82,24 @@ class Optimizer:
         self.scheduler.step()
         return out
 
-    def state_dict(self) -> dict[str, Any]:
-        """Keyed by parameter name and unsharded: a checkpoint of N ranks loads on M."""
+    def schedule_state(self) -> dict[str, Any]:
         return {
-            "optimizer": full_optimizer_state(self.model, self.opt),
             "scheduler": self.scheduler.state_dict(),
             "skipped": self.skipped_steps,
+            "stepped": bool(self.opt.state),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_full_optimizer_state(self.model, self.opt, state["optimizer"])
+    def load_schedule_state(self, state: dict[str, Any]) -> None:
         self.scheduler.load_state_dict(state["scheduler"])
         self.skipped_steps = int(state["skipped"])
+
+    def state_dict(self) -> dict[str, Any]:
+        """Keyed by parameter name and unsharded: a checkpoint of N ranks loads on M. An optimizer
+        that never stepped has no moments to save (reading them would create them with a step)."""
+        moments = full_optimizer_state(self.model, self.opt) if self.opt.state else None
+        return {"optimizer": moments, **self.schedule_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["optimizer"] is not None:
+            load_full_optimizer_state(self.model, self.opt, state["optimizer"])
+        self.load_schedule_state(state)

@@ -204,3 +204,37 @@ def load_full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Opt
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
     set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+def save_shards(path: Any, model: torch.nn.Module, optimizer: Any, trainable_only: bool) -> None:
+    """Every rank writes its own shards (torch.distributed.checkpoint): no rank holds the whole."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    names = set(full_state_dict_names(model, trainable_only))
+    state: dict[str, Any] = {"model": {k: v for k, v in get_model_state_dict(model).items() if k in names}}
+    if optimizer is not None and optimizer.state:
+        state["optim"] = get_optimizer_state_dict(model, optimizer)
+    dcp.save(state, checkpoint_id=str(path))
+
+
+def load_shards(path: Any, model: torch.nn.Module, optimizer: Any, names: list[str]) -> None:
+    """Read shards written by any number of ranks into this model (sharded or not, or in a
+    process with no process group at all) and, when given, the optimizer."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    wanted = set(names)
+    state: dict[str, Any] = {"model": {k: v for k, v in get_model_state_dict(model).items() if k in wanted}}
+    if optimizer is not None:
+        state["optim"] = get_optimizer_state_dict(model, optimizer)
+    dcp.load(state, checkpoint_id=str(path))
+    set_model_state_dict(model, state["model"], options=StateDictOptions(strict=False))
+    if optimizer is not None:
+        set_optimizer_state_dict(model, optimizer, state["optim"])

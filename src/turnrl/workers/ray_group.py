@@ -10,8 +10,10 @@ Placement follows the seeds' resource pools: one placement group with a bundle p
 actor, reference and critic are colocated on the same devices. Each role's ranks form their own
 process group (gloo on CPU, NCCL on GPU) and build their own model (FSDP2-sharded inside).
 
-A rank that raises or dies ends the call at once: the group kills its other ranks (they would
-wait forever in a collective) and raises `RankError` naming the rank and its error.
+A rank that raises or dies ends the run at once: the pool kills every rank of every role (the
+others would wait forever in a collective), frees its bundles, stops or disconnects the Ray it
+started or joined, and the call raises `RankError` naming the role, the rank and its error. A
+pool that fails to start cleans up the same way, so the next run in the process starts afresh.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 import ray
+from ray.exceptions import RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -33,6 +36,8 @@ from turnrl.workers.dispatch import gather, group_rows, imbalance, scatter, shar
 from turnrl.workers.group import dispatch_mode
 
 COLLECTIVE_TIMEOUT_S = 600  # a collective that waits this long has lost a peer
+CONNECT_TIMEOUT_S = 10  # ray.init retries an address that does not answer for minutes
+DEATH_GRACE_S = 5.0  # how long a peer's collective error waits for the death that caused it
 
 
 class RankError(RuntimeError):
@@ -41,6 +46,10 @@ class RankError(RuntimeError):
 
 class DistributedSetupError(TurnrlInputError):
     """Ray or the process groups could not start; the message names the setting to fix."""
+
+
+class RankInputError(RankError, TurnrlInputError):
+    """A rank rejected its input (a checkpoint, a model file): reported in one line, as in one process."""
 
 
 class RankWorker:
@@ -86,18 +95,20 @@ class RayPool:
         self.device = "cuda" if t.device in ("auto", "cuda") and _has_cuda() else "cpu"
         if t.device == "cuda" and self.device != "cuda":
             raise DistributedSetupError("trainer.device=cuda but this machine has no CUDA device")
-        self.started = False
-        if not ray.is_initialized():
-            try:
-                if t.ray_address:
-                    ray.init(address=t.ray_address, log_to_driver=True)
-                else:
-                    ray.init(num_cpus=max(os.cpu_count() or 1, self.world), include_dashboard=False)
-                    self.started = True
-            except (ConnectionError, RuntimeError, ValueError) as err:
-                raise DistributedSetupError(
-                    f"trainer.ray_address={t.ray_address!r}: no Ray cluster answers ({str(err).splitlines()[0]})"
-                ) from None
+        self.groups: list[RayGroup] = []
+        self.pg: Any = None
+        self.owns_ray = not ray.is_initialized()  # started or joined here: stopped or left on close
+        if self.owns_ray:
+            _init_ray(t.ray_address)
+        try:
+            self._place()
+        except BaseException:
+            self.close()
+            raise
+        self.threads = max(1, (os.cpu_count() or 1) // t.n_gpus_per_node)
+        self.share = 1.0  # the fraction of a bundle each role takes; set by `reserve`
+
+    def _place(self) -> None:
         per_rank = {"GPU": 1.0, "CPU": 1.0} if self.device == "cuda" else {"CPU": 1.0}
         have = ray.cluster_resources()
         for key, need in per_rank.items():
@@ -113,24 +124,33 @@ class RayPool:
                 f"Ray could not place {self.world} ranks ({per_rank} each) within 120 s; "
                 "check trainer.nnodes / trainer.n_gpus_per_node against `ray status`"
             )
-        self.threads = max(1, (os.cpu_count() or 1) // t.n_gpus_per_node)
-        self.share = 1.0  # the fraction of a bundle each role takes; set by `reserve`
 
     def reserve(self, roles: int) -> None:
         """Colocate `roles` roles in every bundle."""
         self.share = 1.0 / max(roles, 1)
 
     def close(self) -> None:
-        remove_placement_group(self.pg)
-        if self.started:
+        """End every rank of every role, free the bundles, stop (or leave) the Ray of `__init__`.
+        Safe to call again: a failed call closes the pool before the driver's own cleanup runs."""
+        for group in self.groups:
+            group.close()
+        self.groups = []
+        if self.pg is not None and ray.is_initialized():
+            remove_placement_group(self.pg)
+        self.pg = None
+        if self.owns_ray and ray.is_initialized():
             ray.shutdown()
+        self.owns_ray = False
 
 
 class RayGroup:
     """A role on `pool.world` ranks behind the `WorkerGroup` interface."""
 
     def __init__(self, pool: RayPool, role: str, factory: Callable[[], Any], seed: int, balance: bool = True):
-        self.role, self.world_size, self.balance = role, pool.world, balance
+        self.role, self.world_size, self.balance, self.pool = role, pool.world, balance, pool
+        self.workers: list[Any] = []
+        self.pids: list[int] = []
+        pool.groups.append(self)  # before any rank starts: a failure below ends them all
         self.role_cls = factory.func if hasattr(factory, "func") else type(None)  # type: ignore[attr-defined]
         self.stats: list[tuple[float, float]] = []
         cls = ray.remote(RankWorker)
@@ -201,23 +221,22 @@ class RayGroup:
         }
 
     def _get(self, refs: list[Any]) -> list[Any]:
-        """Results of every rank; the first rank to fail ends the call (no waiting on the others)."""
+        """Results of every rank; the first rank to fail ends the run (no waiting on the others)."""
         pending = list(refs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             try:
                 ray.get(done[0])
             except Exception as err:  # the rank's own exception, or its death
-                rank = refs.index(done[0])
-                self.close()
-                first = str(err).strip().splitlines()
-                detail = next((line for line in reversed(first) if line.strip()), type(err).__name__)
-                raise RankError(f"{self.role} rank {rank} failed: {detail}") from err
+                rank, err = _culprit(refs, pending, refs.index(done[0]), err)
+                self.pool.close()  # the ranks' process groups are broken: nothing of the run can go on
+                raise rank_error(self.role, rank, self.pids[rank] if self.pids else None, err) from err
         return ray.get(refs)
 
     def close(self) -> None:
-        for w in self.workers:
-            ray.kill(w, no_restart=True)
+        if ray.is_initialized():
+            for w in self.workers:
+                ray.kill(w, no_restart=True)
         self.workers = []
 
 
@@ -238,6 +257,59 @@ class RemoteEngine:
 
     def close(self) -> None:
         pass
+
+
+def _init_ray(address: str) -> None:
+    """Join the cluster at `address`, or start a local Ray that counts this machine's real CPUs (so
+    more CPU ranks than cores is an error here, not a run that crawls)."""
+    if not address:
+        ray.init(include_dashboard=False)
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        if port.isdigit():  # "auto" and the like: Ray resolves and answers fast itself
+            socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        ray.init(address=address, log_to_driver=True)
+    except (OSError, RuntimeError, ValueError) as err:  # ConnectionError is an OSError
+        ray.shutdown()
+        raise DistributedSetupError(
+            f"trainer.ray_address={address!r}: no Ray cluster answers ({_one_line(err)})"
+        ) from None
+
+
+def _culprit(refs: list[Any], pending: list[Any], rank: int, err: Exception) -> tuple[int, Exception]:
+    """The rank to blame. A rank's death reaches its peers first, as a collective error ('connection
+    closed by peer'), and the driver a moment later: wait briefly for a death among the others."""
+    if isinstance(err, RayActorError) or not pending:
+        return rank, err
+    done, _ = ray.wait(pending, num_returns=len(pending), timeout=DEATH_GRACE_S)
+    for ref in done:
+        try:
+            ray.get(ref)
+        except RayActorError as died:
+            return refs.index(ref), died
+        except Exception:
+            pass  # another rank's own error: the first one stands
+    return rank, err
+
+
+def rank_error(role: str, rank: int, pid: int | None, err: Exception) -> RankError:
+    """One line naming the role, the rank and its error; a rank's input error (a bad checkpoint)
+    stays an input error, which `turnrl train` prints in one line as it does in one process."""
+    where = f"{role} rank {rank}" + (f" (pid {pid})" if pid else "")
+    kind = RankInputError if isinstance(getattr(err, "cause", None), TurnrlInputError) else RankError
+    return kind(f"{where} failed: {_one_line(err)}")
+
+
+def _one_line(err: BaseException) -> str:
+    """A rank's error in one line: its process's death, or the exception it raised."""
+    if isinstance(err, RayActorError):
+        return "its process died (killed by a signal, out of memory, or crashed; see the Ray logs)"
+    cause = getattr(err, "cause", None)
+    if isinstance(err, RayTaskError) and isinstance(cause, BaseException):
+        err = cause
+    text = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 def _has_cuda() -> bool:

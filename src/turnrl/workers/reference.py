@@ -16,7 +16,7 @@ from turnrl.models.policy import frozen_copy_of_start
 from turnrl.workers import parallel
 from turnrl.workers.group import dp
 from turnrl.workers.microbatch import forward_trimmed, seq_args
-from turnrl.workers.state import CheckpointError, load_common, save_role
+from turnrl.workers.state import CheckpointError, load_role, save_role
 
 
 class Reference:
@@ -59,10 +59,10 @@ class Reference:
 
     def save(self, directory: Path) -> None:
         """Nothing trains here: the record of which start policy this is, and the RNG streams."""
-        save_role(directory, None, {"role": "reference", "model": self.model_cfg.path})
+        save_role(directory, {"role": "reference", "model": self.model_cfg.path})
 
     def load(self, directory: Path) -> None:
-        info, _ = load_common(directory, "reference")
+        info = load_role(directory, "reference")
         if info.get("model") != self.model_cfg.path:
             raise CheckpointError(
                 f"{directory}: the checkpoint's reference is '{info.get('model')}' but model.path is "

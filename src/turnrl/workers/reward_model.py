@@ -12,7 +12,7 @@ from turnrl.config.schema import RewardModelConfig
 from turnrl.data.dataset import left_pad, position_ids_from_mask
 from turnrl.models.loader import TINY, ModelError, load_tokenizer, tiny_random_config
 from turnrl.workers.group import dp
-from turnrl.workers.state import load_common, save_role
+from turnrl.workers.state import load_role, save_role
 
 
 def _head(model: torch.nn.Module) -> torch.nn.Module:
@@ -87,10 +87,10 @@ class RewardModel:
         return Batch(tensors={"rm_scores": torch.cat(out)})
 
     def save(self, directory: Path) -> None:
-        save_role(directory, None, {"role": "reward_model", "model": self.cfg.model.path})
+        save_role(directory, {"role": "reward_model", "model": self.cfg.model.path})
 
     def load(self, directory: Path) -> None:
-        load_common(directory, "reward_model")
+        load_role(directory, "reward_model")
 
     def close(self) -> None:
         pass
