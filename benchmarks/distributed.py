@@ -1,27 +1,31 @@
 """1 rank vs N data-parallel ranks (Ray + FSDP2 on CPU): step time, stage times and memory per rank.
 
     python benchmarks/distributed.py                        # embedded SmolLM2-135M, PPO + critic, 3 steps
-    python benchmarks/distributed.py --model tiny-random    # a quick run
-    python benchmarks/distributed.py --steps 5 --ranks 2 data.max_response_length=32   # more overrides
+    python benchmarks/distributed.py --model tiny-random    # a quick run (about 2 minutes on 2 cores)
+    python benchmarks/distributed.py --repeats 2 --single-threads 1   # 1,2,2,1 runs; 1 thread per process
+    python benchmarks/distributed.py --steps 5 data.max_response_length=32   # overrides for both runs
 
 Both runs use `examples/ppo_gae.yaml` (PPO with a critic, GAE, KL in the reward, so actor,
 reference and critic all exist) with `trainer.critic_warmup=0` (the actor updates every step),
-the same seed and the same global batch (`--batch` prompts x `--n` samples, whole batch = one
+the same seed and the same global batch (`--batch` prompts x `--n` samples, the whole batch one
 mini-batch), no validation and no checkpoint. One run is the single-process trainer (no Ray);
 the other `trainer.device=cpu trainer.n_gpus_per_node=N`. Each runs in its own child process,
-one after the other, so the single process's peak memory is its own.
+one after the other (`--repeats R`: R of each, in the order 1,N,N,1,... so that a load that
+drifts hits both), so the single process's peak memory is its own.
 
-It prints, per run:
-- step time: the mean `timing_s/step` of the steps after the first (the first is a warm-up),
-  and each stage's `timing_s/<stage>` read back from the run's `metrics.jsonl`;
-- peak memory per rank: the summed VmHWM (`/proc/<pid>/status`) of the rank's processes, one
-  per role (`RayGroup.pids`), vs the single process's own VmHWM; the N-rank driver's too;
-- the sharded state per rank, measured inside each rank (a function run on the rank's actor
-  through Ray's `__ray_call__`): local elements of the parameters (DTensor `to_local()`), of
-  their gradients and of AdamW's two moments, times their element sizes; vs the same count in
-  the single process; plus rank 0's full sampling copy of the policy;
-and the N-rank / 1-rank ratios. Every rank gets `cpu_count // N` torch threads; the single
-process torch's default. Quote ratios from one invocation: both runs see the same machine load.
+It prints:
+- time: `timing_s/step` and every stage's `timing_s/<stage>`, read back from each run's
+  `metrics.jsonl`, as the mean over the steps after the first (a warm-up), the median over
+  repeats; the CPU seconds per step of all the run's processes (/proc/<pid>/stat), which a
+  machine shared with other work disturbs less than wall time;
+- peak memory per rank: the summed VmHWM (/proc/<pid>/status) of the rank's processes, one per
+  role (`RayGroup.pids`), vs the single process's own VmHWM; the N-rank driver's too;
+- the state per rank, counted inside each rank (a function run in the rank's process through
+  Ray's `__ray_call__`): local elements of the parameters (DTensor `to_local()`), of their
+  gradients and of AdamW's two moments, times their element sizes, vs the same count in the
+  single process; the parameters FSDP2 still holds gathered; rank 0's full sampling copy;
+and the N-rank / 1-rank ratios. Every rank gets `cpu_count // N` torch threads, the single
+process torch's default or `--single-threads`. Quote ratios from one invocation, with the machine.
 """
 
 from __future__ import annotations
@@ -237,7 +241,7 @@ def report(args: argparse.Namespace, ones: list[dict[str, Any]], manys: list[dic
     head = f"{'':36s} {'1 rank':>10s} {f'{n} ranks':>10s} {f'{n}/1':>7s}"
 
     def line(label: str, a: float, b: float, fmt: str = "{:10.2f}") -> None:
-        ratio = f"{b / a:7.2f}" if a else f"{'-':>7s}"
+        ratio = f"{b / a:7.2f}" if a >= 1e-3 else f"{'-':>7s}"  # no ratio to a stage that takes microseconds
         print(f"{label:36s} {fmt.format(a)} {fmt.format(b)} {ratio}")
 
     print(f"\n== time (seconds: mean over the steps after the first; median of {len(ones)} run(s)) ==")
@@ -298,6 +302,8 @@ def report(args: argparse.Namespace, ones: list[dict[str, Any]], manys: list[dic
     print(
         "\nPeak RSS: each process's VmHWM (whole resident set: Python, torch, Ray's worker runtime, "
         "shared libraries), summed over a rank's role processes; Ray's own daemons are not counted. "
+        "Once built, one process's weights are still memory-mapped from the model file (resident "
+        "when first used, shared by its roles until written); N ranks copy their shards. "
         "'held gathered': parameters FSDP2 still holds unsharded (plain tensors in place of "
         "DTensors) at the end, after the last step. CPU s: user+system time of the rank processes "
         "and the driver over the timed steps."

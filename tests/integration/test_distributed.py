@@ -90,17 +90,12 @@ def test_ppo_gae_two_ranks_equal_one(tmp_path):
     assert_same(one, two, keys)
     assert_same_weights(ckpt1 / "actor", ckpt2 / "actor")
     assert_same_weights(ckpt1 / "critic", ckpt2 / "critic")
-    # the checkpoint of 2 ranks holds full tensors, exactly as one process writes them
-    assert torch.equal(
-        torch.tensor(
-            list(load_file(str(ckpt2 / "critic" / "weights.safetensors"))["value_head.weight"].shape)
-        ),
-        torch.tensor(
-            list(load_file(str(ckpt1 / "critic" / "weights.safetensors"))["value_head.weight"].shape)
-        ),
-    )
+    # 2 ranks wrote shards (weights and Adam moments), one process a single file
+    assert (ckpt2 / "critic" / "shards").is_dir() and not (ckpt2 / "critic" / "weights.safetensors").exists()
+    assert len(list((ckpt2 / "actor" / "shards").glob("*.distcp"))) == 2
 
 
+@pytest.mark.slow  # the default run keeps the GRPO and PPO equivalence tests
 @pytest.mark.timeout(600)
 def test_lora_and_gradient_checkpointing_two_ranks_equal_one(tmp_path):
     # LoRA adapters sharded with their blocks; the reference is the actor with adapters off

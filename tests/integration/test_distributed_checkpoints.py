@@ -43,6 +43,7 @@ KEYS = (
 )
 
 
+@pytest.mark.slow  # ~2.5 min on 2 cores: run with -m slow
 @pytest.mark.timeout(900)
 def test_two_ranks_to_one_and_one_to_two(tmp_path):
     straight = step3(train(tmp_path / "a", 1, 3))
