@@ -231,11 +231,12 @@ def report(args: argparse.Namespace, ones: list[dict[str, Any]], manys: list[dic
 
     one, many = ones[-1], manys[-1]  # memory: the last run of each (it repeats to the MiB)
     n = many["world"]
+    order = f" (order 1,{n},{n},1,...)" if len(ones) > 1 else ""
     print(f"\nmachine: {machine()}; torch {torch.__version__}")
     print(
         f"model={args.model} PPO+GAE+critic+reference (examples/ppo_gae.yaml, critic_warmup=0), "
         f"{args.batch} prompts x {args.n} samples/step, max_response_length={args.max_response_length}, "
-        f"{args.steps} timed steps after 1 warm-up, {len(ones)} run(s) of each (order 1,{n},{n},1,...); "
+        f"{args.steps} timed steps after 1 warm-up, {len(ones)} run(s) of each{order}; "
         f"torch threads: 1 rank {one['threads_per_rank']}, {n} ranks {many['threads_per_rank']} each"
     )
     head = f"{'':36s} {'1 rank':>10s} {f'{n} ranks':>10s} {f'{n}/1':>7s}"
@@ -276,7 +277,7 @@ def report(args: argparse.Namespace, ones: list[dict[str, Any]], manys: list[dic
         )
     for r in range(n):
         built = one["hwm_after_setup"]["self"] / MIB, setup_peak(many, r) / MIB
-        line("  of it, peak once the roles were built", *built, "{:10.0f}")
+        line(f"  of it, peak once built, rank {r}", *built, "{:10.0f}")
     for role in many["ranks"]["0"]:
         hwm = " / ".join(f"{many['ranks'][str(r)][role]['VmHWM'] / MIB:.0f}" for r in range(n))
         print(f"{'  ' + role + ' process, rank 0 / 1 ...':36s} {'':>10s} {hwm:>10s}")
