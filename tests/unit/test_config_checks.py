@@ -161,3 +161,10 @@ def test_load_config_runs_the_same_checks():
 
 def test_config_error_is_a_bad_input_error():
     assert issubclass(ConfigError, TurnrlInputError) and issubclass(ConfigError, ValueError)
+
+
+def test_fsdp_offload_needs_ranks_on_gpus():
+    with pytest.raises(ConfigError, match=r"model\.fsdp_offload"):
+        load_config(None, ["model.fsdp_offload=true", "trainer.device=cpu", "trainer.n_gpus_per_node=2"])
+    with pytest.raises(ConfigError, match=r"model\.fsdp_offload"):
+        load_config(None, ["model.fsdp_offload=true"])  # one rank: nothing is sharded

@@ -36,6 +36,11 @@ def _check_distributed(cfg: Config) -> None:
         if value < 1:
             raise ConfigError(f"'{key}' must be >= 1, got {value}")
     world = t.nnodes * t.n_gpus_per_node
+    if cfg.model.fsdp_offload and (world == 1 or t.device == "cpu"):
+        raise ConfigError(
+            "'model.fsdp_offload' moves sharded state between GPU and CPU memory: it needs several ranks "
+            "on GPUs (trainer.n_gpus_per_node > 1, trainer.device auto or cuda)"
+        )
     if world == 1:
         return
     if t.nnodes > 1 and not t.ray_address:

@@ -131,6 +131,11 @@ def build_roles(cfg: Config, tokenizer: Any) -> Roles:
         from turnrl.workers.ray_group import RayGroup, RayPool
 
         pool = RayPool(cfg)
+        if model_cfg.fsdp_offload and pool.device != "cuda":
+            pool.close()
+            raise ConfigError(
+                "'model.fsdp_offload' needs GPUs, but the ranks run on the CPU (no CUDA device)"
+            )
         pool.reserve(len(factories))
         groups = {}
         try:
