@@ -78,3 +78,10 @@ def test_ppo_family_bad_input_names_the_missing_piece():
         load_config(None, ["algorithm.adv_estimator=rloo", "rollout.n=1"])
     with pytest.raises(ConfigError, match=r"reward_model\.model\.path"):
         load_config(None, ["reward_model.enable=true"])
+
+
+def test_moved_key_is_suggested_under_the_section_named():
+    with pytest.raises(ConfigError, match=r"did you mean 'critic\.optim\.lr'"):
+        load_config(None, ["critic.lr=1e-5"])
+    with pytest.raises(ConfigError, match=r"did you mean 'actor\.optim\.lr'"):
+        load_config(None, ["actor.lr=1e-5"])

@@ -45,7 +45,10 @@ def valid_keys() -> tuple[str, ...]:
 def _suggest(key: str) -> str:
     leaf = key.rsplit(".", 1)[-1]
     # a right name under the wrong section is the likeliest mistake, then a typo
-    close = [k for k in valid_keys() if k.rsplit(".", 1)[-1] == leaf][:1]
+    same_leaf = [k for k in valid_keys() if k.rsplit(".", 1)[-1] == leaf]
+    # ... and within it, one under the section the user named (critic.lr -> critic.optim.lr)
+    section = key.split(".", 1)[0]
+    close = sorted(same_leaf, key=lambda k: k.split(".", 1)[0] != section)[:1]
     close = close or difflib.get_close_matches(key, valid_keys(), n=1, cutoff=0.5)
     return f"; did you mean '{close[0]}'?" if close else ""
 
