@@ -120,32 +120,6 @@ def sharded(model: torch.nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def fsdp_modules(model: torch.nn.Module) -> list[Any]:
-    from torch.distributed.fsdp import FSDPModule
-
-    return [m for m in model.modules() if isinstance(m, FSDPModule)]
-
-
-class Unsharded:
-    """Keep a sharded model's full parameters on every rank for a series of forwards with no
-    collectives in between (generation: its number of steps differs from rank to rank)."""
-
-    def __init__(self, model: torch.nn.Module):
-        self.modules = fsdp_modules(model) if distributed() else []
-
-    def __enter__(self) -> Unsharded:
-        for m in self.modules:
-            m.set_reshard_after_forward(False, recurse=False)
-        for m in self.modules:
-            m.unshard()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for m in self.modules:
-            m.reshard()
-            m.set_reshard_after_forward(True, recurse=False)
-
-
 def full_state_dict(model: torch.nn.Module, trainable_only: bool) -> dict[str, torch.Tensor]:
     """The whole (unsharded) state on rank 0, on the CPU, the same names on 1 or N ranks; every
     rank must call it (it is a gather), the others get {}."""
