@@ -54,7 +54,43 @@ class WorkerGroup(Protocol):
     def close(self) -> None: ...
 
 
-class LocalGroup:
+class Group:
+    """dispatch -> call -> collect, shared by every group; a group says how it runs one call on
+    each rank (`_run`), where a role's methods are declared (`_method`) and how it cuts a batch."""
+
+    role: str
+    world_size: int
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        fn = self._method(method)
+        if not callable(fn):
+            raise AttributeError(f"role {self.role} has no method '{method}'")
+        if dispatch_mode(fn) == "dp" and self.world_size > 1:
+            batch, rest = args[0], args[1:]
+            if not isinstance(batch, Batch):
+                raise TypeError(f"{self.role}.{method} is data-parallel: its first argument must be a Batch")
+            shards = self._shards(batch)
+            results = self._run(method, [((part, *rest), kwargs) for part in scatter(batch, shards)])
+            return gather(results, shards) if all(isinstance(r, Batch) for r in results) else results[0]
+        return self._run(method, [(args, kwargs)] * self.world_size)[0]
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return lambda *args, **kwargs: self.call(method, *args, **kwargs)
+
+    def _method(self, method: str) -> Any:
+        raise NotImplementedError
+
+    def _run(self, method: str, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
+        """Rank r runs `method(*calls[r][0], **calls[r][1])`; results in rank order."""
+        raise NotImplementedError
+
+    def _shards(self, batch: Batch) -> list[list[int]]:
+        return shard_rows(batch, self.world_size)
+
+
+class LocalGroup(Group):
     """Workers in this process. `group.name(...)` is `group.call("name", ...)`."""
 
     def __init__(self, workers: list[Any]):
@@ -64,29 +100,11 @@ class LocalGroup:
         self.world_size = len(workers)
         self.role = type(workers[0]).__name__
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        fn = getattr(self.workers[0], method, None)
-        if not callable(fn):
-            raise AttributeError(f"role {self.role} has no method '{method}'")
-        if dispatch_mode(fn) == "dp" and self.world_size > 1:
-            batch, rest = args[0], args[1:]
-            if not isinstance(batch, Batch):
-                raise TypeError(f"{self.role}.{method} is data-parallel: its first argument must be a Batch")
-            shards = shard_rows(batch, self.world_size)
-            results = [
-                getattr(w, method)(part, *rest, **kwargs)
-                for w, part in zip(self.workers, scatter(batch, shards), strict=True)
-            ]
-            if all(isinstance(r, Batch) for r in results):
-                return gather(results, shards)
-            return results[0]
-        results = [getattr(w, method)(*args, **kwargs) for w in self.workers]
-        return results[0]
+    def _method(self, method: str) -> Any:
+        return getattr(self.workers[0], method, None)
 
-    def __getattr__(self, method: str) -> Callable[..., Any]:
-        if method.startswith("_"):
-            raise AttributeError(method)
-        return lambda *args, **kwargs: self.call(method, *args, **kwargs)
+    def _run(self, method: str, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
+        return [getattr(w, method)(*a, **kw) for w, (a, kw) in zip(self.workers, calls, strict=True)]
 
     def close(self) -> None:
         for w in self.workers:

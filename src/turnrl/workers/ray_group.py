@@ -32,8 +32,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from turnrl.batch import Batch
 from turnrl.config.schema import Config
 from turnrl.errors import TurnrlInputError
-from turnrl.workers.dispatch import gather, group_rows, imbalance, scatter, shard_rows
-from turnrl.workers.group import dispatch_mode
+from turnrl.workers.dispatch import group_rows, imbalance, shard_rows
+from turnrl.workers.group import Group
 
 COLLECTIVE_TIMEOUT_S = 600  # a collective that waits this long has lost a peer
 CONNECT_TIMEOUT_S = 10  # ray.init retries an address that does not answer for minutes
@@ -143,7 +143,7 @@ class RayPool:
         self.owns_ray = False
 
 
-class RayGroup:
+class RayGroup(Group):
     """A role on `pool.world` ranks behind the `WorkerGroup` interface."""
 
     def __init__(self, pool: RayPool, role: str, factory: Callable[[], Any], seed: int, balance: bool = True):
@@ -174,25 +174,13 @@ class RayGroup:
         )
         self._get([w.build.remote(factory, seed) for w in self.workers])
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        fn = getattr(self.role_cls, method, None)
-        if not callable(fn):
-            raise AttributeError(f"role {self.role} has no method '{method}'")
-        if dispatch_mode(fn) == "dp":
-            batch, rest = args[0], args[1:]
-            shards = self._shards(batch)
-            refs = [
-                w.call.remote(method, part, *rest, **kwargs)
-                for w, part in zip(self.workers, scatter(batch, shards), strict=True)
-            ]
-            results = self._get(refs)
-            return gather(results, shards) if all(isinstance(r, Batch) for r in results) else results[0]
-        return self._get([w.call.remote(method, *args, **kwargs) for w in self.workers])[0]
+    def _method(self, method: str) -> Any:
+        return getattr(self.role_cls, method, None)
 
-    def __getattr__(self, method: str) -> Callable[..., Any]:
-        if method.startswith("_"):
-            raise AttributeError(method)
-        return lambda *args, **kwargs: self.call(method, *args, **kwargs)
+    def _run(self, method: str, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
+        return self._get(
+            [w.call.remote(method, *a, **kw) for w, (a, kw) in zip(self.workers, calls, strict=True)]
+        )
 
     def rollout_engine(self) -> RemoteEngine:
         return RemoteEngine(self)
