@@ -13,6 +13,9 @@ from turnrl.errors import TurnrlInputError
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 MULTI_TURN_FORMATS = ("xml", "json")
+ENGINES = ("hf", "server", "vllm")
+CORRECTION_MODES = ("none", "tis", "mis")
+CORRECTION_LEVELS = ("token", "sequence", "geometric")
 
 
 class ConfigError(TurnrlInputError):
@@ -25,6 +28,8 @@ def check_config(cfg: Config) -> None:
     _check_algorithm(cfg)
     _check_data(cfg)
     _check_distributed(cfg)
+    _check_rollout_engine(cfg)
+    _check_rollout_correction(cfg)
     if cfg.rollout.multi_turn.enable:
         _check_multi_turn(cfg.rollout.multi_turn)
 
@@ -65,6 +70,57 @@ def _check_distributed(cfg: Config) -> None:
         raise ConfigError(
             f'{world} ranks (trainer.nnodes x trainer.n_gpus_per_node) need Ray: pip install -e ".[distributed]"'
         )
+
+
+def _check_rollout_engine(cfg: Config) -> None:
+    r = cfg.rollout
+    _one_of("rollout.engine", r.engine, ENGINES)
+    sv = r.server
+    for key, value in (
+        ("timeout_s", sv.timeout_s),
+        ("startup_timeout_s", sv.startup_timeout_s),
+    ):
+        if value <= 0:
+            raise ConfigError(f"'rollout.server.{key}' must be > 0, got {value}")
+    if sv.max_retries < 0:
+        raise ConfigError(f"'rollout.server.max_retries' must be >= 0, got {sv.max_retries}")
+    _one_of("rollout.server.device", sv.device, ("auto", "cpu", "cuda"))
+    for url in sv.urls:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"'rollout.server.urls' entry '{url}' is not an http(s):// URL")
+    if r.engine == "server" and not sv.urls and cfg.trainer.nnodes > 1:
+        raise ConfigError(
+            "'rollout.engine=server' on several machines needs 'rollout.server.urls' (servers every node reaches); "
+            "the child server is for one machine"
+        )
+    if r.engine == "vllm":
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError("'rollout.engine=vllm' needs vLLM: pip install 'turnrl[vllm]'")
+
+
+def _check_rollout_correction(cfg: Config) -> None:
+    rc, a = cfg.algorithm.rollout_correction, cfg.actor
+    key = "algorithm.rollout_correction"
+    _one_of(f"{key}.mode", rc.mode, CORRECTION_MODES)
+    _one_of(f"{key}.level", rc.level, CORRECTION_LEVELS)
+    if rc.tis_cap <= 0:
+        raise ConfigError(f"'{key}.tis_cap' must be > 0, got {rc.tis_cap}")
+    if not 0 <= rc.mis_low < rc.mis_high:
+        raise ConfigError(f"'{key}' needs 0 <= mis_low < mis_high, got [{rc.mis_low}, {rc.mis_high}]")
+    if rc.bypass:
+        if rc.mode != "none":
+            raise ConfigError(
+                f"'{key}.bypass=true' uses the rollout's log-probs as the old ones, so there is no "
+                f"gap to correct: set {key}.mode=none"
+            )
+        if a.ppo_epochs != 1 or a.ppo_mini_batch_size != cfg.data.train_batch_size:
+            raise ConfigError(
+                f"'{key}.bypass=true' is only exact on-policy: needs actor.ppo_epochs=1 and "
+                f"actor.ppo_mini_batch_size=data.train_batch_size ({cfg.data.train_batch_size}), got "
+                f"{a.ppo_epochs} and {a.ppo_mini_batch_size}"
+            )
 
 
 def _one_of(key: str, value: str, valid: tuple[str, ...]) -> None:

@@ -55,7 +55,30 @@ class ModelConfig:
 
 
 @dataclass
+class ServerConfig:
+    urls: list[str] = field(default_factory=list)
+    """Inference servers (`turnrl serve`, vLLM or SGLang OpenAI-compatible), e.g. `http://10.0.0.2:8000`.
+    Empty = start one `turnrl serve` child process for the run on this machine."""
+    timeout_s: float = 600.0
+    """Seconds one completion request may take before it counts as failed."""
+    max_retries: int = 3
+    """Retries of a request after a connection error (on the next server), before the run stops."""
+    startup_timeout_s: float = 300.0
+    """Seconds to wait for a server (or the child server) to answer `/health` at start-up."""
+    weights_dir: str = ""
+    """Where the trainer writes each synced policy version for the servers to load (must be visible to
+    them). Empty = `<run>/rollout_weights`."""
+    device: str = "auto"
+    """Device of the child server: `auto` (the trainer's), `cpu` or `cuda`."""
+
+
+@dataclass
 class RolloutConfig:
+    engine: str = "hf"
+    """Who samples: `hf` (in-process transformers loop), `server` (HTTP inference servers, see
+    `rollout.server`) or `vllm` (in-process vLLM, `pip install turnrl[vllm]`)."""
+    server: ServerConfig = field(default_factory=ServerConfig)
+    """Inference servers for `rollout.engine=server`."""
     n: int = 8
     """Samples per prompt: the group size for GRPO-style estimators."""
     temperature: float = 1.0
@@ -97,6 +120,27 @@ class FilterGroupsConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """Correct for the gap between the engine's log-probs (`rollout_log_probs`) and the trainer's
+    (`old_log_probs`): the ratio rho = pi_old / pi_rollout per token, sequence or geometric mean."""
+
+    mode: str = "none"
+    """`none` (metrics only), `tis` (truncated IS: weight min(rho, tis_cap)) or `mis` (masked IS:
+    weight rho, tokens or sequences whose rho leaves [mis_low, mis_high] are dropped from the loss)."""
+    level: str = "token"
+    """`token` (rho per token), `sequence` (product over the response) or `geometric` (its geometric mean)."""
+    tis_cap: float = 2.0
+    """TIS: importance weights are capped at this value."""
+    mis_low: float = 0.5
+    """MIS: lower bound of the kept ratio range."""
+    mis_high: float = 2.0
+    """MIS: upper bound of the kept ratio range."""
+    bypass: bool = False
+    """On-policy updates only (actor.ppo_epochs=1, one mini-batch): use the rollout's log-probs as the old
+    log-probs and skip the `old_log_prob` stage."""
+
+
+@dataclass
 class AlgorithmConfig:
     adv_estimator: str = "grpo"
     """Advantage estimator: gae, grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax."""
@@ -114,6 +158,8 @@ class AlgorithmConfig:
     """The KL coefficient controller for the reward penalty."""
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     """DAPO dynamic sampling."""
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    """Off-policy correction between the rollout engine and the trainer (TIS / MIS / bypass)."""
 
 
 @dataclass
