@@ -323,3 +323,24 @@ def test_entropy_matches_categorical_and_upcasts_half_precision() -> None:
     half = entropy_from_logits(logits.bfloat16())
     assert half.dtype == torch.float32
     assert torch.allclose(half, expected, atol=5e-2)
+
+
+def test_importance_weights_scale_each_tokens_loss() -> None:
+    # ratio 1 everywhere (log_prob = old): token losses are -A = [-0.5, -0.25, +1.0]
+    # TIS weights [2, 0.5, 1] -> weighted [-1.0, -0.125, 1.0], token-mean = -0.125 / 3 = -0.041667
+    # the gradient of token t is -A_t * w_t * ratio_t = [-1.0, -0.125, 1.0] / 3
+    old = t([[-1.0, -2.0, -0.5]])
+    adv = t([[0.5, 0.25, -1.0]])
+    lp = old.clone().requires_grad_()
+    w = t([[2.0, 0.5, 1.0]])
+    loss, _ = policy_loss(old_log_prob=old, log_prob=lp, advantages=adv, response_mask=torch.ones(1, 3), weights=w)
+    loss.backward()
+    assert loss.item() == pytest.approx(-0.125 / 3)
+    assert lp.grad is not None
+    assert lp.grad.tolist()[0] == pytest.approx([-1.0 / 3, -0.125 / 3, 1.0 / 3])
+    # weights of 1 change nothing
+    plain, _ = policy_loss(old_log_prob=old, log_prob=old, advantages=adv, response_mask=torch.ones(1, 3))
+    ones, _ = policy_loss(
+        old_log_prob=old, log_prob=old, advantages=adv, response_mask=torch.ones(1, 3), weights=torch.ones(1, 3)
+    )
+    assert ones.item() == plain.item()

@@ -44,6 +44,7 @@ def policy_loss(
     loss_norm_length: int | None = None,
     loss_denominator: float | Tensor | None = None,
     per_token: bool = False,
+    weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped surrogate loss (Schulman et al. 2017, eq. 7), negated for minimisation.
 
@@ -60,6 +61,9 @@ def policy_loss(
 
     ``loss_norm_length`` and ``loss_denominator`` are passed to ``agg_loss`` (``norm_length`` and
     ``denominator``: the Dr. GRPO constant and the gradient-accumulation count).
+
+    ``weights`` (detached, same shape): per-token importance weights of the off-policy correction
+    (``algorithms/rollout_corr.py``), multiplied into each token's clipped loss.
     """
     if mode not in POLICY_LOSS_MODES:
         raise ValueError(f"unknown policy loss mode {mode!r}; valid modes: {', '.join(POLICY_LOSS_MODES)}")
@@ -93,6 +97,8 @@ def policy_loss(
         dual_active = (adv < 0) & (loss_mat > bound)
         loss_mat = torch.where(dual_active, bound, loss_mat)
         clip_active = clip_active & ~dual_active
+    if weights is not None:  # the engine sampled from pi_rollout, not pi_old: reweight each token
+        loss_mat = loss_mat * weights.to(loss_mat.dtype)
 
     loss = agg_loss(loss_mat, mask, loss_agg_mode, norm_length=loss_norm_length, denominator=loss_denominator)
     with torch.no_grad():

@@ -14,8 +14,6 @@ LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 MULTI_TURN_FORMATS = ("xml", "json")
 ENGINES = ("hf", "server", "vllm")
-CORRECTION_MODES = ("none", "tis", "mis")
-CORRECTION_LEVELS = ("token", "sequence", "geometric")
 
 
 class ConfigError(TurnrlInputError):
@@ -101,6 +99,8 @@ def _check_rollout_engine(cfg: Config) -> None:
 
 
 def _check_rollout_correction(cfg: Config) -> None:
+    from turnrl.algorithms.rollout_corr import CORRECTION_LEVELS, CORRECTION_MODES
+
     rc, a = cfg.algorithm.rollout_correction, cfg.actor
     key = "algorithm.rollout_correction"
     _one_of(f"{key}.mode", rc.mode, CORRECTION_MODES)

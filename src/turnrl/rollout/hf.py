@@ -42,14 +42,26 @@ def eos_ids(model: Any, tokenizer: Any) -> set[int]:
     return ids
 
 
+def default_sync_every(device: torch.device) -> int:
+    """Decode steps between host syncs. On CPU a sync costs nothing and dropping finished rows at
+    once saves their forward passes; on a GPU each sync stalls the launch queue, so finished rows
+    ride along masked and are dropped every few steps."""
+    return 1 if device.type == "cpu" else 16
+
+
 class HFEngine:
     """Samples from the actor's own module, in the actor's process: its weights are always the
-    actor's current ones, so `sync_weights` only records the version."""
+    actor's current ones, so `sync_weights` only records the version.
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64):
+    `sync_every` (0 = `default_sync_every`) is how many tokens are sampled between looks from the
+    host: stop checks, finished-row compaction and stop strings all happen at those points, so the
+    device never waits on Python in between."""
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, sync_every: int = 0):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.sync_every = sync_every
         self.eos_ids = eos_ids(model, tokenizer)
         self.pad_id = int(tokenizer.pad_token_id)
         self.version = 0
@@ -96,9 +108,30 @@ class HFEngine:
             self.model.train(was_training)
         return out
 
-    def _stopped_by_string(self, ids: list[int], stops: list[str]) -> bool:
-        tail = self.tokenizer.decode(ids[-16:], skip_special_tokens=False)
-        return any(s in tail for s in stops)
+    def _first_stop(self, ids: list[int], start: int, stops: list[str]) -> int | None:
+        """Length of `ids` cut just after the first token at or after `start` that completes a stop
+        string; None if none does. One decode of the window rules most rows out."""
+        window = self.tokenizer.decode(ids[max(0, start - 16) :], skip_special_tokens=False)
+        if not any(s in window for s in stops):
+            return None
+        for k in range(start, len(ids)):
+            tail = self.tokenizer.decode(ids[max(0, k - 15) : k + 1], skip_special_tokens=False)
+            if any(s in tail for s in stops):
+                return k + 1
+        return None
+
+    @staticmethod
+    def _sample(
+        logits: torch.Tensor, p: SamplingParams, gen: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = logits.float()
+        if p.temperature <= 0:
+            token = logits.argmax(-1)
+            return token, torch.log_softmax(logits, -1).gather(-1, token[:, None]).squeeze(-1)
+        scaled = logits / p.temperature
+        probs = torch.softmax(filter_logits(scaled, p.top_k, p.top_p), -1)
+        token = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+        return token, torch.log_softmax(scaled, -1).gather(-1, token[:, None]).squeeze(-1)
 
     def _generate_batch(
         self,
@@ -122,36 +155,46 @@ class HFEngine:
             mask = mask.repeat_interleave(p.n, dim=0)
             pos = pos.repeat_interleave(p.n, dim=0)
         b = len(rows) * p.n
-        responses: list[list[int]] = [[] for _ in range(b)]
-        logps: list[list[float]] = [[] for _ in range(b)]
-        reasons = ["length"] * b
+        budget = min(p.max_new_tokens, max(limits))
+        sync_every = self.sync_every or default_sync_every(device)
+        # per output row, on the device: sampled ids, their log-probs, length so far, EOS seen
+        tokens = torch.full((b, budget), self.pad_id, dtype=torch.long, device=device)
+        logps = torch.zeros((b, budget), dtype=torch.float32, device=device)
+        length = torch.zeros(b, dtype=torch.long, device=device)
+        hit_eos = torch.zeros(b, dtype=torch.bool, device=device)
+        limit = torch.tensor(limits, dtype=torch.long, device=device)
+        eos = torch.tensor(sorted(self.eos_ids), dtype=torch.long, device=device)
+        stopped: dict[int, int] = {}  # output row -> length cut at its stop string
         alive = torch.arange(b, device=device)  # batch rows still generating -> output row
+        done = torch.zeros(b, dtype=torch.bool, device=device)  # finished, still in the batch
         next_pos = pos[:, -1:] + 1
-        for step in range(min(p.max_new_tokens, max(limits))):
-            logits = logits.float()
-            if p.temperature <= 0:
-                token = logits.argmax(-1)
-                lp = torch.log_softmax(logits, -1).gather(-1, token[:, None]).squeeze(-1)
-            else:
-                scaled = logits / p.temperature
-                logp_all = torch.log_softmax(scaled, -1)
-                probs = torch.softmax(filter_logits(scaled, p.top_k, p.top_p), -1)
-                token = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
-                lp = logp_all.gather(-1, token[:, None]).squeeze(-1)
-            keep: list[int] = []
-            for j, (r, t, v) in enumerate(zip(alive.tolist(), token.tolist(), lp.tolist(), strict=True)):
-                responses[r].append(t)
-                logps[r].append(v)
-                if t in self.eos_ids or (p.stop and self._stopped_by_string(responses[r], p.stop)):
-                    reasons[r] = "stop"
-                elif len(responses[r]) < limits[r]:
-                    keep.append(j)
-            if not keep or step == p.max_new_tokens - 1:
-                break
-            if len(keep) < len(alive):  # drop finished rows from the batch and the cache
-                sel = torch.tensor(keep, device=device)
-                alive, token, mask, next_pos = alive[sel], token[sel], mask[sel], next_pos[sel]
-                cache.batch_select_indices(sel)
+        window_start = 0
+        for step in range(budget):
+            token, lp = self._sample(logits, p, gen)
+            token = token.masked_fill(done, self.pad_id)  # finished rows ride along until compaction
+            tokens[alive, step] = token
+            logps[alive, step] = lp.masked_fill(done, 0.0)
+            length[alive] = torch.where(done, length[alive], step + 1)
+            eos_now = ~done & torch.isin(token, eos)
+            hit_eos[alive] |= eos_now
+            done = done | eos_now | (step + 1 >= limit[alive])
+            last = step == budget - 1
+            if (step + 1) % sync_every == 0 or last:  # a host sync: stop strings, all done?, compaction
+                if p.stop:
+                    done = self._apply_stops(tokens, length, alive, done, window_start, p.stop, stopped)
+                window_start = step + 1
+                keep = (~done).nonzero().squeeze(-1)
+                if last or len(keep) == 0:
+                    break
+                if len(keep) < len(alive):  # drop finished rows from the batch and the cache
+                    alive, token, mask, next_pos, done = (
+                        alive[keep],
+                        token[keep],
+                        mask[keep],
+                        next_pos[keep],
+                        done[keep],
+                    )
+                    cache.batch_select_indices(keep)
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             out = self.model(
                 input_ids=token[:, None],
@@ -162,4 +205,35 @@ class HFEngine:
             )
             cache, logits = out.past_key_values, out.logits[:, -1, :]
             next_pos = next_pos + 1
-        return Generation(responses, logps, reasons)
+        lengths, eos_rows = length.tolist(), hit_eos.tolist()
+        token_rows, logp_rows = tokens.tolist(), logps.tolist()
+        responses, log_probs, reasons = [], [], []
+        for r in range(b):
+            k = stopped.get(r, lengths[r])
+            responses.append(token_rows[r][:k])
+            log_probs.append(logp_rows[r][:k])
+            # EOS or a stop string ends a response with 'stop' even when it also used the last budget token
+            reasons.append("stop" if r in stopped or (eos_rows[r] and k == lengths[r]) else "length")
+        return Generation(responses, log_probs, reasons)
+
+    def _apply_stops(
+        self,
+        tokens: torch.Tensor,
+        length: torch.Tensor,
+        alive: torch.Tensor,
+        done: torch.Tensor,
+        window_start: int,
+        stops: list[str],
+        stopped: dict[int, int],
+    ) -> torch.Tensor:
+        """Cut rows whose tokens since the last sync complete a stop string; mark them done."""
+        lengths = length.tolist()
+        done = done.clone()
+        for j, r in enumerate(alive.tolist()):
+            if r in stopped or lengths[r] <= window_start:
+                continue  # cut before, or finished before this window
+            k = self._first_stop(tokens[r, : lengths[r]].tolist(), window_start, stops)
+            if k is not None:
+                stopped[r] = k
+                done[j] = True
+        return done

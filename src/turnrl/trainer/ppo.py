@@ -99,8 +99,13 @@ class Trainer:
             pass
         batch, metrics = self.rollout_and_score(batch, clock)  # stages 2-6, repeated by dynamic sampling
         metrics.update(version_metrics(batch, self.policy_version))
-        with clock("old_log_prob", batch):
-            batch["old_log_probs"] = self.actor.compute_log_prob(batch)["log_probs"]
+        rc = cfg.algorithm.rollout_correction
+        if rc.bypass:  # on-policy: the engine's log-probs are the old ones, no trainer forward pass
+            batch["old_log_probs"] = batch["rollout_log_probs"]
+        else:
+            with clock("old_log_prob", batch):
+                batch["old_log_probs"] = self.actor.compute_log_prob(batch)["log_probs"]
+                metrics.update(stages.correct_off_policy(batch, rc))
         if self.ref:
             with clock("ref", batch):
                 batch.union(self.ref.compute_ref_log_prob(batch))

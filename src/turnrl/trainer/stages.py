@@ -16,8 +16,9 @@ from typing import Any, Protocol
 import torch
 
 from turnrl.algorithms.advantages import compute_advantage
+from turnrl.algorithms.rollout_corr import rollout_correction
 from turnrl.batch import Batch
-from turnrl.config.schema import Config
+from turnrl.config.schema import Config, RolloutCorrectionConfig
 
 PROMPT_FIELDS = ("input_ids", "attention_mask", "position_ids")
 
@@ -96,6 +97,25 @@ def score(
     scores, extras = reward_fn(batch)
     batch["token_level_scores"] = scores
     return extras
+
+
+def correct_off_policy(batch: Batch, rc: RolloutCorrectionConfig) -> dict[str, float]:
+    """Stage 7b: the engine's log-probs against the trainer's. With TIS/MIS, adds the policy loss's
+    per-token `rollout_is_weights` and `rollout_keep_mask` (MIS drops tokens or whole responses);
+    with mode `none`, only measures the gap."""
+    corr = rollout_correction(
+        batch["old_log_probs"],
+        batch["rollout_log_probs"],
+        batch["response_mask"],
+        rc.mode,
+        rc.level,
+        rc.tis_cap,
+        rc.mis_low,
+        rc.mis_high,
+    )
+    if rc.mode != "none":
+        batch["rollout_is_weights"], batch["rollout_keep_mask"] = corr.weights, corr.keep
+    return corr.metrics
 
 
 def advantages(batch: Batch, cfg: Config) -> None:

@@ -165,6 +165,8 @@ class Actor:
         self.optim.zero_grad()
         # the summed denominator makes micro-batch losses add up to the mini-batch loss exactly
         denom = agg_denominator(mini["response_mask"], cfg.loss_agg_mode)
+        corrected = "rollout_is_weights" in mini  # TIS / MIS: MIS-dropped tokens leave the denominator too
+        pg_denom = max(agg_denominator(mini["rollout_keep_mask"], cfg.loss_agg_mode), 1) if corrected else denom
         width = mini["responses"].shape[1]
         tokens = max(mini["response_mask"].sum().item(), 1.0)
         sums = dict.fromkeys(
@@ -178,15 +180,16 @@ class Actor:
                 old_log_prob=mb["old_log_probs"],
                 log_prob=log_prob,
                 advantages=mb["advantages"],
-                response_mask=mask,
+                response_mask=mb["rollout_keep_mask"] if corrected else mask,
                 clip_ratio_low=cfg.clip_ratio_low,
                 clip_ratio_high=cfg.clip_ratio_high,
                 clip_ratio_c=cfg.clip_ratio_c,
                 loss_agg_mode=cfg.loss_agg_mode,
                 mode=cfg.policy_loss_mode,
-                loss_denominator=denom,
+                loss_denominator=pg_denom,
                 loss_norm_length=width,
                 per_token=self._want_diagnostics,
+                weights=mb["rollout_is_weights"] if corrected else None,
             )
             if self._want_diagnostics and real:
                 self._keep_diagnostics(mb, log_prob, m)
