@@ -73,6 +73,8 @@ def _check_distributed(cfg: Config) -> None:
 def _check_rollout_engine(cfg: Config) -> None:
     r = cfg.rollout
     _one_of("rollout.engine", r.engine, ENGINES)
+    if r.sync_every < 0:
+        raise ConfigError(f"'rollout.sync_every' must be >= 0 (0 = by device), got {r.sync_every}")
     sv = r.server
     for key, value in (
         ("timeout_s", sv.timeout_s),

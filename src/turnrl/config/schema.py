@@ -91,6 +91,9 @@ class RolloutConfig:
     """Extra stop strings; generation always stops at the tokenizer's EOS."""
     generation_batch_size: int = 64
     """Responses generated per forward batch (bounds rollout memory)."""
+    sync_every: int = 0
+    """`hf` engine: decode steps between host syncs (stop checks, dropping finished rows); 0 = 1 on CPU,
+    16 on CUDA, where a sync per token would stall the GPU."""
     val_temperature: float = 0.0
     """Temperature for validation; 0 = greedy."""
     val_n: int = 1
