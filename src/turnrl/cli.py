@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "trace": "turnrl.inspector.cli",
     "report": "turnrl.tracking.cli",
     "export": "turnrl.export",
+    "serve": "turnrl.serve.cli",
 }
 
 

@@ -75,4 +75,4 @@ def test_grpo_raises_a_learnable_reward(tmp_path):
         "response_length/mean",
     ):
         assert key in rows[-1], key
-    assert rows[-1]["rollout/logprob_gap/max"] < 1e-3  # engine and trainer agree on log-probs
+    assert rows[-1]["rollout_corr/abs_diff_max"] < 1e-3  # engine and trainer agree on log-probs

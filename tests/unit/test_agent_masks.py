@@ -14,6 +14,7 @@ from turnrl.algorithms.advantages import gae_advantage, grpo_outcome_advantage
 from turnrl.algorithms.core import agg_loss, masked_mean
 from turnrl.algorithms.kl import apply_kl_in_reward, kl_loss, kl_penalty
 from turnrl.algorithms.losses import policy_loss
+from turnrl.algorithms.rollout_corr import rollout_correction
 from turnrl.batch import Batch
 from turnrl.data.dataset import left_pad, position_ids_from_mask
 from turnrl.rewards.scorer import RuleReward, last_token_index
@@ -168,7 +169,9 @@ def test_response_length_counts_model_tokens(batch):
     assert m["response_length/max"] == 5
     assert m["response_length/clip_ratio"] == 0.0  # 9 attended tokens in row 0, but only 5 are the policy's
     b["old_log_probs"] = poison(b["rollout_log_probs"], obs_positions(b), 7.0)
-    assert data_metrics(b, R)["rollout/logprob_gap/max"] == 0.0
+    gap = rollout_correction(b["old_log_probs"], b["rollout_log_probs"], b["response_mask"], mode="tis")
+    assert gap.metrics["rollout_corr/abs_diff_max"] == 0.0  # the poisoned observation tokens do not count
+    assert gap.weights[b["response_mask"] == 0].abs().sum() == 0.0
     del mask
 
 

@@ -333,7 +333,9 @@ def test_importance_weights_scale_each_tokens_loss() -> None:
     adv = t([[0.5, 0.25, -1.0]])
     lp = old.clone().requires_grad_()
     w = t([[2.0, 0.5, 1.0]])
-    loss, _ = policy_loss(old_log_prob=old, log_prob=lp, advantages=adv, response_mask=torch.ones(1, 3), weights=w)
+    loss, _ = policy_loss(
+        old_log_prob=old, log_prob=lp, advantages=adv, response_mask=torch.ones(1, 3), weights=w
+    )
     loss.backward()
     assert loss.item() == pytest.approx(-0.125 / 3)
     assert lp.grad is not None
@@ -341,6 +343,10 @@ def test_importance_weights_scale_each_tokens_loss() -> None:
     # weights of 1 change nothing
     plain, _ = policy_loss(old_log_prob=old, log_prob=old, advantages=adv, response_mask=torch.ones(1, 3))
     ones, _ = policy_loss(
-        old_log_prob=old, log_prob=old, advantages=adv, response_mask=torch.ones(1, 3), weights=torch.ones(1, 3)
+        old_log_prob=old,
+        log_prob=old,
+        advantages=adv,
+        response_mask=torch.ones(1, 3),
+        weights=torch.ones(1, 3),
     )
     assert ones.item() == plain.item()

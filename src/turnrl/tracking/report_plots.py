@@ -67,7 +67,7 @@ PLOTS: tuple[PlotSpec, ...] = (
         "logprob_gap",
         "Rollout vs trainer log-prob gap",
         "|log p| difference",
-        r"rollout/logprob_gap/mean|rollout/logprob_gap/max",
+        r"rollout_corr/abs_diff_mean|rollout_corr/abs_diff_max",
     ),
     PlotSpec("lr", "Learning rate", "lr", r"actor/lr|critic/lr"),
     PlotSpec(

@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from turnrl.algorithms.core import masked_mean
 from turnrl.batch import Batch
 
 
@@ -40,11 +39,6 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     out.update(_stats("response_length", resp_len))
     out["response_length/clip_ratio"] = (resp_len >= max_response_length).float().mean().item()
     out.update(_stats("prompt_length", prompt_len))
-    if "old_log_probs" in batch and "rollout_log_probs" in batch:
-        # rollout engine vs trainer log-probs of the same tokens: should be ~0 (TRL #4159)
-        gap = (batch["old_log_probs"] - batch["rollout_log_probs"]).abs()
-        out["rollout/logprob_gap/mean"] = masked_mean(gap, mask).item()
-        out["rollout/logprob_gap/max"] = gap[valid].max().item() if valid.any() else 0.0
     return out
 
 

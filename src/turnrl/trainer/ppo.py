@@ -40,7 +40,8 @@ class Trainer:
         data = build_data(cfg)  # everything is loaded and checked before anything is written
         self.tokenizer, self.val_examples = data.tokenizer, data.val_examples
         self.pad_id = int(self.tokenizer.pad_token_id)
-        self.roles = build_roles(cfg, self.tokenizer)
+        self.run_dir = make_run_dir(cfg)  # named now; created once every check has passed
+        self.roles = build_roles(cfg, self.tokenizer, self.run_dir)
         try:  # from here on, a failure must not leave ranks, Ray or tool servers behind
             self._start(cfg, data)
         except BaseException:
@@ -77,7 +78,6 @@ class Trainer:
         self.total_steps = cfg.trainer.total_training_steps or len(self.loader) * cfg.trainer.total_epochs
         self.global_step = 0
         self.policy_version = 0  # +1 per actor update; every sample records the version that made it
-        self.run_dir = make_run_dir(cfg)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.run_dir / ".config.yaml.tmp"
         tmp.write_text(to_yaml(cfg))

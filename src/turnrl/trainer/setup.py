@@ -106,8 +106,9 @@ class Roles:
             self.pool.close()
 
 
-def build_roles(cfg: Config, tokenizer: Any) -> Roles:
-    """Each role builds its own model from its own config section. The order is the order the
+def build_roles(cfg: Config, tokenizer: Any, run_dir: Path | None = None) -> Roles:
+    """Each role builds its own model from its own config section (`run_dir`: the actor's rollout
+    engine keeps its files there). The order is the order the
     global RNG is drawn in (LoRA init, then the value head): keep it, or seeded runs change."""
     t = cfg.trainer
     lora = cfg.model.lora_rank > 0
@@ -116,7 +117,9 @@ def build_roles(cfg: Config, tokenizer: Any) -> Roles:
     if world > 1 and model_cfg.dtype == "auto" and t.device != "cpu" and torch.cuda.is_available():
         # sharded on GPUs: fp32 master weights, bf16 compute (FSDP's mixed precision casts them)
         model_cfg = dataclasses.replace(model_cfg, dtype="float32")
-    factories: dict[str, Any] = {"actor": partial(Actor, cfg.actor, model_cfg, cfg.rollout, cfg.ref)}
+    factories: dict[str, Any] = {
+        "actor": partial(Actor, cfg.actor, model_cfg, cfg.rollout, cfg.ref, run_dir=run_dir)
+    }
     if (cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and not lora:
         factories["reference"] = partial(Reference, cfg.ref, model_cfg, cfg.rollout)
     if cfg.critic.enable:

@@ -19,8 +19,8 @@ from turnrl.batch import Batch
 from turnrl.config.schema import ActorConfig, ModelConfig, RefConfig, RolloutConfig
 from turnrl.models.logprobs import attach_log_prob_method
 from turnrl.models.policy import build_policy
-from turnrl.rollout.base import Generation, SamplingParams
-from turnrl.rollout.hf import HFEngine
+from turnrl.rollout.base import Generation, RolloutEngine, SamplingParams
+from turnrl.rollout.engines import build_engine
 from turnrl.workers import parallel
 from turnrl.workers.group import dp
 from turnrl.workers.microbatch import forward_trimmed, seq_args
@@ -39,7 +39,9 @@ class Actor:
         ref: RefConfig | None = None,
         device: torch.device | str = "cpu",
         seed: int = 1,
+        run_dir: Path | None = None,
     ):
+        """`run_dir`: where a `server` engine writes synced weights and its child server's log."""
         self.cfg, self.model_cfg, self.rollout_cfg, self.ref_cfg = cfg, model, rollout, ref
         self.device = torch.device(device)
         self.model, self.tokenizer = build_policy(model, self.device, seed)
@@ -52,7 +54,20 @@ class Actor:
         self.model = parallel.shard(
             self.model, self.device.type == "cuda", model.fsdp_offload, ("response_log_probs",)
         )
-        self.engine = HFEngine(engine_model, self.tokenizer, rollout.generation_batch_size)
+        self.engine_model = engine_model
+        self.engine: RolloutEngine | None = None
+        if not many or parallel.rank() == 0:  # only rank 0 samples
+            self.engine = build_engine(
+                rollout,
+                engine_model,
+                self.tokenizer,
+                run_dir or Path("runs") / "rollout",
+                model.path,
+                self.full_weights,
+                dtype=model.dtype,
+                cache_dir=model.cache_dir,
+                seed=seed,
+            )
         self.temperature = rollout.temperature
         # one prompt pass per group; off with gradient checkpointing, which disables the KV cache
         self.share_prompts = not model.gradient_checkpointing
@@ -60,9 +75,27 @@ class Actor:
         self._diagnostics: Batch | None = None
         self._want_diagnostics = False
 
-    def rollout_engine(self) -> HFEngine:
+    def rollout_engine(self) -> RolloutEngine:
         """The engine itself, for a group in this process (a remote group wraps `generate`)."""
+        assert self.engine is not None
         return self.engine
+
+    def full_weights(self) -> dict[str, torch.Tensor]:
+        """The policy as a plain Hugging Face state dict on the CPU (LoRA merged into the base
+        weights), for an engine that holds its own copy of the model."""
+        model = self.engine_model
+        if not hasattr(model, "merge_adapter"):
+            return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        model.merge_adapter()  # peft: W + BA in place; undone below, so training sees W again
+        try:
+            state = model.get_base_model().state_dict()
+            return {
+                k.replace(".base_layer.", "."): v.detach().cpu().clone()
+                for k, v in state.items()
+                if ".lora_" not in k
+            }
+        finally:
+            model.unmerge_adapter()
 
     def generate(
         self,
@@ -71,23 +104,24 @@ class Actor:
         max_new_tokens_per_row: list[int] | None = None,
     ) -> Generation | None:
         """Rank 0 samples; the others have nothing to do (their result is dropped)."""
-        if parallel.rank() == 0:
+        if self.engine is not None:
             return self.engine.generate(prompt_ids, params, max_new_tokens_per_row)
         return None
 
     def eos_ids(self) -> set[int]:
-        return set(self.engine.eos_ids)
+        return set(self.engine.eos_ids) if self.engine is not None else set()
 
     def sync_weights(self, version: int) -> None:
         self._refresh_engine()
-        self.engine.sync_weights(version)
+        if self.engine is not None:
+            self.engine.sync_weights(version)
 
     def _refresh_engine(self) -> None:
         if parallel.world_size() == 1:
             return
         state = parallel.full_state_dict(self.model, trainable_only=True)  # every rank gathers
         if parallel.rank() == 0:
-            parallel.load_full_state_dict(self.engine.model, state)
+            parallel.load_full_state_dict(self.engine_model, state)
 
     def _log_probs(self, mb: Batch, chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         def fn(b: Batch, r: int) -> tuple[torch.Tensor, ...]:
@@ -166,7 +200,9 @@ class Actor:
         # the summed denominator makes micro-batch losses add up to the mini-batch loss exactly
         denom = agg_denominator(mini["response_mask"], cfg.loss_agg_mode)
         corrected = "rollout_is_weights" in mini  # TIS / MIS: MIS-dropped tokens leave the denominator too
-        pg_denom = max(agg_denominator(mini["rollout_keep_mask"], cfg.loss_agg_mode), 1) if corrected else denom
+        pg_denom = (
+            max(agg_denominator(mini["rollout_keep_mask"], cfg.loss_agg_mode), 1) if corrected else denom
+        )
         width = mini["responses"].shape[1]
         tokens = max(mini["response_mask"].sum().item(), 1.0)
         sums = dict.fromkeys(
@@ -239,4 +275,5 @@ class Actor:
         self._refresh_engine()
 
     def close(self) -> None:
-        pass
+        if self.engine is not None:
+            self.engine.close()  # a server engine stops its child server

@@ -1,0 +1,419 @@
+"""A rollout engine over HTTP inference servers: `turnrl serve`, SGLang or vLLM.
+
+    engine = ServerEngine(["http://10.0.0.2:8000", "http://10.0.0.3:8000"], cfg.rollout.server,
+                          eos_ids=..., vocab_size=..., weights=actor_state_dict, weights_dir="runs/x/w")
+    gen = engine.generate(prompt_ids, params, max_new_tokens_per_row)   # rows A,A,B,B
+    engine.sync_weights(version)     # write runs/x/w/v<version>, every server loads it, versions checked
+
+Token in, token out: prompts go as token ids and the sampled ids come back verbatim (vLLM's and
+SGLang's `return_token_ids`, or vLLM's "token_id:N" tokens), never as text to re-tokenise.
+
+One `generate` becomes several OpenAI-style `/v1/completions` requests: rows are grouped by their
+token budget (an OpenAI request has one `max_tokens`; multi-turn episodes have one budget each),
+split so every server gets work, and sent concurrently from a thread pool to the least-loaded
+server. A request that meets a connection error, a timeout or a 5xx is retried on the next server.
+Each response's `policy_version` must equal the last synced version: a server that lags would
+make the trainer learn from another policy's samples without knowing it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import math
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+
+from turnrl.config.schema import ServerConfig
+from turnrl.errors import TurnrlInputError
+from turnrl.rollout.base import Generation, SamplingParams
+
+log = logging.getLogger(__name__)
+
+_TOKEN_ID_PREFIX = "token_id:"
+
+
+class ServerError(TurnrlInputError):
+    """An inference server that cannot be reached or used; one line naming its URL."""
+
+
+@dataclass
+class Request:
+    """One /v1/completions request: `n` samples of each prompt, all with one token budget.
+    Choice k (prompt-major, as vLLM orders them) becomes output row `rows[k]`."""
+
+    prompts: list[list[int]]
+    n: int
+    budget: int
+    rows: list[int]
+    seed: int | None = None
+
+
+def plan_requests(
+    prompt_ids: list[list[int]],
+    n: int,
+    limits: list[int],
+    rows_per_request: int,
+    servers: int,
+    seed: int | None = None,
+) -> list[Request]:
+    """Split a generate call into requests: same budget and same sample count per prompt in one
+    request, at most `rows_per_request` rows each, and at least `servers` requests when there are
+    enough prompts, so that every server has work."""
+    groups: dict[tuple[int, int], list[tuple[int, list[int]]]] = {}
+    for i in range(len(prompt_ids)):
+        by_budget: dict[int, list[int]] = {}
+        for r in range(i * n, i * n + n):
+            by_budget.setdefault(limits[r], []).append(r)
+        for budget, rows in by_budget.items():
+            groups.setdefault((budget, len(rows)), []).append((i, rows))
+    out: list[Request] = []
+    for (budget, count), items in groups.items():
+        per = min(max(1, rows_per_request // count), math.ceil(len(items) / servers))
+        for start in range(0, len(items), per):
+            chunk = items[start : start + per]
+            rows = [r for _, rs in chunk for r in rs]
+            out.append(Request([prompt_ids[i] for i, _ in chunk], count, budget, rows))
+    for k, req in enumerate(out):  # distinct seeds: the same prompt in two requests must not repeat itself
+        req.seed = None if seed is None else seed + k
+    return out
+
+
+def choice_token_ids(choice: dict[str, Any]) -> list[int] | None:
+    """The sampled ids of one choice: `token_ids` (vLLM >= 0.10.2 and SGLang with return_token_ids)
+    or vLLM's `return_tokens_as_token_ids` tokens "token_id:N"; None if the server sent neither."""
+    ids = choice.get("token_ids")
+    if ids is not None:
+        return [int(t) for t in ids]
+    tokens = (choice.get("logprobs") or {}).get("tokens")
+    if tokens and all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in tokens):
+        return [int(t[len(_TOKEN_ID_PREFIX) :]) for t in tokens]
+    return None
+
+
+def finish_reason(reason: Any, url: str) -> str:
+    """The contract's 'stop' (EOS or stop string) or 'length'; an aborted completion is an error."""
+    if reason == "length":
+        return "length"
+    if reason in ("stop", "eos", "stop_sequence"):
+        return "stop"
+    raise ServerError(f"{url} ended a completion with finish_reason {reason!r}")
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        text = body.get("detail") or body.get("message") or body.get("error") or response.text
+        if isinstance(text, dict):  # OpenAI/vLLM: {"error": {"message": ...}}
+            text = text.get("message", text)
+    except ValueError:
+        text = response.text
+    return " ".join(str(text).split())[:300] or f"HTTP {response.status_code}"
+
+
+def _as_version(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class ServerEngine:
+    """RolloutEngine over inference servers; see the module docstring."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        cfg: ServerConfig,
+        *,
+        eos_ids: set[int],
+        vocab_size: int,
+        weights: Callable[[], dict[str, torch.Tensor]] | None = None,
+        weights_dir: str | Path | None = None,
+        model_config: Any = None,
+        model_name: str | None = None,
+        rows_per_request: int = 64,
+        child: Any = None,
+    ) -> None:
+        """`weights`: the actor's full HF-named state dict, read at each `sync_weights`; written with
+        `model_config` (a transformers config or dict) as `config.json` under `weights_dir`.
+        `model_name`: if given, every server must serve a model of that id. `child`: a server process
+        this engine owns (a `ServeProcess`); `close()` stops it."""
+        if not urls:
+            raise ServerError("rollout.server.urls: no inference server given")
+        self.urls = [u.rstrip("/").removesuffix("/v1") for u in urls]
+        self.cfg, self.eos_ids, self.vocab_size = cfg, set(eos_ids), vocab_size
+        self.weights, self.model_config = weights, model_config
+        self.weights_dir = Path(weights_dir) if weights_dir else None
+        self.rows_per_request = max(1, rows_per_request)
+        self.child = child
+        self.version = 0  # the trainer's; servers must report it once they can report anything
+        timeout = httpx.Timeout(cfg.timeout_s, connect=min(cfg.timeout_s, 10.0))
+        self.client = httpx.Client(timeout=timeout)
+        self.pool = ThreadPoolExecutor(
+            max_workers=max(4, 2 * len(self.urls)), thread_name_prefix="turnrl-rollout"
+        )
+        self.inflight = dict.fromkeys(self.urls, 0)
+        self.completed = dict.fromkeys(self.urls, 0)  # requests answered, per server (load spread)
+        self._lock = threading.Lock()
+        self._turn = itertools.count()
+        self.served: dict[str, str] = {}  # url -> model id to put in requests
+        try:
+            for url, fut in [(u, self.pool.submit(self._connect, u, model_name)) for u in self.urls]:
+                self.served[url] = fut.result()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- start-up -----------------------------------------------------------------------------
+    def _connect(self, url: str, model_name: str | None) -> str:
+        """Wait for `url`, check it serves the trainer's model; its model id."""
+        deadline = time.monotonic() + self.cfg.startup_timeout_s
+        health: Any = None
+        while True:
+            try:
+                r = self.client.get(f"{url}/health", timeout=5.0)
+                if r.status_code == 200:
+                    health = r.json() if r.content.strip() else {}
+                    break
+            except (httpx.HTTPError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise ServerError(
+                    f"inference server {url} did not answer {url}/health within "
+                    f"{self.cfg.startup_timeout_s:.0f} s (rollout.server.startup_timeout_s)"
+                )
+            time.sleep(0.2)
+        try:
+            r = self.client.get(f"{url}/v1/models", timeout=10.0)
+            cards = r.json()["data"] if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            cards = None
+        if not cards:
+            raise ServerError(f"{url}/v1/models lists no model; is it an OpenAI-compatible server?")
+        card = cards[0]
+        model_id = str(card.get("id"))
+        health = health if isinstance(health, dict) else {}
+        vocab = health.get("vocab_size", card.get("vocab_size"))
+        if vocab is not None and int(vocab) != self.vocab_size:
+            raise ServerError(
+                f"{url} serves {model_id} with vocab size {vocab}, but the trainer's model has vocab size "
+                f"{self.vocab_size}: not the same model"
+            )
+        if vocab is None:
+            log.warning(
+                "%s does not report its vocab size: the trainer cannot check it serves the same model", url
+            )
+        if model_name and model_id != model_name:
+            raise ServerError(f"{url} serves model {model_id!r}, but the trainer's model is {model_name!r}")
+        return model_id
+
+    def _server_version(self, url: str) -> int | None:
+        """The policy version a server reports: turnrl's /health, else SGLang's (get_)model_info."""
+        for path, key in (("/health", "policy_version"), ("/model_info", "weight_version"),
+                          ("/get_model_info", "weight_version")):  # fmt: skip
+            try:
+                r = self.client.get(url + path, timeout=10.0)
+                value = r.json().get(key) if r.status_code == 200 and r.content.strip() else None
+            except (httpx.HTTPError, ValueError, AttributeError):
+                value = None
+            if _as_version(value) is not None:
+                return _as_version(value)
+        return None
+
+    # -- generation ---------------------------------------------------------------------------
+    def generate(
+        self,
+        prompt_ids: list[list[int]],
+        params: SamplingParams,
+        max_new_tokens_per_row: list[int] | None = None,
+    ) -> Generation:
+        rows = len(prompt_ids) * params.n
+        limits = max_new_tokens_per_row or [params.max_new_tokens] * rows
+        if len(limits) != rows or min(limits, default=1) < 1:
+            raise ValueError(f"max_new_tokens_per_row needs {rows} values >= 1, got {max_new_tokens_per_row}")
+        requests = plan_requests(
+            prompt_ids, params.n, limits, self.rows_per_request, len(self.urls), params.seed
+        )
+        futures = [self.pool.submit(self._complete, req, params) for req in requests]
+        ids: list[list[int]] = [[] for _ in range(rows)]
+        lps: list[list[float]] = [[] for _ in range(rows)]
+        reasons = ["length"] * rows
+        versions: dict[str, int] = {}
+        try:
+            for req, fut in zip(requests, futures, strict=True):
+                url, version, choices = fut.result()
+                if version is not None:
+                    versions[url] = version
+                for row, (i, lp, reason) in zip(req.rows, choices, strict=True):
+                    ids[row], lps[row], reasons[row] = i, lp, reason
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+        return Generation(ids, lps, reasons, policy_version=self._check_versions(versions))
+
+    def _check_versions(self, versions: dict[str, int]) -> int:
+        if len(set(versions.values())) > 1:
+            seen = ", ".join(f"{u} v{v}" for u, v in sorted(versions.items()))
+            raise ServerError(f"inference servers sampled one batch with different policy versions: {seen}")
+        for url, v in versions.items():
+            if v != self.version:
+                raise ServerError(
+                    f"{url} reports policy version {v}, but the trainer is at version {self.version}: "
+                    f"its samples would be off-policy (restart it, or check that it loaded the synced weights)"
+                )
+        return min(versions.values(), default=self.version)
+
+    def _pick(self, tried: list[str]) -> str:
+        """The least-loaded server not tried yet for this request (round-robin among equals)."""
+        with self._lock:
+            fresh = [u for u in self.urls if u not in tried] or self.urls
+            k = next(self._turn) % len(fresh)
+            url = min(fresh[k:] + fresh[:k], key=lambda u: self.inflight[u])
+            self.inflight[url] += 1
+            return url
+
+    def _complete(
+        self, req: Request, params: SamplingParams
+    ) -> tuple[str, int | None, list[tuple[list[int], list[float], str]]]:
+        tried: list[str] = []
+        failures: list[str] = []
+        for _ in range(self.cfg.max_retries + 1):
+            url = self._pick(tried)
+            tried.append(url)
+            try:
+                r = self.client.post(f"{url}/v1/completions", json=self._body(url, req, params))
+            except httpx.TransportError as err:  # refused, reset, timed out: try the next server
+                failures.append(f"{url} ({type(err).__name__})")
+                continue
+            finally:
+                with self._lock:
+                    self.inflight[url] -= 1
+            if r.status_code >= 500:
+                failures.append(f"{url} (HTTP {r.status_code}: {_detail(r)})")
+                continue
+            if r.status_code != 200:
+                raise ServerError(f"{url} refused a completion request: HTTP {r.status_code}: {_detail(r)}")
+            with self._lock:
+                self.completed[url] += 1
+            if failures:
+                log.warning("completion request retried on %s after: %s", url, "; ".join(failures))
+            data = r.json()
+            return url, _as_version(data.get("policy_version")), self._parse(url, data, req)
+        raise ServerError(
+            f"inference server unreachable after {len(failures)} attempts "
+            f"(rollout.server.max_retries={self.cfg.max_retries}): {'; '.join(failures)}"
+        )
+
+    def _body(self, url: str, req: Request, p: SamplingParams) -> dict[str, Any]:
+        return {
+            "model": self.served[url],
+            "prompt": req.prompts,
+            "max_tokens": req.budget,
+            "n": req.n,
+            "temperature": p.temperature,
+            "top_p": p.top_p,
+            "top_k": p.top_k if p.top_k > 0 else -1,
+            "stop": list(p.stop) or None,
+            "seed": req.seed,
+            "logprobs": 1,  # the sampled token's log-prob (vLLM/SGLang add one alternative)
+            "return_tokens_as_token_ids": True,  # vLLM before return_token_ids existed
+            "return_token_ids": True,
+            "skip_special_tokens": False,  # stop strings like "<|im_end|>" must match, as in HFEngine
+        }
+
+    def _parse(
+        self, url: str, data: dict[str, Any], req: Request
+    ) -> list[tuple[list[int], list[float], str]]:
+        choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
+        if len(choices) != len(req.prompts) * req.n:
+            raise ServerError(
+                f"{url} returned {len(choices)} choices for {len(req.prompts)} prompts x n={req.n}"
+            )
+        out = []
+        for k, choice in enumerate(choices):
+            ids = choice_token_ids(choice)
+            if ids is None:
+                raise ServerError(
+                    f"{url} returned no token ids; it needs return_token_ids (vLLM >= 0.10.2, SGLang) or "
+                    f"return_tokens_as_token_ids (vLLM)"
+                )
+            sent = choice.get("prompt_token_ids")
+            if sent is not None and list(sent) != req.prompts[k // req.n]:
+                raise ServerError(
+                    f"{url} returned choice {k} for another prompt (expected prompt-major order)"
+                )
+            lps = (choice.get("logprobs") or {}).get("token_logprobs")
+            if lps is None or len(lps) != len(ids) or any(v is None for v in lps):
+                raise ServerError(f"{url} returned no log-prob for every sampled token (choice {k})")
+            if len(ids) > req.budget:
+                raise ServerError(f"{url} returned {len(ids)} tokens for max_tokens={req.budget}")
+            out.append((ids, [float(v) for v in lps], finish_reason(choice.get("finish_reason"), url)))
+        return out
+
+    # -- weights ------------------------------------------------------------------------------
+    def sync_weights(self, version: int) -> None:
+        """Write the actor's weights as policy version `version`, have every server load them, and
+        check every server reports that version."""
+        if self.weights is None or self.weights_dir is None:
+            raise ServerError("this ServerEngine was built without the actor's weights: it cannot sync them")
+        from turnrl.serve.weights import write_weights_dir
+
+        path = write_weights_dir(self.weights(), self.weights_dir / f"v{version}", self.model_config)
+        futures: list[Future[None]] = [self.pool.submit(self._load, u, path, version) for u in self.urls]
+        for fut in futures:
+            fut.result()
+        self.version = version
+        for old in self.weights_dir.glob("v*"):  # every server holds `path` in memory now
+            if old != path and old.is_dir() and old.name[1:].isdigit():
+                shutil.rmtree(old, ignore_errors=True)
+
+    def _load(self, url: str, path: Path, version: int) -> None:
+        # SGLang's field names only (turnrl serve reads them too): a stricter server could refuse others
+        body = {"model_path": str(path.resolve()), "weight_version": str(version)}
+        r, last = None, "no attempt"
+        for _ in range(self.cfg.max_retries + 1):
+            try:
+                r = self.client.post(f"{url}/update_weights_from_disk", json=body)
+                break
+            except httpx.TransportError as err:
+                last = type(err).__name__
+        if r is None:
+            raise ServerError(
+                f"inference server {url} unreachable while loading policy version {version}: {last}"
+            )
+        if r.status_code == 404:
+            raise ServerError(
+                f"{url} has no /update_weights_from_disk, so it cannot take new weights "
+                f"(turnrl serve and SGLang have it; vLLM has not: see docs/serve.md)"
+            )
+        answer: dict[str, Any] = {}
+        with contextlib.suppress(ValueError):
+            answer = r.json()
+        if r.status_code != 200 or answer.get("success") is False:
+            raise ServerError(f"{url} refused the weights of policy version {version} ({path}): {_detail(r)}")
+        reported = _as_version(answer.get("policy_version", answer.get("weight_version")))
+        now = self._server_version(url)
+        if reported not in (None, version) or now != version:
+            raise ServerError(
+                f"{url} reports policy version {now if reported in (None, version) else reported} after "
+                f"loading version {version}: it would sample with other weights than the trainer's"
+            )
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.client.close()
+        if self.child is not None:
+            child, self.child = self.child, None
+            child.stop()

@@ -1,0 +1,277 @@
+"""`turnrl serve` + ServerEngine end to end: real servers on localhost, tiny-random on CPU fp32.
+
+Two servers start once for the module: A is never changed, B takes new weights (a test that
+needs B's start weights loads them first, so test order does not matter). The test process builds the same tiny-random model (seed 0) and checks what the servers return
+against it: ids verbatim, log-probs equal to a plain forward's, greedy outputs equal to the
+in-process engine's.
+"""
+
+from __future__ import annotations
+
+import copy
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from turnrl.config.schema import RolloutConfig, ServerConfig
+from turnrl.rollout.base import SamplingParams
+from turnrl.rollout.engines import build_engine
+from turnrl.rollout.hf import HFEngine, eos_ids
+from turnrl.rollout.server import ServerEngine, ServerError
+from turnrl.serve.launcher import ServeProcess, start_all
+from turnrl.serve.weights import write_weights_dir
+
+CFG = ServerConfig(timeout_s=60, max_retries=1, startup_timeout_s=60)
+EQ, TIME, CAPITAL = [33, 1232, 216, 33, 446], [6403, 1980, 253, 655], [504, 3575, 282, 4649, 314]
+
+
+@pytest.fixture(scope="module")
+def servers():
+    # one torch thread: a tiny model gains nothing from more, and two spinning pools on a busy CPU crawl
+    procs = [
+        ServeProcess(
+            "tiny-random", "cpu", "float32", startup_timeout_s=120, seed=0, extra_args=["--threads", "1"]
+        )
+        for _ in range(2)
+    ]
+    try:
+        yield start_all(procs)  # both load at once
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def engine_for(urls, tiny, **kw) -> ServerEngine:
+    model, tok = tiny
+    kw.setdefault("vocab_size", model.config.vocab_size)
+    return ServerEngine(urls, CFG, eos_ids=eos_ids(model, tok), **kw)
+
+
+def recomputed(model, prompt: list[int], ids: list[int], temperature: float) -> torch.Tensor:
+    """log p(id) at `temperature` from one plain forward over prompt + response."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
+    scaled = logits / (temperature if temperature > 0 else 1.0)
+    return torch.log_softmax(scaled, -1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
+
+
+def test_health_and_models(servers):
+    health = httpx.get(servers[0].url + "/health").json()
+    assert health == {
+        "status": "ok",
+        "model": "tiny-random",
+        "vocab_size": 49152,
+        "policy_version": 0,
+        "max_model_len": 2048,
+    }
+    card = httpx.get(servers[0].url + "/v1/models").json()["data"][0]
+    assert (card["id"], card["vocab_size"], card["max_model_len"]) == ("tiny-random", 49152, 2048)
+
+
+def test_token_ids_out_verbatim_with_the_models_log_probs(servers, tiny):
+    body = {
+        "prompt": [EQ, TIME],
+        "max_tokens": 8,
+        "n": 2,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 20,
+        "seed": 5,
+        "logprobs": 0,
+        "return_tokens_as_token_ids": True,
+        "return_token_ids": True,
+    }
+    out = httpx.post(servers[0].url + "/v1/completions", json=body, timeout=60).json()
+    assert out["object"] == "text_completion" and out["policy_version"] == 0
+    choices = out["choices"]
+    assert [c["index"] for c in choices] == [0, 1, 2, 3]
+    # prompt-major, as vLLM: prompt i's samples are choices 2i, 2i+1
+    assert [c["prompt_token_ids"] for c in choices] == [EQ, EQ, TIME, TIME]
+    for c in choices:
+        ids = c["token_ids"]
+        assert c["logprobs"]["tokens"] == [f"token_id:{t}" for t in ids]
+        expected = recomputed(tiny[0], c["prompt_token_ids"], ids, 0.7)
+        got = torch.tensor(c["logprobs"]["token_logprobs"])
+        assert torch.allclose(got, expected, atol=1e-4), (got - expected).abs().max()
+    assert out["usage"]["completion_tokens"] == sum(len(c["token_ids"]) for c in choices)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        ({"prompt": "hello"}, 400, "text prompts are not accepted"),
+        ({"prompt": [[1, 2], [3, 49152]]}, 400, "prompt[1][1]: 49152 is not a token id"),
+        ({"prompt": [1, 2], "max_tokens": 0}, 400, "max_tokens"),
+        ({"prompt": [1, 2], "temperature": "hot"}, 400, "temperature"),
+        ({"prompt": [1, 2], "stream": True}, 400, "stream: not supported"),
+        ({"prompt": [1, 2], "max_tokens": 4096}, 400, "max_model_len 2048"),
+        ({"prompt": [1, 2], "model": "gpt-4"}, 404, "'gpt-4' is not served here"),
+        ({"max_tokens": 3}, 400, "prompt"),
+    ],
+)
+def test_bad_requests_get_one_line(servers, body, status, words):
+    r = httpx.post(servers[0].url + "/v1/completions", json=body, timeout=30)
+    assert r.status_code == status and words in r.json()["detail"] and "\n" not in r.json()["detail"]
+    assert httpx.get(servers[0].url + "/health").status_code == 200
+
+
+def test_per_row_budgets_and_stop_strings_match_the_in_process_engine(servers, tiny):
+    """Two prompts x n=2 with four budgets (an agent turn) and stop strings, greedy: the server
+    engine must give row for row what HFEngine gives in-process."""
+    engine = engine_for([servers[0].url], tiny)
+    try:
+        params = SamplingParams(max_new_tokens=6, n=2, temperature=0.0, stop=[" = =", " time time time"])
+        budgets = [1, 6, 2, 5]
+        got = engine.generate([EQ, TIME], params, budgets)
+        want = HFEngine(*tiny).generate([EQ, TIME], params, budgets)
+        assert got.response_ids == want.response_ids == [[446], [446, 446], [655, 655], [655, 655, 655]]
+        assert got.finish_reasons == want.finish_reasons == ["length", "stop", "length", "stop"]
+        for a, b in zip(got.log_probs, want.log_probs, strict=True):
+            assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-4)
+        assert got.policy_version == 0
+    finally:
+        engine.close()
+
+
+def load_start_weights(server: ServeProcess, tiny, tmp_path: Path) -> None:
+    """Put `server` back to the start policy (tiny-random seed 0, version 0)."""
+    path = write_weights_dir(tiny[0].state_dict(), tmp_path / "start")
+    body = {"model_path": str(path), "policy_version": 0}
+    assert httpx.post(server.url + "/update_weights_from_disk", json=body).json()["policy_version"] == 0
+
+
+def test_two_servers_share_the_rows_and_keep_their_order(servers, tiny, tmp_path):
+    load_start_weights(servers[1], tiny, tmp_path)
+    engine = engine_for([servers[0].url, servers[1].url], tiny, rows_per_request=3)
+    try:
+        prompts = [EQ, TIME, CAPITAL, EQ[:3]]
+        params = SamplingParams(max_new_tokens=5, n=3, temperature=1.0, seed=11)
+        gen = engine.generate(prompts, params)
+        assert len(gen.response_ids) == 12 and all(len(ids) <= 5 for ids in gen.response_ids)
+        assert all(n > 0 for n in engine.completed.values()), engine.completed
+        for row, (ids, lps) in enumerate(zip(gen.response_ids, gen.log_probs, strict=True)):
+            # A,A,A,B,B,B,...: a row's log-probs are those of its own prompt's continuation
+            expected = recomputed(tiny[0], prompts[row // 3], ids, 1.0)
+            assert torch.allclose(torch.tensor(lps), expected, atol=1e-4), row
+    finally:
+        engine.close()
+
+
+def test_weight_update_changes_what_is_sampled(servers, tiny, tmp_path):
+    server = servers[1]
+    new_model = copy.deepcopy(tiny[0])  # other weights, same shapes, still tied
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(1)
+        for p in new_model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+    actor = {"state": tiny[0].state_dict()}  # what the actor holds; the test swaps it for new weights
+    engine = engine_for(
+        [server.url],
+        tiny,
+        weights=lambda: actor["state"],
+        weights_dir=tmp_path,
+        model_config=new_model.config,
+    )
+    try:
+        # one request (one server, one budget) with this seed samples as the in-process engine does
+        params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=7)
+        engine.sync_weights(1)  # the start weights (tied embeddings: lm_head is not in the file)
+        before = engine.generate([EQ, TIME], params)
+        assert before.response_ids == HFEngine(*tiny).generate([EQ, TIME], params).response_ids
+        actor["state"] = new_model.state_dict()
+        engine.sync_weights(2)
+        assert (tmp_path / "v2" / "model.safetensors").is_file() and (
+            tmp_path / "v2" / "config.json"
+        ).is_file()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["v2"]  # v1 deleted once every server has v2
+        assert httpx.get(server.url + "/health").json()["policy_version"] == 2
+        after = engine.generate([EQ, TIME], params)
+        want = HFEngine(new_model, tiny[1]).generate([EQ, TIME], params)
+        assert after.response_ids == want.response_ids != before.response_ids
+        assert after.policy_version == 2
+        for new, ref in zip(after.log_probs, want.log_probs, strict=True):
+            assert torch.allclose(torch.tensor(new), torch.tensor(ref), atol=1e-4)
+
+        # a directory that does not fit the served model: 400 naming the key, old weights and version kept
+        state = dict(new_model.state_dict())
+        state["model.norm.weight"] = torch.ones(7)
+        bad = write_weights_dir(state, tmp_path / "bad")
+        body = {"model_path": str(bad), "policy_version": 3}
+        r = httpx.post(server.url + "/update_weights_from_disk", json=body)
+        assert r.status_code == 400 and "model.norm.weight has shape [7]" in r.json()["detail"]
+        assert r.json()["policy_version"] == 2
+        r = httpx.post(server.url + "/update_weights_from_disk", json={"model_path": str(tmp_path / "nope")})
+        assert r.status_code == 400 and "not a directory" in r.json()["detail"]
+        assert httpx.get(server.url + "/health").json()["policy_version"] == 2
+        assert engine.generate([EQ, TIME], params).response_ids == want.response_ids
+    finally:
+        engine.close()
+
+
+def test_a_server_that_lags_behind_the_trainer_is_an_error(servers, tiny, tmp_path):
+    server = servers[1]
+    engine = engine_for([server.url], tiny, weights=tiny[0].state_dict, weights_dir=tmp_path)
+    try:
+        engine.sync_weights(5)
+        assert engine.generate([EQ], SamplingParams(max_new_tokens=2)).policy_version == 5
+        # someone else loads another version into it behind the trainer's back
+        body = {"model_path": str(tmp_path / "v5"), "policy_version": 6}
+        assert httpx.post(server.url + "/update_weights_from_disk", json=body).status_code == 200
+        with pytest.raises(
+            ServerError, match=rf"{server.url} reports policy version 6, but the trainer is at version 5"
+        ):
+            engine.generate([EQ], SamplingParams(max_new_tokens=2))
+    finally:
+        engine.close()
+
+
+def test_vocab_or_model_mismatch_names_both(servers, tiny):
+    url = servers[0].url
+    with pytest.raises(
+        ServerError, match=rf"{url} serves tiny-random with vocab size 49152, .* vocab size 1000"
+    ):
+        engine_for([url], tiny, vocab_size=1000)
+    with pytest.raises(
+        ServerError, match=rf"{url} serves model 'tiny-random', but the trainer's model is 'qwen'"
+    ):
+        engine_for([url], tiny, model_name="qwen")
+
+
+def test_an_unreachable_server_is_named():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens there
+    cfg = ServerConfig(startup_timeout_s=0.5)
+    with pytest.raises(ServerError, match=rf"inference server {url} did not answer {url}/health within"):
+        ServerEngine([url], cfg, eos_ids={2}, vocab_size=49152)
+
+
+def test_build_engine_runs_a_child_server_and_survives_losing_one(servers, tiny, tmp_path: Path):
+    model, tok = tiny
+    assert isinstance(build_engine(RolloutConfig(), model, tok, tmp_path, "tiny-random"), HFEngine)
+    rollout = RolloutConfig(engine="server", server=CFG)
+    engine = build_engine(rollout, model, tok, tmp_path, "tiny-random", model.state_dict, dtype="float32")
+    other = None
+    try:
+        child = engine.child
+        child_url = child.url
+        assert (tmp_path / "rollout_server.log").is_file()
+        params = SamplingParams(max_new_tokens=4, temperature=0.0)
+        assert engine.generate([EQ], params).response_ids == [[446] * 4]
+        engine.sync_weights(1)
+        assert (tmp_path / "rollout_weights" / "v1" / "model.safetensors").is_file()
+
+        # two servers, one dies: its requests are retried on the other (servers[0] is at version 0)
+        other = engine_for([child_url, servers[0].url], tiny, rows_per_request=1)
+        child.stop()
+        gen = other.generate([EQ, TIME, CAPITAL], params)
+        assert gen.response_ids[0] == [446] * 4 and gen.policy_version == 0
+        with pytest.raises(ServerError, match=rf"inference server unreachable after 2 attempts.*{child_url}"):
+            engine.generate([EQ], params)
+    finally:
+        engine.close()
+        if other is not None:
+            other.close()

@@ -1,0 +1,111 @@
+"""The pure parts of the server engine: request planning, reading choices, the weights directory."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from turnrl.rollout.server import Request, ServerError, choice_token_ids, finish_reason, plan_requests
+from turnrl.serve.weights import WeightsError, load_weights_dir, write_weights_dir
+
+
+def test_plan_groups_rows_by_budget_and_keeps_prompt_major_rows():
+    # prompts A, B, C with n=2 -> rows A0 A1 B0 B1 C0 C1 = 0..5; budgets per row:
+    # A: 8, 8 -> one unit (A, n=2, 8); B: 8, 3 -> two units (B, n=1, 8) and (B, n=1, 3); C: 3, 3
+    a, b, c = [1], [2], [3]
+    plan = plan_requests([a, b, c], 2, [8, 8, 8, 3, 3, 3], rows_per_request=64, servers=1, seed=10)
+    assert plan == [
+        Request([a], 2, 8, [0, 1], seed=10),
+        Request([b], 1, 8, [2], seed=11),
+        Request([b], 1, 3, [3], seed=12),
+        Request([c], 2, 3, [4, 5], seed=13),
+    ]
+
+
+def test_plan_splits_for_the_row_cap_and_for_every_server():
+    prompts = [[i] for i in range(6)]
+    # 6 prompts x n=4 = 24 rows, cap 8 rows -> 2 prompts per request -> 3 requests
+    plan = plan_requests(prompts, 4, [5] * 24, rows_per_request=8, servers=1)
+    assert [r.prompts for r in plan] == [[[0], [1]], [[2], [3]], [[4], [5]]]
+    assert plan[1].rows == [8, 9, 10, 11, 12, 13, 14, 15] and plan[0].seed is None
+    # no cap worth speaking of, but 4 servers: ceil(6 / 4) = 2 prompts per request
+    plan = plan_requests(prompts, 1, [5] * 6, rows_per_request=64, servers=4)
+    assert [len(r.prompts) for r in plan] == [2, 2, 2]
+    # a group larger than the cap still gets one prompt per request
+    plan = plan_requests(prompts[:2], 16, [5] * 32, rows_per_request=8, servers=1)
+    assert [len(r.rows) for r in plan] == [16, 16]
+
+
+def test_token_ids_from_either_field():
+    assert choice_token_ids({"token_ids": [5, 6]}) == [5, 6]
+    lp = {"tokens": ["token_id:5", "token_id:60001"], "token_logprobs": [-1.0, -2.0]}
+    assert choice_token_ids({"logprobs": lp}) == [5, 60001]
+    # text tokens cannot be turned back into ids without re-tokenising: refuse
+    assert choice_token_ids({"logprobs": {"tokens": ["Hello", " world"]}}) is None
+    assert choice_token_ids({"text": "Hello"}) is None
+
+
+def test_finish_reasons():
+    assert finish_reason("length", "u") == "length"
+    assert finish_reason("stop", "u") == "stop"
+    with pytest.raises(ServerError, match="http://s ended a completion with finish_reason 'abort'"):
+        finish_reason("abort", "http://s")
+
+
+@pytest.fixture
+def small():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=32,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(cfg)
+
+
+def test_tied_embeddings_are_written_once_and_load(small, tmp_path):
+    from safetensors.torch import load_file
+
+    state = {k: v + 1 for k, v in small.state_dict().items() if k != "lm_head.weight"}
+    state["lm_head.weight"] = state["model.embed_tokens.weight"]  # tied, like the actor's state dict
+    path = write_weights_dir(state, tmp_path / "v1", small.config)
+    saved = load_file(str(path / "model.safetensors"))
+    assert "lm_head.weight" not in saved and "model.embed_tokens.weight" in saved
+    assert (path / "config.json").is_file() and not list(tmp_path.glob(".tmp-*"))
+    assert load_weights_dir(small, path) == len(saved)
+    assert torch.equal(small.lm_head.weight, state["model.embed_tokens.weight"])
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda s: s.update({"extra.weight": torch.zeros(1)}), "unexpected key extra.weight"),
+        (lambda s: s.pop("model.norm.weight"), "missing key model.norm.weight"),
+        (lambda s: s.update({"model.norm.weight": torch.zeros(3)}), "model.norm.weight has shape [3]"),
+        (
+            lambda s: s.update({"lm_head.weight": torch.zeros(32, 8)}),
+            "model.embed_tokens.weight and lm_head.weight are tied in the served model but differ",
+        ),
+    ],
+)
+def test_a_bad_directory_names_the_key_and_changes_nothing(small, tmp_path, edit, message):
+    before = {k: v.clone() for k, v in small.state_dict().items()}
+    state = {k: v + 1 for k, v in small.state_dict().items() if k != "lm_head.weight"}
+    edit(state)
+    path = write_weights_dir({k: v.clone() for k, v in state.items()}, tmp_path / "bad")
+    with pytest.raises(WeightsError, match=re.escape(message)):
+        load_weights_dir(small, path)
+    assert all(torch.equal(before[k], v) for k, v in small.state_dict().items())
+
+
+def test_a_directory_without_weights(small, tmp_path):
+    with pytest.raises(WeightsError, match=re.escape("no *.safetensors files")):
+        load_weights_dir(small, tmp_path)
