@@ -39,9 +39,7 @@ def test_single_turn_through_a_child_server(tmp_path):
         assert s["rollout_corr/abs_diff_max"] < 1e-4, s["rollout_corr/abs_diff_max"]
     # only the newest synced version stays on disk (here: v3 after the third update)
     assert sorted(p.name for p in (run / "rollout_weights").iterdir()) == ["v3"]
-    assert (
-        "policy_version" in (run / "rollout_server.log").read_text() or (run / "rollout_server.log").exists()
-    )
+    assert (run / "rollout_server.log").stat().st_size > 0  # the child logged where the run lives
 
 
 @pytest.mark.timeout(300)
