@@ -13,7 +13,7 @@ import torch
 from turnrl.agent.episode import Episode
 from turnrl.agent.loop import CallStats
 from turnrl.batch import Batch
-from turnrl.rollout.base import Generation, assemble
+from turnrl.rollout.base import Generation, assemble, oldest_version
 
 # per-episode stats carried as non-tensor fields (one value per response row)
 EPISODE_FIELDS = (
@@ -34,15 +34,21 @@ def assemble_episodes(
                 f"episode {i}: {len(e.ids)} response tokens exceed the budget of {response_length}"
             )
     gen = Generation(
-        [e.ids for e in episodes], [e.log_probs for e in episodes], [e.finish_reason for e in episodes]
+        [e.ids for e in episodes],
+        [e.log_probs for e in episodes],
+        [e.finish_reason for e in episodes],
+        policy_version=min((v for e in episodes for v in e.versions), default=0),
+        token_versions=[e.versions for e in episodes],
     )
     batch = assemble(gen_batch, gen, n, pad_id, response_length)
     mask = torch.zeros((len(episodes), response_length), dtype=batch["response_mask"].dtype)
     for i, e in enumerate(episodes):
         mask[i, : len(e.mask)] = torch.tensor(e.mask, dtype=mask.dtype)
     batch["response_mask"] = mask
-    versions = [e.policy_version or 0 for e in episodes]
-    batch["rollout_policy_version"] = torch.tensor(versions, dtype=torch.long)
+    # a row's version is its oldest model token's (observation tokens are not the policy's)
+    batch["rollout_policy_version"] = oldest_version(
+        batch["rollout_token_versions"], mask, gen.policy_version
+    )
     batch["agent_turns"] = np.array([e.turns for e in episodes], dtype=object)
     batch["agent_tool_calls"] = np.array([e.tool_calls for e in episodes], dtype=object)
     batch["agent_invalid_actions"] = np.array([e.invalid_actions for e in episodes], dtype=object)

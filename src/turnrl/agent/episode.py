@@ -24,8 +24,8 @@ class Episode:
     truncated: bool = False
     """Ended by the response budget, not by the model: `finish_reason` 'length'."""
     answered: bool = False
-    policy_version: int | None = None
-    """The oldest policy version that sampled a turn of this episode (None before the first turn)."""
+    versions: list[int] = field(default_factory=list)
+    """Per response token, the policy version that sampled it (observation tokens: the turn before's)."""
 
     @property
     def context(self) -> list[int]:
@@ -38,15 +38,16 @@ class Episode:
     def add_model(self, ids: list[int], log_probs: list[float], version: int = 0) -> None:
         if len(ids) != len(log_probs):
             raise ValueError(f"{len(ids)} generated ids but {len(log_probs)} log-probs")
-        self.policy_version = version if self.policy_version is None else min(self.policy_version, version)
         self.ids += ids
         self.mask += [1] * len(ids)
         self.log_probs += log_probs
+        self.versions += [version] * len(ids)
 
     def add_observation(self, ids: list[int]) -> None:
         self.ids += ids
         self.mask += [0] * len(ids)
         self.log_probs += [0.0] * len(ids)
+        self.versions += [self.versions[-1] if self.versions else 0] * len(ids)
 
     def end(self, truncated: bool = False) -> None:
         self.done = True

@@ -106,12 +106,16 @@ class EpisodeLoop:
         contexts = [e.context for e in active[::n]]
         gen = self.engine.generate(contexts, p, max_new_tokens_per_row=limits)
         out = []
-        for ids, lps, reason, limit in zip(
-            gen.response_ids, gen.log_probs, gen.finish_reasons, limits, strict=True
+        for row, (ids, lps, reason, limit) in enumerate(
+            zip(gen.response_ids, gen.log_probs, gen.finish_reasons, limits, strict=True)
         ):
             if len(ids) > limit:  # an engine must honour its row's budget: a silent cut would hide it
                 raise RuntimeError(f"rollout engine returned {len(ids)} tokens for a row limited to {limit}")
-            out.append(TurnOutput(list(ids), list(lps), reason, gen.policy_version))
+            out.append(
+                TurnOutput(
+                    list(ids), list(lps), reason, min(gen.versions_of(row), default=gen.policy_version)
+                )
+            )
         return out
 
     def run(self, prompts: list[list[int]], n: int, params: SamplingParams, budget: int) -> list[Episode]:

@@ -42,7 +42,16 @@ class Generation:
     finish_reasons: list[str]
     """'stop' (EOS or stop string) or 'length'."""
     policy_version: int = 0
-    """Version of the weights that sampled these tokens (0 = the start policy, +1 per actor update)."""
+    """Version of the weights that sampled these tokens (0 = the start policy, +1 per actor update);
+    the oldest one when rows differ."""
+    token_versions: list[list[int]] | None = None
+    """Per row and token, the version that sampled it, where they differ (a batch or an agent episode
+    that straddles a weight update in async mode); None = every token is `policy_version`."""
+
+    def versions_of(self, row: int) -> list[int]:
+        if self.token_versions is not None:
+            return self.token_versions[row]
+        return [self.policy_version] * len(self.response_ids[row])
 
 
 class RolloutEngine(Protocol):
@@ -91,11 +100,14 @@ def assemble(prompts: Batch, gen: Generation, n: int, pad_id: int, response_leng
     responses = torch.full((b, response_length), pad_id, dtype=torch.long)
     response_mask = torch.zeros((b, response_length), dtype=torch.float32)
     logps = torch.zeros((b, response_length), dtype=torch.float32)
+    token_versions = torch.full((b, response_length), gen.policy_version, dtype=torch.long)
     for i, (ids, lps) in enumerate(zip(gen.response_ids, gen.log_probs, strict=True)):
         k = min(len(ids), response_length)
         responses[i, :k] = torch.tensor(ids[:k], dtype=torch.long)
         response_mask[i, :k] = 1.0
         logps[i, :k] = torch.tensor(lps[:k], dtype=torch.float32)
+        if gen.token_versions is not None and k:
+            token_versions[i, :k] = torch.tensor(gen.token_versions[i][:k], dtype=torch.long)
     prompt_mask = rep["attention_mask"]
     attention_mask = torch.cat([prompt_mask, response_mask.long()], dim=1)
     out = Batch(
@@ -107,11 +119,28 @@ def assemble(prompts: Batch, gen: Generation, n: int, pad_id: int, response_leng
             "position_ids": position_ids_from_mask(attention_mask),
             "response_mask": response_mask,
             "rollout_log_probs": logps,
-            "rollout_policy_version": torch.full((b,), gen.policy_version, dtype=torch.long),
+            # a row's version is its oldest token's: what staleness is measured by
+            "rollout_policy_version": oldest_version(token_versions, response_mask, gen.policy_version),
+            "rollout_token_versions": token_versions,
         },
         non_tensors={"finish_reason": gen.finish_reasons},
     )
     return out
 
 
-__all__ = ["Generation", "Rollout", "RolloutEngine", "SamplingParams", "assemble", "left_pad"]
+def oldest_version(versions: torch.Tensor, mask: torch.Tensor, default: int) -> torch.Tensor:
+    """Per row, the smallest version over its tokens (`default` for a row without tokens)."""
+    big = torch.iinfo(torch.long).max
+    oldest = versions.masked_fill(mask == 0, big).min(dim=-1).values
+    return torch.where(oldest == big, torch.full_like(oldest, default), oldest)
+
+
+__all__ = [
+    "Generation",
+    "Rollout",
+    "RolloutEngine",
+    "SamplingParams",
+    "assemble",
+    "left_pad",
+    "oldest_version",
+]
