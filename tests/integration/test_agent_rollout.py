@@ -23,6 +23,8 @@ from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.rollout.hf import HFEngine
 
 BUDGET = 48
+# every behaviour below holds in both schedules: all episodes turn by turn, or each on its own (async RL)
+both_schedules = pytest.mark.parametrize("streaming", [False, True], ids=["turn-locked", "streaming"])
 
 
 def encode(tok, text: str) -> list[int]:
@@ -143,10 +145,11 @@ def segments(batch: Batch, i: int) -> list[tuple[int, list[int]]]:
     return runs
 
 
-def test_multi_turn_episodes_keep_exact_ids_and_logprobs_match_trainer(tool_model, tmp_path):
+@both_schedules
+def test_multi_turn_episodes_keep_exact_ids_and_logprobs_match_trainer(tool_model, tmp_path, streaming):
     model, tok = tool_model
     engine = RecordingEngine(model, tok, 64)
-    with AgentRollout(engine, tok, agent_cfg(tmp_path), tok.pad_token_id) as agent:
+    with AgentRollout(engine, tok, agent_cfg(tmp_path), tok.pad_token_id, streaming=streaming) as agent:
         batch, metrics = run(agent, tok, ["Compute 12 * 34.", "Compute 7 * 8 please."], n=3)
     assert len(batch) == 6
     assert metrics["agent/tool_calls/mean"] > 0.5 and metrics["agent/turns/mean"] > 1.5, metrics
@@ -191,9 +194,12 @@ def test_multi_turn_episodes_keep_exact_ids_and_logprobs_match_trainer(tool_mode
     assert gap < 1e-4, gap
 
 
-def test_groups_are_interleaved_with_identical_prompts(tool_model, tmp_path):
+@both_schedules
+def test_groups_are_interleaved_with_identical_prompts(tool_model, tmp_path, streaming):
     model, tok = tool_model
-    with AgentRollout(HFEngine(model, tok), tok, agent_cfg(tmp_path), tok.pad_token_id) as agent:
+    with AgentRollout(
+        HFEngine(model, tok), tok, agent_cfg(tmp_path), tok.pad_token_id, streaming=streaming
+    ) as agent:
         batch, _ = run(agent, tok, ["Compute 12 * 34.", "What is 5 * 6?", "Multiply 3 by 9."], n=4)
     prompts = batch["prompts"]
     assert len(batch) == 12
@@ -207,9 +213,12 @@ def test_groups_are_interleaved_with_identical_prompts(tool_model, tmp_path):
     }  # fmt: skip
 
 
-def test_budget_truncates_and_counts_never_crashes(tool_model, tmp_path):
+@both_schedules
+def test_budget_truncates_and_counts_never_crashes(tool_model, tmp_path, streaming):
     model, tok = tool_model
-    with AgentRollout(HFEngine(model, tok), tok, agent_cfg(tmp_path), tok.pad_token_id) as agent:
+    with AgentRollout(
+        HFEngine(model, tok), tok, agent_cfg(tmp_path), tok.pad_token_id, streaming=streaming
+    ) as agent:
         # 14 tokens hold the tool call but not its observation: every episode ends truncated
         batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=14)
     assert batch["responses"].shape[1] == 14
@@ -235,7 +244,8 @@ def test_engine_that_ignores_row_budgets_is_caught(tool_model, tmp_path):
         agent.loop._generate(episodes, params, [2, 6], 1)
 
 
-def test_per_turn_cap_bounds_every_model_run(tool_model, tmp_path):
+@both_schedules
+def test_per_turn_cap_bounds_every_model_run(tool_model, tmp_path, streaming):
     model, tok = tool_model
     cfg = agent_cfg(
         tmp_path,
@@ -245,7 +255,7 @@ def test_per_turn_cap_bounds_every_model_run(tool_model, tmp_path):
             "rollout.multi_turn.invalid_action_observation": "' Invalid.'",
         },
     )
-    with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id) as agent:
+    with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id, streaming=streaming) as agent:
         batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=2, budget=30)
     # a per-turn cap of 5 splits the tool call, so turns end without a complete action
     assert metrics["agent/turns/mean"] > 1
@@ -260,13 +270,14 @@ def test_per_turn_cap_bounds_every_model_run(tool_model, tmp_path):
     assert runs and max(runs) <= 5, runs
 
 
-def test_observation_is_cut_with_visible_marker(tool_model, tmp_path):
+@both_schedules
+def test_observation_is_cut_with_visible_marker(tool_model, tmp_path, streaming):
     model, tok = tool_model
     cfg = agent_cfg(
         tmp_path,
         **{"rollout.multi_turn.max_obs_length": 2, "rollout.multi_turn.obs_truncation_marker": "'~'"},
     )
-    with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id) as agent:
+    with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id, streaming=streaming) as agent:
         batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=60)
     observations = [tok.decode(ids) for i in range(4) for kind, ids in segments(batch, i) if kind == 0]
     assert observations
@@ -275,7 +286,8 @@ def test_observation_is_cut_with_visible_marker(tool_model, tmp_path):
     assert metrics["agent/obs_truncated/mean"] > 0
 
 
-def test_bad_tools_become_error_observations_and_the_step_goes_on(tool_model, tmp_path):
+@both_schedules
+def test_bad_tools_become_error_observations_and_the_step_goes_on(tool_model, tmp_path, streaming):
     model, tok = tool_model
     tools = tmp_path / "bad_tools.py"
     tools.write_text(
@@ -306,7 +318,7 @@ def test_bad_tools_become_error_observations_and_the_step_goes_on(tool_model, tm
             },
         )
         start = time.perf_counter()
-        with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id) as agent:
+        with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id, streaming=streaming) as agent:
             batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=64)
         assert time.perf_counter() - start < 10
         texts = [tok.decode(batch["responses"][i][batch["attention_mask"][i, -64:].bool()]) for i in range(4)]
@@ -314,7 +326,8 @@ def test_bad_tools_become_error_observations_and_the_step_goes_on(tool_model, tm
         assert metrics["agent/tool_error_ratio"] == 1.0, (cls, metrics)
 
 
-def test_trainer_stages_run_on_agent_batches(tool_model, tmp_path):
+@both_schedules
+def test_trainer_stages_run_on_agent_batches(tool_model, tmp_path, streaming):
     """Rollout -> group -> reward -> old log-prob (the actor's shared-prefix path) -> GRPO -> update."""
     from turnrl.rewards.scorer import RuleReward
     from turnrl.trainer import stages
@@ -329,7 +342,7 @@ def test_trainer_stages_run_on_agent_batches(tool_model, tmp_path):
     prompts["extra_info"] = [{}, {}]
     prompts["index"] = [0, 1]
     g = stages.split_generation_input(prompts)
-    with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id) as agent:
+    with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id, streaming=streaming) as agent:
         rollout, _ = agent.generate(g, SamplingParams(max_new_tokens=BUDGET, n=4, seed=5))
     batch = stages.group_and_merge(prompts, rollout, 4)
     stages.score(RuleReward(tok), batch)
@@ -353,14 +366,16 @@ def test_close_is_idempotent(tool_model, tmp_path):
     assert asyncio.iscoroutinefunction(agent.tools["calculator"].call)
 
 
-def test_json_tool_calls_through_the_chat_template(tmp_path):
+@pytest.fixture(scope="module")
+def json_model():
+    """A tiny model taught one JSON tool call in the chat template, then the answer."""
     from turnrl.agent.chat_template import ToolMessages
     from turnrl.models.loader import load_tokenizer
 
     tok = load_tokenizer("tiny-random")
     template = ToolMessages.probe(tok)
     call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "12 * 34"}}\n</tool_call>'
-    model, tok = teach(
+    return teach(
         [
             *encode(tok, call),
             tok.eos_token_id,
@@ -370,10 +385,15 @@ def test_json_tool_calls_through_the_chat_template(tmp_path):
         ],
         steps=80,
     )
+
+
+@both_schedules
+def test_json_tool_calls_through_the_chat_template(json_model, tmp_path, streaming):
+    model, tok = json_model
     cfg = agent_cfg(
         tmp_path, **{"rollout.multi_turn.format": "json", "rollout.multi_turn.max_obs_length": 16}
     )
-    with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id) as agent:
+    with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id, streaming=streaming) as agent:
         batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=64)
     assert metrics["agent/tool_calls/mean"] > 0.5, metrics
     observations = {tok.decode(ids) for i in range(4) for kind, ids in segments(batch, i) if kind == 0}
@@ -397,7 +417,7 @@ def test_json_tool_calls_through_the_chat_template(tmp_path):
             "rollout.multi_turn.custom_tools": f"['{other}:weather']",
         },
     )
-    with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id) as agent:
+    with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id, streaming=streaming) as agent:
         batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=120)
     assert metrics["agent/invalid_actions/mean"] > 0.5 and metrics["agent/tool_calls/mean"] == 0
     observations = [tok.decode(ids) for i in range(4) for kind, ids in segments(batch, i) if kind == 0]

@@ -65,6 +65,9 @@ def test_health_and_models(servers):
         "model": "tiny-random",
         "vocab_size": 49152,
         "policy_version": 0,
+        "batches_run": 0,  # the first request to this server is still to come
+        "requests_served": 0,
+        "max_rows_in_a_batch": 0,
         "max_model_len": 2048,
     }
     card = httpx.get(servers[0].url + "/v1/models").json()["data"][0]

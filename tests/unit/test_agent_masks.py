@@ -2,26 +2,58 @@
 
 Each test poisons the observation positions (huge log-probs, values, entropies) and/or compares with
 the same batch whose observations were cut out: if an observation leaked anywhere, the numbers move.
+The batch comes from the real episode loop, in both schedules (turn-locked and streaming), playing the
+hand-written episodes below with a scripted engine, a toy tokenizer and three toy tools.
 """
+
+from collections import defaultdict
 
 import numpy as np
 import pytest
 import torch
 
+from tests.scripted_engine import ScriptedEngine
 from turnrl.agent.assemble import assemble_episodes
 from turnrl.agent.episode import Episode
+from turnrl.agent.executor import ToolExecutor
+from turnrl.agent.loop import EpisodeLoop
+from turnrl.agent.tools.base import text_parameter
 from turnrl.algorithms.advantages import gae_advantage, grpo_outcome_advantage
 from turnrl.algorithms.core import agg_loss, masked_mean
 from turnrl.algorithms.kl import apply_kl_in_reward, kl_loss, kl_penalty
 from turnrl.algorithms.losses import policy_loss
 from turnrl.algorithms.rollout_corr import rollout_correction
 from turnrl.batch import Batch
+from turnrl.config.agent_schema import MultiTurnConfig
 from turnrl.data.dataset import left_pad, position_ids_from_mask
 from turnrl.rewards.scorer import RuleReward, last_token_index
+from turnrl.rollout.base import SamplingParams
 from turnrl.trainer.metrics import data_metrics
 
 R = 16
 PAD = 0
+PROMPTS = [[5, 6, 7], [8, 9]]
+# rows A,A,B,B: model turns and observations, as the loop must build them
+EPISODES = [
+    (PROMPTS[0], [("model", [11, 12, 13]), ("obs", [90, 91, 92, 93]), ("model", [14, 15])]),
+    (
+        PROMPTS[0],
+        [("model", [21]), ("obs", [94, 95]), ("model", [22, 23]), ("obs", [96]), ("model", [24])],
+    ),
+    (PROMPTS[1], [("model", [31, 32, 33, 34, 35])]),
+    (PROMPTS[1], [("model", [41, 42]), ("obs", [97, 98, 99]), ("model", [43])]),
+]
+# the toy vocabulary that makes the loop produce exactly those ids: tool calls <a>/<b>/<c>, answers,
+# the observation tags <ra>/<rb>/<rc>, the invalid-action text "!" and the truncation marker "~"
+PIECES = {
+    11: "<a>", 12: "x", 13: "</a>", 14: "so", 15: "<answer>ok</answer>",  # tool a -> "p q", answer
+    21: "<b>y</b>", 22: "hm", 23: "m", 24: "<answer>b</answer>",  # tool b -> "", no action, answer
+    31: "t", 32: "h", 33: "i", 34: "n", 35: "<eos>",  # text, then EOS: the episode ends
+    41: "<c>", 42: "w</c>", 43: "<answer>c</answer>",  # tool c -> "z", answer
+    90: "\n\n<ra>", 91: "p", 92: " q", 93: "</ra>\n\n", 94: "\n\n<rb>", 95: "</rb>\n\n", 96: "!",
+    97: "\n\n<rc>", 98: "z", 99: "</rc>\n\n", 80: "~",
+}  # fmt: skip
+EOS = 35
 
 
 def episode(prompt: list[int], turns: list[tuple[str, list[int]]]) -> Episode:
@@ -34,19 +66,68 @@ def episode(prompt: list[int], turns: list[tuple[str, list[int]]]) -> Episode:
     return e
 
 
-@pytest.fixture
-def batch() -> Batch:
-    prompts = [[5, 6, 7], [8, 9]]
-    eps = [
-        episode(prompts[0], [("model", [11, 12, 13]), ("obs", [90, 91, 92, 93]), ("model", [14, 15])]),
-        episode(
-            prompts[0],
-            [("model", [21]), ("obs", [94, 95]), ("model", [22, 23]), ("obs", [96]), ("model", [24])],
-        ),
-        episode(prompts[1], [("model", [31, 32, 33, 34, 35])]),
-        episode(prompts[1], [("model", [41, 42]), ("obs", [97, 98, 99]), ("model", [43])]),
-    ]
-    ids, mask = left_pad(prompts, PAD)
+class ToyTokenizer:
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(PIECES[i] for i in ids)
+
+    def __call__(self, text, add_special_tokens=False):
+        """Greedy longest match over the pieces; text outside the vocabulary fails the test."""
+        ids, at = [], 0
+        while at < len(text):
+            best = max((i for i, p in PIECES.items() if text.startswith(p, at)), key=lambda i: len(PIECES[i]))
+            ids.append(best)
+            at += len(PIECES[best])
+        return {"input_ids": ids}
+
+
+class Fixed:
+    """A tool that always answers `text`; its action tag is `tag`, its observation tag `r<tag>`."""
+
+    def __init__(self, tag: str, text: str):
+        self.name = self.tag = tag
+        self.obs_tag, self.text = f"r{tag}", text
+        self.description, self.parameters = tag, text_parameter("input", "anything")
+
+    async def call(self, arguments):
+        return self.text
+
+
+def play(streaming: bool) -> list[Episode]:
+    """Run the loop on a scripted engine that writes each episode's model turns of EPISODES."""
+    script: dict[tuple[int, ...], list[list[int]]] = defaultdict(list)
+    for prompt, turns in EPISODES:
+        context = list(prompt)
+        for kind, ids in turns:
+            if kind == "model":
+                script[tuple(context)].append(ids)
+            context += ids
+    engine = ScriptedEngine(lambda c: script[tuple(c)].pop(0), eos_ids={EOS})
+    tools = {t.name: t for t in (Fixed("a", "p q"), Fixed("b", ""), Fixed("c", "z"))}
+    cfg = MultiTurnConfig(
+        enable=True, max_turns=2, tools=[], invalid_action_observation="!", obs_truncation_marker="~"
+    )
+    executor = ToolExecutor(tools)
+    # one episode in flight: the two samples of a prompt then meet the script's turns in row order
+    loop = EpisodeLoop(engine, ToyTokenizer(), cfg, tools, executor, {EOS}, max_episodes_in_flight=1)
+    try:
+        return loop.run(PROMPTS, 2, SamplingParams(max_new_tokens=R, n=2, seed=0), R, streaming=streaming)
+    finally:
+        executor.close()
+
+
+@pytest.fixture(params=[False, True], ids=["turn-locked", "streaming"])
+def batch(request) -> Batch:
+    eps = play(streaming=request.param)
+    for e, (prompt, turns) in zip(eps, EPISODES, strict=True):
+        want = episode(prompt, turns)
+        assert (e.ids, e.mask, e.log_probs, e.versions) == (
+            want.ids,
+            want.mask,
+            want.log_probs,
+            want.versions,
+        )
+    assert [e.finish_reason for e in eps] == ["stop"] * 4
+    ids, mask = left_pad(PROMPTS, PAD)
     g = Batch({"input_ids": ids, "attention_mask": mask, "position_ids": position_ids_from_mask(mask)})
     return assemble_episodes(g, eps, 2, PAD, R)
 
@@ -80,7 +161,9 @@ def test_batch_layout(batch):
     assert obs_positions(batch).sum().item() == 10
     assert (batch["rollout_log_probs"][obs_positions(batch)] == 0).all()
     assert batch["responses"][1, :7].tolist() == [21, 94, 95, 22, 23, 96, 24]
-    assert list(batch["agent_turns"]) == [0, 0, 0, 0]  # hand-built episodes ran no loop
+    assert list(batch["agent_turns"]) == [2, 3, 1, 2]
+    assert list(batch["agent_tool_calls"]) == [1, 1, 0, 1]
+    assert list(batch["agent_invalid_actions"]) == [0, 1, 0, 0]  # "hmm": no action, shown "!"
 
 
 def test_policy_loss_ignores_observations(batch):

@@ -1,18 +1,25 @@
-"""The episode loop: all episodes advance turn by turn; each turn generates for the active ones only.
+"""The episode loop: generate -> parse -> tool calls -> observation, turn after turn, in one of two schedules.
 
-    turn t:  generate (active episodes, each from prompt + response so far, until a stop tag / EOS /
-             its remaining budget)  ->  parse actions  ->  run every tool call of the turn concurrently
-             ->  append each observation (mask 0)  ->  next turn
+    turn-locked (default): all episodes advance turn by turn; each turn generates for the active ones in
+             one engine call, then runs every tool call of the turn concurrently, then appends each
+             observation (mask 0); a turn waits for the slowest tool call of the batch.
+    streaming: each episode runs its own turns in a worker thread (at most `max_episodes_in_flight` at
+             once), so a slow tool call holds back only its own episode (async RL: the batch's tail no
+             longer idles the engine). Engine calls overlap only if the engine says `concurrent = True`.
     after `max_turns` tool turns, one last turn in which a tool call ends the episode.
 
-Ids the model generated are appended exactly as sampled (token in, token out); only observations are
-tokenised, on their own.
+Both schedules share one turn step (`_can_act`, `_generate`, `_take_turn`, `_observe`), so masks, budgets,
+invalid actions, truncation and policy versions follow the same rules. Ids the model generated are
+appended exactly as sampled (token in, token out); only observations are tokenised, on their own.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,6 +35,9 @@ from turnrl.rollout.base import RolloutEngine, SamplingParams
 log = logging.getLogger(__name__)
 
 _SEED_STRIDE = 7919  # a different sampling stream per turn, still fixed by the step's seed
+# streaming: one engine call per episode and turn, so each episode needs its own stream too
+# (7919 and 104729 are primes: seed + 7919 t + 104729 i never repeats for t < 104729)
+_EPISODE_STRIDE = 104729
 
 
 @dataclass
@@ -54,9 +64,17 @@ class EpisodeLoop:
         tools: dict[str, Any],
         executor: ToolExecutor,
         eos_ids: set[int],
+        max_episodes_in_flight: int = 64,
     ):
         self.engine, self.tokenizer, self.cfg = engine, tokenizer, cfg
         self.tools, self.executor, self.eos_ids = tools, executor, eos_ids
+        if max_episodes_in_flight < 1:
+            raise ValueError(f"max_episodes_in_flight must be >= 1, got {max_episodes_in_flight}")
+        self.max_episodes_in_flight = max_episodes_in_flight
+        # streaming: the turn step's bookkeeping (parsing, observation tokenising, `stats`) runs under
+        # this lock; only engine and tool calls run outside it. It is pure Python work that holds the
+        # GIL anyway, and the tokenizer is never used from two episode threads at once.
+        self._step_lock = threading.Lock()
         self.template: ToolMessages | None = None
         self.parser: XmlActions | JsonActions
         if cfg.format == "xml":
@@ -118,22 +136,28 @@ class EpisodeLoop:
             )
         return out
 
-    def run(self, prompts: list[list[int]], n: int, params: SamplingParams, budget: int) -> list[Episode]:
-        """`n` episodes per prompt, interleaved (A,A,B,B); `budget` bounds each whole response."""
+    def run(
+        self, prompts: list[list[int]], n: int, params: SamplingParams, budget: int, streaming: bool = False
+    ) -> list[Episode]:
+        """`n` episodes per prompt, interleaved (A,A,B,B) whatever order they finish in; `budget` bounds
+        each whole response. `streaming`: each episode runs its own turns (see the module docstring)."""
         self.stats = self._fresh_stats()
         episodes = [Episode(list(p)) for p in prompts for _ in range(n)]
-        cap = self.cfg.max_tokens_per_turn
+        if streaming:
+            self._run_streaming(episodes, params, budget)
+        else:
+            self._run_turn_locked(episodes, n, params, budget)
+        for e in episodes:
+            if not e.done:
+                e.end()
+        return episodes
+
+    def _run_turn_locked(self, episodes: list[Episode], n: int, params: SamplingParams, budget: int) -> None:
         for turn in range(self.cfg.max_turns + 1):
-            active = [e for e in episodes if not e.done]
+            active = [e for e in episodes if self._can_act(e, budget)]
             if not active:
                 break
-            for e in active:
-                if e.remaining(budget) <= 0:
-                    e.end(truncated=True)
-            active = [e for e in active if not e.done]
-            if not active:
-                break
-            limits = [min(e.remaining(budget), cap or budget) for e in active]
+            limits = [self._turn_limit(e, budget) for e in active]
             seed = None if params.seed is None else params.seed + _SEED_STRIDE * turn
             # turn 0: the n episodes of a prompt share it, so the engine prefills it once
             group = n if turn == 0 and len(active) == len(episodes) else 1
@@ -141,18 +165,82 @@ class EpisodeLoop:
             final = turn == self.cfg.max_turns
             pending: list[tuple[Episode, Action, str]] = []
             for e, out in zip(active, outputs, strict=True):
-                e.add_model(out.ids, out.log_probs, out.version)
-                e.turns += 1
-                step = self._after_generation(e, out, final, budget)
+                step = self._take_turn(e, out, final, budget)
                 if step is not None:
                     pending.append((e, *step))
-            self._run_tools(pending, budget)
-        for e in episodes:
-            if not e.done:
-                e.end()
-        return episodes
+            calls: list[ToolCall] = [c for _, action, _ in pending for c in action.calls]
+            outcomes = iter(self.executor.run(calls))
+            for e, action, eos_text in pending:
+                self._observe(e, action, [next(outcomes) for _ in action.calls], eos_text, budget)
+
+    def _run_streaming(self, episodes: list[Episode], params: SamplingParams, budget: int) -> None:
+        if not episodes:
+            return
+        # an in-process engine (HFEngine) runs one call at a time; tools still overlap across episodes
+        engine_lock = nullcontext() if getattr(self.engine, "concurrent", False) else threading.Lock()
+        abort = threading.Event()
+        workers = min(self.max_episodes_in_flight, len(episodes))
+        with ThreadPoolExecutor(workers, thread_name_prefix="turnrl-episode") as pool:
+            futures = [
+                pool.submit(self._run_episode, e, i, params, budget, engine_lock, abort)
+                for i, e in enumerate(episodes)
+            ]
+            try:
+                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                for f in futures:
+                    if f in done:
+                        f.result()  # raises a failed episode's error
+            finally:  # after an error (or an interrupt) the other episodes stop at their next turn
+                abort.set()
+                for f in futures:
+                    f.cancel()
+
+    def _run_episode(
+        self,
+        e: Episode,
+        index: int,
+        params: SamplingParams,
+        budget: int,
+        engine_lock: AbstractContextManager[Any],
+        abort: threading.Event,
+    ) -> None:
+        """One episode's turns, in a worker thread: generate -> parse -> its own tool calls -> observe."""
+        for turn in range(self.cfg.max_turns + 1):
+            if abort.is_set() or not self._can_act(e, budget):
+                return
+            seed = None
+            if params.seed is not None:
+                seed = params.seed + _SEED_STRIDE * turn + _EPISODE_STRIDE * index
+            with engine_lock:
+                (out,) = self._generate([e], replace(params, seed=seed), [self._turn_limit(e, budget)], 1)
+            with self._step_lock:
+                step = self._take_turn(e, out, turn == self.cfg.max_turns, budget)
+            if step is None:
+                continue  # ended, or shown a corrective observation
+            action, eos_text = step
+            outcomes = self.executor.run(action.calls)
+            with self._step_lock:
+                self._observe(e, action, outcomes, eos_text, budget)
 
     # -- one episode's turn ----------------------------------------------------------------------
+    def _can_act(self, e: Episode, budget: int) -> bool:
+        """Whether the episode gets another turn; one with no budget left ends truncated."""
+        if e.done:
+            return False
+        if e.remaining(budget) <= 0:
+            e.end(truncated=True)
+            return False
+        return True
+
+    def _turn_limit(self, e: Episode, budget: int) -> int:
+        return min(e.remaining(budget), self.cfg.max_tokens_per_turn or budget)
+
+    def _take_turn(self, e: Episode, out: TurnOutput, final: bool, budget: int) -> tuple[Action, str] | None:
+        """Append the turn's generated ids as sampled; returns (tool action, eos text) when tools must run."""
+        e.add_model(out.ids, out.log_probs, out.version)
+        e.turns += 1
+        return self._after_generation(e, out, final, budget)
+
     def _after_generation(
         self, e: Episode, out: TurnOutput, final: bool, budget: int
     ) -> tuple[Action, str] | None:
@@ -205,19 +293,18 @@ class EpisodeLoop:
         e.obs_cut += obs.cut
 
     # -- tools -----------------------------------------------------------------------------------
-    def _run_tools(self, pending: list[tuple[Episode, Action, str]], budget: int) -> None:
-        calls: list[ToolCall] = [c for _, action, _ in pending for c in action.calls]
-        outcomes = iter(self.executor.run(calls))
-        for e, action, eos_text in pending:
-            results: list[ToolOutcome] = [next(outcomes) for _ in action.calls]
-            for call, r in zip(action.calls, results, strict=True):
-                e.tool_calls += 1
-                e.tool_errors += int(r.error)
-                self.stats.latencies.append(r.latency_s)
-                self.stats.errors += int(r.error)
-                for k, v in r.metrics.items():
-                    self.stats.per_tool[call.name][k].append(v)
-            self._append(e, self._observation(action, results, eos_text), budget)
+    def _observe(
+        self, e: Episode, action: Action, results: list[ToolOutcome], eos_text: str, budget: int
+    ) -> None:
+        """Count one turn's tool outcomes and append them as the episode's observation."""
+        for call, r in zip(action.calls, results, strict=True):
+            e.tool_calls += 1
+            e.tool_errors += int(r.error)
+            self.stats.latencies.append(r.latency_s)
+            self.stats.errors += int(r.error)
+            for k, v in r.metrics.items():
+                self.stats.per_tool[call.name][k].append(v)
+        self._append(e, self._observation(action, results, eos_text), budget)
 
     def _observation(self, action: Action, results: list[ToolOutcome], eos_text: str) -> Observation:
         if self.template is not None:

@@ -7,6 +7,10 @@
 `generate` returns the same fields as single-turn `rollout.base.assemble` (rows interleaved
 A,A,B,B, `params.n` per prompt), with response_mask 0 on observation tokens, plus per-episode
 stats (`agent_turns`, `agent_tool_calls`, ...) and the `agent/*` metrics.
+
+`streaming=True` (async RL) runs each episode's turns on its own, at most `max_episodes_in_flight`
+at once, so a slow tool call holds back only its episode; the default turn-locked schedule keeps
+the synchronous trainer's samples bit for bit (see `agent.loop`).
 """
 
 from __future__ import annotations
@@ -27,16 +31,30 @@ log = logging.getLogger(__name__)
 
 
 class AgentRollout:
-    def __init__(self, engine: RolloutEngine, tokenizer: Any, cfg: Config, pad_id: int):
+    def __init__(
+        self,
+        engine: RolloutEngine,
+        tokenizer: Any,
+        cfg: Config,
+        pad_id: int,
+        streaming: bool = False,
+        max_episodes_in_flight: int = 64,
+    ):
         mt = cfg.rollout.multi_turn
-        self.cfg, self.pad_id = mt, pad_id
+        self.cfg, self.pad_id, self.streaming = mt, pad_id, streaming
         self.toolset = ToolSet(mt, cache_root(cfg.model.cache_dir)).start()
         self.sandbox_url: str | None = self.toolset.sandbox_url or None  # code rewards reuse it
         self.executor: ToolExecutor | None = None
         try:
             self.executor = ToolExecutor(self.toolset.tools, mt.tool_timeout, mt.max_concurrent_calls)
             self.loop = EpisodeLoop(
-                engine, tokenizer, mt, self.toolset.tools, self.executor, set(engine.eos_ids)
+                engine,
+                tokenizer,
+                mt,
+                self.toolset.tools,
+                self.executor,
+                set(engine.eos_ids),
+                max_episodes_in_flight,
             )
         except BaseException:
             self.close()
@@ -51,7 +69,7 @@ class AgentRollout:
         ids, mask = gen_batch["input_ids"], gen_batch["attention_mask"]
         prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
         budget = params.max_new_tokens
-        episodes = self.loop.run(prompts, params.n, params, budget)
+        episodes = self.loop.run(prompts, params.n, params, budget, streaming=self.streaming)
         batch = assemble_episodes(gen_batch, episodes, params.n, self.pad_id, budget)
         return batch, agent_metrics(episodes, self.loop.stats)
 

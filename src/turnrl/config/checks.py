@@ -28,6 +28,7 @@ def check_config(cfg: Config) -> None:
     _check_distributed(cfg)
     _check_rollout_engine(cfg)
     _check_rollout_correction(cfg)
+    _check_async(cfg)
     if cfg.rollout.multi_turn.enable:
         _check_multi_turn(cfg.rollout.multi_turn)
 
@@ -98,6 +99,30 @@ def _check_rollout_engine(cfg: Config) -> None:
 
         if importlib.util.find_spec("vllm") is None:
             raise ConfigError("'rollout.engine=vllm' needs vLLM: pip install 'turnrl[vllm]'")
+
+
+def _check_async(cfg: Config) -> None:
+    t = cfg.trainer
+    _one_of("trainer.mode", t.mode, ("sync", "async"))
+    if t.max_staleness < 0:
+        raise ConfigError(f"'trainer.max_staleness' must be >= 0, got {t.max_staleness}")
+    if t.mode != "async":
+        return
+    if cfg.rollout.engine != "server":
+        raise ConfigError(
+            "'trainer.mode=async' generates in inference servers while the trainer updates: "
+            f"set rollout.engine=server (got '{cfg.rollout.engine}')"
+        )
+    if t.nnodes * t.n_gpus_per_node > 1:
+        raise ConfigError(
+            "'trainer.mode=async' runs the trainer in one process for now: set trainer.nnodes=1 and "
+            "trainer.n_gpus_per_node=1 (the inference servers may live anywhere)"
+        )
+    if cfg.algorithm.rollout_correction.bypass and t.max_staleness > 0:
+        raise ConfigError(
+            "'algorithm.rollout_correction.bypass=true' is exact only on-policy; async samples may be "
+            f"{t.max_staleness} versions old: use mode=tis or mis instead"
+        )
 
 
 def _check_rollout_correction(cfg: Config) -> None:

@@ -131,6 +131,8 @@ def _as_version(value: Any) -> int | None:
 class ServerEngine:
     """RolloutEngine over inference servers; see the module docstring."""
 
+    concurrent = True  # generate may be called from several threads at once (streamed agent episodes)
+
     def __init__(
         self,
         urls: list[str],
@@ -158,6 +160,9 @@ class ServerEngine:
         self.rows_per_request = max(1, rows_per_request)
         self.child = child
         self.version = 0  # the trainer's; servers must report it once they can report anything
+        self.max_lag = 0
+        """Versions a response may lag the trainer's: 0 (sync mode) or `trainer.max_staleness` in
+        async mode, where a request may start before a weight update and answer after it."""
         timeout = httpx.Timeout(cfg.timeout_s, connect=min(cfg.timeout_s, 10.0))
         self.client = httpx.Client(timeout=timeout)
         self.pool = ThreadPoolExecutor(
@@ -250,25 +255,30 @@ class ServerEngine:
         lps: list[list[float]] = [[] for _ in range(rows)]
         reasons = ["length"] * rows
         versions: dict[str, int] = {}
+        row_version = [self.version] * rows
         try:
             for req, fut in zip(requests, futures, strict=True):
                 url, version, choices = fut.result()
                 if version is not None:
-                    versions[url] = version
+                    versions[url] = min(version, versions.get(url, version))
                 for row, (i, lp, reason) in zip(req.rows, choices, strict=True):
                     ids[row], lps[row], reasons[row] = i, lp, reason
+                    row_version[row] = self.version if version is None else version
         except BaseException:
             for fut in futures:
                 fut.cancel()
             raise
-        return Generation(ids, lps, reasons, policy_version=self._check_versions(versions))
+        oldest = self._check_versions(versions)
+        mixed = len(set(row_version)) > 1  # async: requests on both sides of a weight update
+        token_versions = [[v] * len(i) for v, i in zip(row_version, ids, strict=True)] if mixed else None
+        return Generation(ids, lps, reasons, policy_version=oldest, token_versions=token_versions)
 
     def _check_versions(self, versions: dict[str, int]) -> int:
-        if len(set(versions.values())) > 1:
+        if self.max_lag == 0 and len(set(versions.values())) > 1:
             seen = ", ".join(f"{u} v{v}" for u, v in sorted(versions.items()))
             raise ServerError(f"inference servers sampled one batch with different policy versions: {seen}")
         for url, v in versions.items():
-            if v != self.version:
+            if not self.version - self.max_lag <= v <= self.version:
                 raise ServerError(
                     f"{url} reports policy version {v}, but the trainer is at version {self.version}: "
                     f"its samples would be off-policy (restart it, or check that it loaded the synced weights)"

@@ -7,7 +7,8 @@
                          "finish_reason", "token_ids", "prompt_token_ids"}]}
     POST /update_weights_from_disk {"model_path": dir, "policy_version": int}   (SGLang's name)
         -> {"success", "message", "policy_version"}
-    GET  /health                  -> {"status": "ok", "model", "vocab_size", "policy_version"}
+    GET  /health                  -> {"status": "ok", "model", "vocab_size", "policy_version", "max_model_len",
+                                      "batches_run", "requests_served", "max_rows_in_a_batch"}
     GET  /v1/models               -> {"object": "list", "data": [{"id", "max_model_len", "vocab_size", ...}]}
 
 Field names follow vLLM and SGLang (token-id prompts, `top_k`, `return_tokens_as_token_ids`,
@@ -15,14 +16,16 @@ Field names follow vLLM and SGLang (token-id prompts, `top_k`, `return_tokens_as
 them: prompt i's n samples are choices i*n .. i*n+n-1. Log-probs are the engine's: log p(token)
 at the sampling temperature, before top-p/top-k.
 
-One engine call runs at a time, in a worker thread under a lock; /health never waits for it.
+One worker thread owns the engine (`turnrl.serve.batcher`): it merges concurrent requests with the
+same sampling parameters and no seed into one engine call, and runs weight loads between calls;
+/health never waits for it.
 A bad request gets a 400 whose `detail` is one line naming the field.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
 import time
 import uuid
 from typing import Any
@@ -30,10 +33,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.concurrency import run_in_threadpool
 
 from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.rollout.hf import HFEngine
+from turnrl.serve.batcher import Batcher
 from turnrl.serve.weights import WeightsError, load_weights_dir
 from turnrl.servers.validation import describe_validation_error
 
@@ -144,25 +147,35 @@ def sampling_params(req: CompletionRequest) -> SamplingParams:
 
 
 class Server:
-    """The served model and its policy version; every engine call holds `lock`."""
+    """The served model and its policy version. Every engine call, generation or weight load, runs
+    on the batcher's one worker thread, so a load never lands in the middle of a generation."""
 
-    def __init__(self, engine: HFEngine, model_id: str, max_model_len: int | None) -> None:
+    def __init__(
+        self,
+        engine: HFEngine,
+        model_id: str,
+        max_model_len: int | None,
+        max_batch_rows: int = 256,
+        batch_wait_ms: float = 5.0,
+    ) -> None:
         self.engine, self.model_id, self.max_model_len = engine, model_id, max_model_len
         self.tokenizer = engine.tokenizer
         self.vocab_size = int(engine.model.get_input_embeddings().weight.shape[0])
         self.policy_version = 0
-        self.lock = threading.Lock()
+        self.batcher = Batcher(engine, max_batch_rows, batch_wait_ms / 1000)
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> Generation:
-        with self.lock:
-            return self.engine.generate(prompts, params)
+    async def generate(self, prompts: list[list[int]], params: SamplingParams) -> Generation:
+        return await asyncio.wrap_future(self.batcher.submit(prompts, params))
 
-    def load(self, path: str, version: int) -> int:
-        with self.lock:
-            count = load_weights_dir(self.engine.model, path)
-            self.policy_version = version
-            self.engine.sync_weights(version)
-            return count
+    async def load(self, path: str, version: int) -> int:
+        # shielded: a trainer that stops waiting does not cancel a load it asked for
+        return await asyncio.shield(asyncio.wrap_future(self.batcher.call(lambda: self._load(path, version))))
+
+    def _load(self, path: str, version: int) -> int:
+        count = load_weights_dir(self.engine.model, path)
+        self.policy_version = version
+        self.engine.sync_weights(version)
+        return count
 
     def _text(self, ids: list[int], stop: list[str], reason: str) -> str:
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -226,11 +239,23 @@ def _version(req: UpdateWeightsRequest, current: int) -> int:
     return current + 1  # an update without a version is still a new policy
 
 
-def create_app(engine: HFEngine, model_id: str, max_model_len: int | None = None) -> FastAPI:
+def _one_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"
+
+
+def create_app(
+    engine: HFEngine,
+    model_id: str,
+    max_model_len: int | None = None,
+    max_batch_rows: int = 256,
+    batch_wait_ms: float = 5.0,
+) -> FastAPI:
+    """`max_batch_rows`: output rows (prompts x n) of one merged engine call; `batch_wait_ms`: how
+    long a lone mergeable request waits for others (see turnrl.serve.batcher)."""
     from turnrl import __version__
 
     app = FastAPI(title="turnrl serve", version=__version__)
-    server = Server(engine, model_id, max_model_len)
+    server = Server(engine, model_id, max_model_len, max_batch_rows, batch_wait_ms)
     app.state.server = server
 
     async def body_of(request: Request, model: type[BaseModel], example: str) -> Any:
@@ -251,7 +276,7 @@ def create_app(engine: HFEngine, model_id: str, max_model_len: int | None = None
     @app.exception_handler(Exception)
     async def _internal(_request: Request, err: Exception) -> JSONResponse:
         # a bug, not the client's input: one line here, the traceback in the server's log (Starlette re-raises)
-        return _reject(f"internal error: {type(err).__name__}: {' '.join(str(err).split())}", 500)
+        return _reject(f"internal error: {_one_line(err)}", 500)
 
     @app.get("/health")
     async def _health() -> dict[str, Any]:
@@ -261,6 +286,7 @@ def create_app(engine: HFEngine, model_id: str, max_model_len: int | None = None
             "vocab_size": server.vocab_size,
             "policy_version": server.policy_version,
             "max_model_len": server.max_model_len,
+            **server.batcher.stats(),
         }
 
     @app.get("/v1/models")
@@ -292,7 +318,10 @@ def create_app(engine: HFEngine, model_id: str, max_model_len: int | None = None
                         f"prompt[{i}]: {len(p)} tokens + max_tokens {params.max_new_tokens} exceed "
                         f"max_model_len {server.max_model_len}"
                     )
-        gen = await run_in_threadpool(server.generate, prompts, params)
+        try:
+            gen = await server.generate(prompts, params)
+        except Exception as err:  # the whole merged batch failed (out of memory, ...); the server goes on
+            return _reject(f"generation failed: {_one_line(err)}", 500)
         return JSONResponse(server.response(req, prompts, params, gen))
 
     @app.post("/update_weights_from_disk")
@@ -302,7 +331,7 @@ def create_app(engine: HFEngine, model_id: str, max_model_len: int | None = None
         )
         version = _version(req, server.policy_version)
         try:
-            count = await run_in_threadpool(server.load, req.model_path, version)
+            count = await server.load(req.model_path, version)
         except WeightsError as err:
             msg = str(err)
             return _reject(msg, success=False, message=msg, policy_version=server.policy_version)

@@ -42,6 +42,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--batch-size", type=int, default=64, help="responses per forward batch (default %(default)s)"
     )
     parser.add_argument(
+        "--max-batch-rows",
+        type=int,
+        default=256,
+        help="output rows (prompts x n) of one merged engine call when concurrent requests are "
+        "batched together (default %(default)s)",
+    )
+    parser.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=5.0,
+        help="how long a lone unseeded request waits for others to batch with (default %(default)s)",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=0,
@@ -65,6 +78,7 @@ def serve(args: argparse.Namespace) -> int:
     import torch
     import uvicorn
 
+    from turnrl.errors import TurnrlInputError
     from turnrl.models.loader import ModelError, load_model
     from turnrl.rollout.hf import HFEngine
     from turnrl.serve.app import create_app
@@ -80,6 +94,10 @@ def serve(args: argparse.Namespace) -> int:
         raise ModelError(f"--device {args.device}: CUDA is not available on this machine")
     if args.dtype != "auto" and not isinstance(getattr(torch, args.dtype, None), torch.dtype):
         raise ModelError(f"--dtype {args.dtype!r}: not a torch dtype (e.g. float32, bfloat16)")
+    if args.max_batch_rows < 1:
+        raise TurnrlInputError(f"--max-batch-rows {args.max_batch_rows}: must be >= 1")
+    if args.batch_wait_ms < 0:
+        raise TurnrlInputError(f"--batch-wait-ms {args.batch_wait_ms}: must be >= 0")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -87,7 +105,8 @@ def serve(args: argparse.Namespace) -> int:
     model.eval().requires_grad_(False)
     max_len = getattr(model.config, "max_position_embeddings", None)
     model_id = args.served_model_name or args.model
-    app = create_app(HFEngine(model, tokenizer, args.batch_size), model_id, max_len)
+    engine = HFEngine(model, tokenizer, args.batch_size)
+    app = create_app(engine, model_id, max_len, args.max_batch_rows, args.batch_wait_ms)
     print(
         f"turnrl serve: {model_id} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
         f"vocab {model.get_input_embeddings().weight.shape[0]}) on {device}; "

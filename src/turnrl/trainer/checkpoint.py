@@ -12,6 +12,7 @@ a half-written one.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -19,6 +20,8 @@ from typing import Any
 
 from turnrl.workers.group import WorkerGroup
 from turnrl.workers.state import CheckpointError
+
+log = logging.getLogger(__name__)
 
 TRAINER_STATE = "trainer_state.json"
 
@@ -42,11 +45,19 @@ def save(run_dir: Path, step: int, roles: dict[str, WorkerGroup], trainer_state:
 
 
 def latest(run_dir: Path) -> Path | None:
+    """The checkpoint the `latest` pointer names; if it is gone or incomplete (deleted by hand, a
+    disk that lost it), the newest complete one, said out loud: never a silent start from scratch."""
     pointer = run_dir / "checkpoints" / "latest"
-    if not pointer.is_file():
+    if pointer.is_file():
+        path = run_dir / "checkpoints" / pointer.read_text().strip()
+        if (path / TRAINER_STATE).is_file():
+            return path
+    found = steps(run_dir)
+    if not found:
         return None
-    path = run_dir / "checkpoints" / pointer.read_text().strip()
-    return path if (path / TRAINER_STATE).is_file() else None
+    newest = found[max(found)]
+    log.warning("checkpoint pointer %s is missing or names no complete checkpoint; using %s", pointer, newest)
+    return newest
 
 
 def steps(run_dir: Path) -> dict[int, Path]:

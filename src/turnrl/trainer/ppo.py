@@ -16,7 +16,7 @@ from typing import Any
 
 from turnrl.algorithms.kl import make_kl_controller
 from turnrl.batch import Batch
-from turnrl.config import Config, check_config, to_yaml
+from turnrl.config import Config, ConfigError, check_config, to_yaml
 from turnrl.data.loader import StatefulLoader
 from turnrl.rewards.scorer import RuleReward
 from turnrl.rollout.base import Rollout, SamplingParams
@@ -25,7 +25,8 @@ from turnrl.tracking.dump import dump_rollouts
 from turnrl.tracking.logger import Tracker
 from turnrl.tracking.sinks import check_sinks
 from turnrl.trainer import checkpoint, stages
-from turnrl.trainer.metrics import data_metrics, extra_metrics, timing_metrics, version_metrics
+from turnrl.trainer.metrics import async_metrics, data_metrics, extra_metrics, timing_metrics, version_metrics
+from turnrl.trainer.producer import Produced, RolloutProducer
 from turnrl.trainer.setup import Data, build_data, build_roles, make_run_dir
 from turnrl.trainer.validation import validate
 
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 class Trainer:
     def __init__(self, cfg: Config, recorder: stages.Recorder | None = None):
         check_config(cfg)
+        if recorder is not None and cfg.trainer.mode == "async":
+            raise ConfigError("the step inspector records one synchronous step: set trainer.mode=sync")
         check_sinks(cfg.trainer.logger)  # a missing logger package fails before the model loads
         self.cfg, self.recorder = cfg, recorder
         data = build_data(cfg)  # everything is loaded and checked before anything is written
@@ -52,6 +55,8 @@ class Trainer:
         self.actor, self.ref, self.critic = self.roles.actor, self.roles.ref, self.roles.critic
         self.reward_model = self.roles.reward_model
         self.engine = self.actor.rollout_engine()
+        if cfg.trainer.mode == "async":  # a response may start before a weight update and end after it
+            self.engine.max_lag = cfg.trainer.max_staleness  # type: ignore[attr-defined]
         self.rollout: Rollout = SingleTurnRollout(self.engine, self.pad_id)
         sandbox_url = None
         if cfg.rollout.multi_turn.enable:  # starts and health-checks tool servers: before any disk write
@@ -77,6 +82,9 @@ class Trainer:
         self.batches = self._batch_stream()
         self.total_steps = cfg.trainer.total_training_steps or len(self.loader) * cfg.trainer.total_epochs
         self.global_step = 0
+        self.trained_loader_state = self.loader.state_dict()
+        self.producer: RolloutProducer | None = None  # async mode, while fit() runs
+        self.regenerated = 0  # async rollouts buffered at the checkpoint this run resumed from
         self.policy_version = 0  # +1 per actor update; every sample records the version that made it
         self.run_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.run_dir / ".config.yaml.tmp"
@@ -93,11 +101,38 @@ class Trainer:
 
     # -- the step ------------------------------------------------------------------------------
     def step(self, batch: Batch) -> dict[str, Any]:
-        cfg, clock = self.cfg, stages.StageClock(self.recorder)
+        """One synchronous step: stages 1-13."""
+        clock = stages.StageClock(self.recorder)
         start = time.perf_counter()
         with clock("load_batch", batch):
             pass
-        batch, metrics = self.rollout_and_score(batch, clock)  # stages 2-6, repeated by dynamic sampling
+        # stages 2-6, repeated by dynamic sampling
+        batch, metrics = self.rollout_and_score(batch, clock, self.global_step)
+        return self.train_on(batch, metrics, clock, start)
+
+    def async_step(
+        self, item: Produced, trainer_idle_s: float, queue_depth: int, start: float
+    ) -> dict[str, Any]:
+        """Stages 7-13 on a rollout the producer made (stages 2-6 ran in its thread, overlapping the
+        previous update); samples older than `max_staleness` versions are dropped, whole groups."""
+        clock = stages.StageClock(None)
+        clock.timing.update(item.timing)
+        batch, dropped = stages.drop_stale(item.batch, self.policy_version, self.cfg.trainer.max_staleness)
+        metrics = dict(item.metrics)
+        metrics.update(
+            async_metrics(batch, self.policy_version, trainer_idle_s, item.gate_wait_s, queue_depth)
+        )
+        metrics["async/dropped_stale"] = dropped
+        if self.regenerated:  # buffered when the checkpoint we resumed from was written
+            metrics["async/regenerated_on_resume"], self.regenerated = self.regenerated, 0
+        self.trained_loader_state = item.loader_state
+        return self.train_on(batch, metrics, clock, start)
+
+    def train_on(
+        self, batch: Batch, metrics: dict[str, Any], clock: stages.StageClock, start: float
+    ) -> dict[str, Any]:
+        """Stages 7-13 on a rolled-out, scored batch."""
+        cfg = self.cfg
         metrics.update(version_metrics(batch, self.policy_version))
         rc = cfg.algorithm.rollout_correction
         if rc.bypass:  # on-policy: the engine's log-probs are the old ones, no trainer forward pass
@@ -136,8 +171,11 @@ class Trainer:
             dump_rollouts(self.run_dir, self.global_step, batch, self.tokenizer)
         return metrics
 
-    def rollout_and_score(self, batch: Batch, clock: stages.StageClock) -> tuple[Batch, dict[str, Any]]:
-        """Stages 2-6; with DAPO dynamic sampling, repeated on fresh prompts until the batch is full."""
+    def rollout_and_score(
+        self, batch: Batch, clock: stages.StageClock, step: int
+    ) -> tuple[Batch, dict[str, Any]]:
+        """Stages 2-6 for training step `step` (it seeds the sampling); with DAPO dynamic sampling,
+        repeated on fresh prompts until the batch is full."""
         cfg, n, fg = self.cfg, self.cfg.rollout.n, self.cfg.algorithm.filter_groups
         kept: list[Batch] = []
         extras: dict[str, list[float]] = {}
@@ -147,15 +185,15 @@ class Trainer:
             with clock("gen_batch") as st:
                 gen_batch = st.batch = stages.split_generation_input(batch)
             with clock("gen") as st:
-                rollout, gen_metrics = self.rollout.generate(
-                    gen_batch, self.sampling(self.global_step, rounds)
-                )
+                rollout, gen_metrics = self.rollout.generate(gen_batch, self.sampling(step, rounds))
                 st.batch = rollout
             with clock("group") as st:
                 merged = st.batch = stages.group_and_merge(batch, rollout, n)
             if cfg.algorithm.adv_estimator == "remax":
                 with clock("gen_max"):
-                    merged["reward_baselines"] = self.greedy_baseline(batch, gen_batch).repeat_interleave(n)
+                    merged["reward_baselines"] = self.greedy_baseline(
+                        batch, gen_batch, step
+                    ).repeat_interleave(n)
             with clock("reward", merged):
                 for k, v in self.score(merged).items():
                     extras.setdefault(k, []).extend(v)
@@ -196,9 +234,9 @@ class Trainer:
             stages.overlong_shaping(batch, cfg.data.max_response_length, ob.len, ob.penalty_factor)
         return extras
 
-    def greedy_baseline(self, prompts: Batch, gen_batch: Batch) -> Any:
+    def greedy_baseline(self, prompts: Batch, gen_batch: Batch, step: int) -> Any:
         """ReMax's baseline: the score of a greedy response to the same prompt."""
-        params = dataclasses.replace(self.sampling(self.global_step, 0), n=1, temperature=0.0)
+        params = dataclasses.replace(self.sampling(step, 0), n=1, temperature=0.0)
         rollout, _ = self.rollout.generate(gen_batch, params)
         greedy = stages.group_and_merge(prompts, rollout, 1)
         self.score(greedy)
@@ -227,13 +265,25 @@ class Trainer:
             total=self.total_steps, initial=self.global_step, desc="train", unit="step", dynamic_ncols=True
         )
         last_val = self.global_step
+        if t.mode == "async":
+            self.producer = RolloutProducer(
+                self.produce, self.global_step + 1, self.total_steps, t.max_staleness
+            )
         try:
             while self.global_step < self.total_steps:
-                batch = next(self.batches)
-                self.global_step += 1
-                metrics = self.step(batch)
+                start = time.perf_counter()
+                if self.producer:
+                    item, idle, depth = self.producer.next()
+                    self.global_step = item.step
+                    metrics = self.async_step(item, idle, depth, start)
+                    self.producer.step_done(self.global_step)  # the next rollouts may start
+                else:
+                    batch = next(self.batches)
+                    self.global_step += 1
+                    metrics = self.step(batch)
+                    self.trained_loader_state = self.loader.state_dict()
                 metrics["training/global_step"] = self.global_step
-                metrics["training/epoch"] = self.loader.epoch
+                metrics["training/epoch"] = self.trained_loader_state["epoch"]
                 if t.test_freq and self.global_step % t.test_freq == 0:
                     metrics.update(self.validate())
                     last_val = self.global_step
@@ -249,8 +299,18 @@ class Trainer:
             self.close()
         return self.run_dir
 
+    def produce(self, step: int) -> Produced:
+        """Async mode, in the producer's thread: draw the prompts of `step` and run stages 2-6."""
+        clock = stages.StageClock(None)
+        batch = next(self.batches)
+        rolled, metrics = self.rollout_and_score(batch, clock, step)
+        return Produced(step, rolled, metrics, clock.timing, self.loader.state_dict())
+
     def close(self) -> None:
-        """Stop child tool servers, release the roles, flush loggers; safe on a half-built trainer."""
+        """Stop the producer, child tool servers, release the roles, flush loggers; safe on a
+        half-built trainer."""
+        if getattr(self, "producer", None):
+            self.producer.close()
         for part in ("rollout", "roles", "tracker"):
             if hasattr(self, part):
                 getattr(self, part).close()
@@ -284,8 +344,11 @@ class Trainer:
         state = {
             "global_step": self.global_step,
             "policy_version": self.policy_version,
-            "loader": self.loader.state_dict(),
+            # the position after the last *trained* batch: async batches still buffered are
+            # regenerated on resume (counted), never lost or trained twice
+            "loader": self.trained_loader_state,
             "kl_coef": self.kl_ctrl.value if self.kl_ctrl else None,
+            "buffered_rollouts": self.producer.buffered() if self.producer else 0,
         }
         checkpoint.save(self.run_dir, self.global_step, self.roles.owned(), state)
 
@@ -299,6 +362,8 @@ class Trainer:
         if self.kl_ctrl and state.get("kl_coef") is not None:
             self.kl_ctrl.value = float(state["kl_coef"])
         self.loader.load_state_dict(state["loader"])
+        self.trained_loader_state = self.loader.state_dict()
+        self.regenerated = int(state.get("buffered_rollouts", 0))
         self.global_step = int(state["global_step"])
         self.policy_version = int(state.get("policy_version", 0))
         self.engine.sync_weights(self.policy_version)

@@ -182,3 +182,19 @@ def keep_varied_groups(batch: Batch) -> tuple[Batch, int]:
     keep_uids = {u for u, v in spread.items() if max(v) - min(v) > 1e-8}
     rows = [i for i, u in enumerate(batch["uid"]) if u in keep_uids]
     return batch.index(rows), len(spread) - len(keep_uids)
+
+
+def drop_stale(batch: Batch, version: int, max_staleness: int) -> tuple[Batch, int]:
+    """Async mode: drop every group (uid) holding a sample older than `max_staleness` versions:
+    a group's advantages need all of its samples. Returns the batch and the samples dropped."""
+    lag = version - batch["rollout_policy_version"]
+    stale = {u for u, late in zip(batch["uid"], (lag > max_staleness).tolist(), strict=True) if late}
+    if not stale:
+        return batch, 0
+    rows = [i for i, u in enumerate(batch["uid"]) if u not in stale]
+    if not rows:
+        raise RuntimeError(
+            f"every sample of the batch is more than trainer.max_staleness={max_staleness} versions old "
+            f"(trainer at version {version})"
+        )
+    return batch.index(rows), len(batch) - len(rows)

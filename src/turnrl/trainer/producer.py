@@ -1,0 +1,110 @@
+"""Async mode's rollout side: stages 2-6 (generate, group, score) run in a background thread,
+ahead of the trainer by at most `max_staleness` steps.
+
+The rule that bounds staleness: the batch for step s may start only once the trainer has finished
+step s - 1 - k. Each finished step makes at most one actor update, so a batch started at policy
+version v is trained at version <= v + k. With k = 0 a batch starts only after the previous step
+synced its weights: the synchronous loop, step for step (same prompts, same seeds, same numbers).
+
+The producer draws the prompts, so the data loader runs ahead of training; each item carries the
+loader's position after its prompts were drawn, and a checkpoint saves the position of the last
+*trained* item: batches still buffered at a save are regenerated on resume (counted), never lost
+and never trained twice.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnrl.batch import Batch
+
+
+@dataclass
+class Produced:
+    """One step's rollout, scored: what the trainer's stages 7-13 need."""
+
+    step: int
+    batch: Batch
+    metrics: dict[str, Any]
+    timing: dict[str, float]
+    """Stage seconds of stages 2-6 as the producer measured them (`timing_s/<stage>`)."""
+    loader_state: dict[str, Any]
+    """The data loader's position right after this step's prompts were drawn."""
+    gate_wait_s: float = 0.0
+    """Seconds the producer waited for the staleness bound before starting this batch."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Failed:
+    def __init__(self, err: BaseException):
+        self.err = err
+
+
+class RolloutProducer:
+    """Runs `produce(step)` for steps `first..last` in a thread, gated by the staleness bound."""
+
+    def __init__(self, produce: Callable[[int], Produced], first: int, last: int, max_staleness: int):
+        self.produce, self.first, self.last, self.k = produce, first, last, max_staleness
+        self.items: queue.Queue[Produced | _Failed] = queue.Queue()
+        self.cond = threading.Condition()
+        self.trained = first - 1  # the last step the trainer finished
+        self.stopping = False
+        self.busy = False  # generating a batch right now
+        self.thread = threading.Thread(target=self._run, name="turnrl-producer", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for step in range(self.first, self.last + 1):
+                start = time.perf_counter()
+                with self.cond:
+                    self.cond.wait_for(lambda s=step: self.stopping or self.trained >= s - 1 - self.k)
+                    if self.stopping:
+                        return
+                waited = time.perf_counter() - start
+                self.busy = True
+                try:
+                    item = self.produce(step)
+                finally:
+                    self.busy = False
+                item.gate_wait_s = waited
+                self.items.put(item)
+        except BaseException as err:  # handed to the trainer, which raises it in its own thread
+            self.items.put(_Failed(err))
+
+    def next(self) -> tuple[Produced, float, int]:
+        """The next step's rollout, the seconds the trainer waited for it, and how many more were
+        ready behind it (the queue depth)."""
+        start = time.perf_counter()
+        while True:
+            try:
+                got = self.items.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not self.thread.is_alive():
+                    raise RuntimeError("the rollout producer stopped without a result") from None
+        if isinstance(got, _Failed):
+            raise got.err
+        return got, time.perf_counter() - start, self.items.qsize()
+
+    def step_done(self, step: int) -> None:
+        """The trainer finished `step` (and synced its weights): the producer may go ahead."""
+        with self.cond:
+            self.trained = step
+            self.cond.notify_all()
+
+    def buffered(self) -> int:
+        """Rollouts generated or started but not trained: regenerated if the run resumes now."""
+        return self.items.qsize() + int(self.busy)
+
+    def close(self) -> None:
+        """Stop after the batch in flight (its generation is not interrupted; the thread is a
+        daemon, so a run that exits does not wait for it)."""
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
