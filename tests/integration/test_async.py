@@ -84,3 +84,32 @@ def test_resume_with_buffered_rollouts_loses_and_repeats_nothing(tmp_path):
     assert prompts_per_step(resumed) == prompts_per_step(whole)
     again = [r for r in steps_of(resumed) if r["training/global_step"] == 2]
     assert again[-1]["async/regenerated_on_resume"] == state["buffered_rollouts"]
+
+
+@pytest.mark.timeout(600)
+def test_agent_episodes_stream_in_async_mode(tmp_path):
+    recipe = Path(__file__).parents[2] / "examples" / "calculator_agent.yaml"
+    overrides = {
+        "model.path": "tiny-random",
+        "rollout.engine": "server",
+        "trainer.mode": "async",
+        "trainer.max_staleness": 1,
+        "data.train_batch_size": 2,
+        "data.max_response_length": 24,
+        "rollout.n": 2,
+        "rollout.multi_turn.max_tokens_per_turn": 8,
+        "actor.ppo_mini_batch_size": 1,
+        "trainer.total_training_steps": 3,
+        "trainer.test_freq": 0,
+        "trainer.val_before_train": False,
+        "trainer.logger": "[jsonl]",
+        "trainer.default_local_dir": str(tmp_path / "run"),
+    }
+    trainer = Trainer(load_config(recipe, [f"{k}={v}" for k, v in overrides.items()]))
+    assert trainer.rollout.streaming and trainer.sampling(1).seed is None
+    trainer.val_examples = trainer.val_examples[:4]
+    steps = steps_of(trainer.fit())
+    assert len(steps) == 3
+    for s in steps:
+        assert s["async/staleness/max"] <= 1.0
+        assert s["response_length/mean"] == pytest.approx(s["agent/model_tokens/mean"])

@@ -62,7 +62,9 @@ class Trainer:
         if cfg.rollout.multi_turn.enable:  # starts and health-checks tool servers: before any disk write
             from turnrl.agent.rollout import AgentRollout
 
-            self.rollout = AgentRollout(self.engine, self.tokenizer, cfg, self.pad_id)
+            # async with overlap: episodes stream one by one instead of advancing turn by turn together
+            streaming = cfg.trainer.mode == "async" and cfg.trainer.max_staleness > 0
+            self.rollout = AgentRollout(self.engine, self.tokenizer, cfg, self.pad_id, streaming=streaming)
             sandbox_url = self.rollout.sandbox_url  # code rewards reuse the run's sandbox
         self.reward = RuleReward(
             self.tokenizer,
@@ -86,6 +88,10 @@ class Trainer:
         self.producer: RolloutProducer | None = None  # async mode, while fit() runs
         self.regenerated = 0  # async rollouts buffered at the checkpoint this run resumed from
         self.policy_version = 0  # +1 per actor update; every sample records the version that made it
+        # seeded runs are reproducible, except streamed agent episodes: a server batches only unseeded
+        # requests, and with overlap the weight versions depend on timing anyway
+        t = cfg.trainer
+        self.unseeded = t.mode == "async" and t.max_staleness > 0 and cfg.rollout.multi_turn.enable
         self.run_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.run_dir / ".config.yaml.tmp"
         tmp.write_text(to_yaml(cfg))
@@ -251,7 +257,7 @@ class Trainer:
             top_p=r.top_p,
             top_k=r.top_k,
             stop=list(r.stop),
-            seed=(self.cfg.trainer.seed * 1_000_003 + step) * 31 + round_,  # seeded runs are reproducible
+            seed=None if self.unseeded else (self.cfg.trainer.seed * 1_000_003 + step) * 31 + round_,
         )
 
     # -- the loop ------------------------------------------------------------------------------
