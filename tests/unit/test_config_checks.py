@@ -102,6 +102,38 @@ RULES = [
     (agent(tool_timeout=0.0), r"'rollout\.multi_turn\.tool_timeout' must be > 0, got 0\.0"),
     (agent(answer_tag="  "), r"'rollout\.multi_turn\.answer_tag' must not be empty"),
     (agent(tools=[]), r"rollout\.multi_turn is enabled but names no tool \(rollout\.multi_turn\.tools"),
+    # rollout engines
+    ({"rollout__engine": "sglang"}, r"unknown 'rollout\.engine' 'sglang'; valid: hf, server, vllm"),
+    (
+        {"rollout__server__urls": ["10.0.0.2:8000"]},
+        r"'rollout\.server\.urls' entry '10\.0\.0\.2:8000' is not an http",
+    ),
+    ({"rollout__server__timeout_s": 0.0}, r"'rollout\.server\.timeout_s' must be > 0"),
+    ({"rollout__sync_every": -1}, r"'rollout\.sync_every' must be >= 0"),
+    (
+        {"rollout__engine": "server", "trainer__nnodes": 2, "trainer__ray_address": "h:1"},
+        r"'rollout\.engine=server' on several machines needs 'rollout\.server\.urls'",
+    ),
+    # off-policy correction
+    ({"algorithm__rollout_correction__mode": "is"}, r"unknown 'algorithm\.rollout_correction\.mode' 'is'"),
+    (
+        {"algorithm__rollout_correction__level": "seq"},
+        r"unknown 'algorithm\.rollout_correction\.level' 'seq'",
+    ),
+    ({"algorithm__rollout_correction__mis_low": 3.0}, r"needs 0 <= mis_low < mis_high, got \[3\.0, 2\.0\]"),
+    ({"algorithm__rollout_correction__bypass": True}, r"bypass=true' is only exact on-policy"),
+    (
+        {"algorithm__rollout_correction__bypass": True, "algorithm__rollout_correction__mode": "tis"},
+        r"there is no gap to correct: set algorithm\.rollout_correction\.mode=none",
+    ),
+    # async
+    ({"trainer__mode": "overlap"}, r"unknown 'trainer\.mode' 'overlap'; valid: sync, async"),
+    ({"trainer__mode": "async"}, r"'trainer\.mode=async' .*set rollout\.engine=server \(got 'hf'\)"),
+    ({"trainer__max_staleness": -1}, r"'trainer\.max_staleness' must be >= 0"),
+    (
+        {"trainer__mode": "async", "rollout__engine": "server", "trainer__n_gpus_per_node": 2},
+        r"'trainer\.mode=async' runs the trainer in one process",
+    ),
 ]
 
 
