@@ -106,7 +106,17 @@ def slow_retriever(latency_s: float) -> Iterator[str]:
 
 def run(name: str, overrides: list[str], out: Path) -> dict[str, float]:
     run_dir = out / name.replace(" ", "_").replace("=", "")
-    cmd = [sys.executable, "-m", "turnrl.cli", "train", *overrides, f"trainer.default_local_dir={run_dir}"]
+    recipes = [o for o in overrides if o.endswith(".yaml")]  # the recipe comes before the overrides
+    rest = [o for o in overrides if not o.endswith(".yaml")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "turnrl.cli",
+        "train",
+        *recipes,
+        *rest,
+        f"trainer.default_local_dir={run_dir}",
+    ]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
     wall = time.perf_counter() - t0
