@@ -29,6 +29,10 @@ def check_config(cfg: Config) -> None:
     _check_rollout_engine(cfg)
     _check_rollout_correction(cfg)
     _check_async(cfg)
+    if cfg.trainer.max_checkpoints_to_keep < 0:
+        raise ConfigError(
+            f"'trainer.max_checkpoints_to_keep' must be >= 0 (0 = keep all), got {cfg.trainer.max_checkpoints_to_keep}"
+        )
     if cfg.rollout.multi_turn.enable:
         _check_multi_turn(cfg.rollout.multi_turn)
 

@@ -309,6 +309,8 @@ class TrainerConfig:
     """Validate once before the first step."""
     save_freq: int = 0
     """Checkpoint every this many steps (0 = only at the end)."""
+    max_checkpoints_to_keep: int = 0
+    """Keep only the newest this many checkpoints (0 = keep all)."""
     default_local_dir: str = ""
     """Run directory. Empty = `runs/<experiment_name>-<timestamp>`."""
     experiment_name: str = "turnrl"

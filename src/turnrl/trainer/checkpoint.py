@@ -4,8 +4,9 @@
         trainer_state.json      step, data position, KL coefficient, policy version
         actor/ reference/ critic/ reward_model/    what each role's `save(dir)` writes
 
-The directory is written under a temporary name and renamed when complete, and `latest`
-is replaced last, so a run killed mid-save resumes from the previous checkpoint instead of
+The directory is written under a temporary name, every file and directory in it is fsynced,
+then it is renamed and its parent fsynced, and `latest` is replaced last (the same way): a run
+killed mid-save, or a machine that loses power, resumes from the previous checkpoint instead of
 a half-written one.
 """
 
@@ -26,7 +27,31 @@ log = logging.getLogger(__name__)
 TRAINER_STATE = "trainer_state.json"
 
 
-def save(run_dir: Path, step: int, roles: dict[str, WorkerGroup], trainer_state: dict[str, Any]) -> Path:
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(top: Path) -> None:
+    """Flush every file, then every directory of `top` (bottom-up), to the disk: a rename is only
+    as durable as the data it names."""
+    for dirpath, _dirs, files in os.walk(top, topdown=False):
+        for name in files:
+            _fsync(Path(dirpath) / name)
+        _fsync(Path(dirpath))
+
+
+def save(
+    run_dir: Path,
+    step: int,
+    roles: dict[str, WorkerGroup],
+    trainer_state: dict[str, Any],
+    keep: int = 0,
+) -> Path:
+    """Write checkpoint `step`; with `keep` > 0, then delete all but the newest `keep` ones."""
     root = run_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"
@@ -36,11 +61,20 @@ def save(run_dir: Path, step: int, roles: dict[str, WorkerGroup], trainer_state:
     for name, group in roles.items():
         group.call("save", tmp / name)
     (tmp / TRAINER_STATE).write_text(json.dumps(trainer_state, indent=1))
+    _fsync_tree(tmp)
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
+    _fsync(root)
     latest_tmp = root / ".latest.tmp"
     latest_tmp.write_text(final.name)
+    _fsync(latest_tmp)
     os.replace(latest_tmp, root / "latest")
+    _fsync(root)
+    if keep > 0:
+        for old_step, path in list(steps(run_dir).items())[:-keep]:
+            if path != final:  # never the one `latest` names
+                shutil.rmtree(path, ignore_errors=True)
+                log.info("removed checkpoint step_%d (trainer.max_checkpoints_to_keep=%d)", old_step, keep)
     return final
 
 

@@ -356,7 +356,13 @@ class Trainer:
             "kl_coef": self.kl_ctrl.value if self.kl_ctrl else None,
             "buffered_rollouts": self.producer.buffered() if self.producer else 0,
         }
-        checkpoint.save(self.run_dir, self.global_step, self.roles.owned(), state)
+        checkpoint.save(
+            self.run_dir,
+            self.global_step,
+            self.roles.owned(),
+            state,
+            self.cfg.trainer.max_checkpoints_to_keep,
+        )
 
     def _resume(self) -> None:
         if not self.cfg.trainer.resume:
