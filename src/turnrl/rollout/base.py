@@ -54,6 +54,18 @@ class Generation:
         return [self.policy_version] * len(self.response_ids[row])
 
 
+def row_limits(
+    prompt_ids: list[list[int]], params: SamplingParams, max_new_tokens_per_row: list[int] | None
+) -> list[int]:
+    """Every engine's reading of `max_new_tokens_per_row`: one budget >= 1 per output row
+    (`len(prompt_ids) * params.n`), or `params.max_new_tokens` for all when None."""
+    rows = len(prompt_ids) * params.n
+    limits = max_new_tokens_per_row or [params.max_new_tokens] * rows
+    if len(limits) != rows or min(limits, default=1) < 1:
+        raise ValueError(f"max_new_tokens_per_row needs {rows} values >= 1, got {max_new_tokens_per_row}")
+    return limits
+
+
 class RolloutEngine(Protocol):
     """Samples responses. One output row per (prompt, sample): `len(prompt_ids) * params.n` rows,
     interleaved A,A,B,B."""

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from turnrl.data.dataset import left_pad, position_ids_from_mask
-from turnrl.rollout.base import Generation, SamplingParams
+from turnrl.rollout.base import Generation, SamplingParams, row_limits
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -81,10 +81,7 @@ class HFEngine:
     ) -> Generation:
         """`max_new_tokens_per_row` (one per output row, at most `params.max_new_tokens`) lets rows of
         one batch stop at different budgets, as multi-turn episodes need."""
-        rows = len(prompt_ids) * params.n
-        limits = max_new_tokens_per_row or [params.max_new_tokens] * rows
-        if len(limits) != rows or min(limits, default=1) < 1:
-            raise ValueError(f"max_new_tokens_per_row needs {rows} values >= 1, got {max_new_tokens_per_row}")
+        limits = row_limits(prompt_ids, params, max_new_tokens_per_row)
         device = next(self.model.parameters()).device
         gen = torch.Generator(device=device)
         gen.manual_seed(params.seed if params.seed is not None else torch.seed() % 2**63)

@@ -36,7 +36,7 @@ import torch
 
 from turnrl.config.schema import ServerConfig
 from turnrl.errors import TurnrlInputError
-from turnrl.rollout.base import Generation, SamplingParams
+from turnrl.rollout.base import Generation, SamplingParams, row_limits
 
 log = logging.getLogger(__name__)
 
@@ -243,10 +243,8 @@ class ServerEngine:
         params: SamplingParams,
         max_new_tokens_per_row: list[int] | None = None,
     ) -> Generation:
-        rows = len(prompt_ids) * params.n
-        limits = max_new_tokens_per_row or [params.max_new_tokens] * rows
-        if len(limits) != rows or min(limits, default=1) < 1:
-            raise ValueError(f"max_new_tokens_per_row needs {rows} values >= 1, got {max_new_tokens_per_row}")
+        limits = row_limits(prompt_ids, params, max_new_tokens_per_row)
+        rows = len(limits)
         requests = plan_requests(
             prompt_ids, params.n, limits, self.rows_per_request, len(self.urls), params.seed
         )

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from turnrl.errors import TurnrlInputError
-from turnrl.rollout.base import Generation, SamplingParams
+from turnrl.rollout.base import Generation, SamplingParams, row_limits
 
 
 class VLLMMissing(TurnrlInputError):
@@ -65,10 +65,7 @@ class VLLMEngine:
         from vllm import SamplingParams as VSampling
         from vllm.inputs import TokensPrompt
 
-        rows = len(prompt_ids) * params.n
-        limits = max_new_tokens_per_row or [params.max_new_tokens] * rows
-        if len(limits) != rows or min(limits, default=1) < 1:
-            raise ValueError(f"max_new_tokens_per_row needs {rows} values >= 1, got {max_new_tokens_per_row}")
+        limits = row_limits(prompt_ids, params, max_new_tokens_per_row)
         # one request per output row: each has its own budget (agent turns) and its own seed
         prompts, sampling = [], []
         for r, limit in enumerate(limits):
