@@ -2,7 +2,11 @@
 pruned to `keep`, and `latest` falls back to the newest complete checkpoint when it names none."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from turnrl.trainer import checkpoint
 from turnrl.workers.group import LocalGroup
@@ -52,3 +56,85 @@ def test_latest_falls_back_to_the_newest_complete_checkpoint(tmp_path):
     assert checkpoint.latest(tmp_path) == tmp_path / "checkpoints" / "step_2"
     (tmp_path / "checkpoints" / "step_2" / checkpoint.TRAINER_STATE).unlink()  # incomplete
     assert checkpoint.latest(tmp_path) == tmp_path / "checkpoints" / "step_1"
+
+
+def test_a_corrupt_or_truncated_checkpoint_is_skipped_with_its_name(tmp_path, caplog):
+    for step in (1, 2, 3):
+        checkpoint.save(tmp_path, step, roles(), {"global_step": step})
+    root = tmp_path / "checkpoints"
+    assert checkpoint.manifest_problem(root / "step_3") is None
+    weights = root / "step_3" / "actor" / "weights.bin"
+    weights.write_bytes(b"w" * 60)  # truncated: 60 of 100 bytes
+    assert checkpoint.latest(tmp_path) == root / "step_2"
+    assert "skipping corrupt checkpoint" in caplog.text and "step_3" in caplog.text
+    assert "has 60 bytes, the manifest says 100" in caplog.text
+    # same size, one byte flipped: only the hash can tell
+    shard = root / "step_2" / "actor" / "shards" / "0.bin"
+    shard.write_bytes(b"t")
+    assert (
+        checkpoint.manifest_problem(root / "step_2")
+        == "actor/shards/0.bin does not match its SHA-256 in the manifest"
+    )
+    assert checkpoint.latest(tmp_path) == root / "step_1"
+    (root / "step_1" / "actor" / "weights.bin").unlink()
+    assert checkpoint.latest(tmp_path) is None  # nothing sound left: start afresh, said in the log
+    assert "actor/weights.bin is missing" in caplog.text
+
+
+def test_a_checkpoint_without_a_manifest_still_loads(tmp_path):
+    checkpoint.save(tmp_path, 1, roles(), {"global_step": 1})
+    (tmp_path / "checkpoints" / "step_1" / checkpoint.MANIFEST).unlink()  # written before manifests
+    assert checkpoint.latest(tmp_path) == tmp_path / "checkpoints" / "step_1"
+
+
+# Real full and read-only file systems, in a private mount namespace (no root needed beyond a user
+# namespace): a tmpfs of 64 KiB, and the same tmpfs remounted read-only.
+FULL_DISK = """
+import sys, subprocess
+from pathlib import Path
+from tests.unit.test_checkpoint_files import roles, BigRole
+from turnrl.trainer import checkpoint
+from turnrl.workers.group import LocalGroup
+run = Path(sys.argv[1]); mode = sys.argv[2]
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(run)], check=True)
+checkpoint.save(run, 1, roles(), {"global_step": 1})
+if mode == "ro":
+    subprocess.run(["mount", "-o", "remount,ro", str(run)], check=True)
+big = roles() if mode == "ro" else {"actor": LocalGroup([BigRole()])}
+try:
+    checkpoint.save(run, 2, big, {"global_step": 2})
+except checkpoint.CheckpointError as e:
+    print("ERROR:", e)
+print("STEPS:", sorted(checkpoint.steps(run)), "LATEST:", checkpoint.latest(run).name)
+print("LEFT:", sorted(p.name for p in (run / "checkpoints").iterdir()))
+"""
+
+
+class BigRole:
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True)
+        (directory / "weights.bin").write_bytes(b"w" * 200_000)
+
+
+@pytest.mark.parametrize(
+    ("mode", "why"), [("full", "the disk is full"), ("ro", "the file system is read-only")]
+)
+def test_a_full_or_read_only_disk_fails_in_one_line_and_keeps_the_previous_checkpoint(tmp_path, mode, why):
+    if subprocess.run(["unshare", "-Urm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no user+mount namespaces here to make a small file system in")
+    run = tmp_path / "run"
+    run.mkdir()
+    out = subprocess.run(
+        ["unshare", "-Urm", sys.executable, "-c", FULL_DISK, str(run), mode],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[2],
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    error = next(line for line in lines if line.startswith("ERROR:"))
+    assert f"cannot write checkpoint {run}/checkpoints/step_2: {why}" in error
+    assert f"the previous checkpoint {run}/checkpoints/step_1 is intact" in error
+    assert "STEPS: [1] LATEST: step_1" in lines
+    assert "LEFT: ['latest', 'step_1']" in lines  # no half-written temporary directory left behind

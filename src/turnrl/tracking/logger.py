@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,20 @@ def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return value
+
+
+def split_rows(text: str, step: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows of steps <= `step`, rows of later steps); an unparsable line, which only a run killed
+    mid-write leaves (at the end), belongs to neither."""
+    kept: list[dict[str, Any]] = []
+    later: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        (kept if row.get("step", 0) <= step else later).append(row)
+    return kept, later
 
 
 class Tracker:
@@ -66,6 +81,23 @@ class Tracker:
             values = scalars(metrics)
             for sink in self._extra:
                 sink.log(values, step)
+
+    def rewind(self, step: int) -> int:
+        """A resume from checkpoint `step`: rows of later steps (logged before the run died, about
+        to be logged again) move to `metrics.replayed.jsonl`, and a line cut off mid-write is
+        dropped, so `metrics.jsonl` holds each step once. Returns the number of rows moved."""
+        if self._fh is None or not self.path.is_file():
+            return 0
+        self._fh.close()
+        kept, replayed = split_rows(self.path.read_text(encoding="utf-8"), step)
+        if replayed:
+            with (self.path.parent / "metrics.replayed.jsonl").open("a", encoding="utf-8") as f:
+                f.writelines(json.dumps({**r, "replayed_after_resume_from": step}) + "\n" for r in replayed)
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        os.replace(tmp, self.path)
+        self._fh = self.path.open("a", encoding="utf-8")
+        return len(replayed)
 
     def close(self) -> None:
         if self._fh:

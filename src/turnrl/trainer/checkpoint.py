@@ -3,15 +3,23 @@
     <run>/checkpoints/step_<N>/
         trainer_state.json      step, data position, KL coefficient, policy version
         actor/ reference/ critic/ reward_model/    what each role's `save(dir)` writes
+        manifest.json           every other file's size and SHA-256, written last
 
 The directory is written under a temporary name, every file and directory in it is fsynced,
 then it is renamed and its parent fsynced, and `latest` is replaced last (the same way): a run
 killed mid-save, or a machine that loses power, resumes from the previous checkpoint instead of
-a half-written one.
+a half-written one. At resume the manifest is checked; a checkpoint that fails it (a truncated
+or corrupted file, a file gone) is skipped with a warning naming it, and the one before is used.
+
+DAPO dynamic sampling keeps no leftovers between steps (groups beyond a full batch are
+dropped), so the loader position in `trainer_state.json` is all the data state there is.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import json
 import logging
 import os
@@ -25,6 +33,7 @@ from turnrl.workers.state import CheckpointError
 log = logging.getLogger(__name__)
 
 TRAINER_STATE = "trainer_state.json"
+MANIFEST = "manifest.json"
 
 
 def _fsync(path: Path) -> None:
@@ -51,25 +60,41 @@ def save(
     trainer_state: dict[str, Any],
     keep: int = 0,
 ) -> Path:
-    """Write checkpoint `step`; with `keep` > 0, then delete all but the newest `keep` ones."""
+    """Write checkpoint `step`; with `keep` > 0, then delete all but the newest `keep` ones.
+
+    A disk that is full or read-only fails with one line; the temporary directory is removed
+    and the previous checkpoints and `latest` are untouched."""
     root = run_dir / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"
     tmp = root / f".tmp_step_{step}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    for name, group in roles.items():
-        group.call("save", tmp / name)
-    (tmp / TRAINER_STATE).write_text(json.dumps(trainer_state, indent=1))
-    _fsync_tree(tmp)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    _fsync(root)
-    latest_tmp = root / ".latest.tmp"
-    latest_tmp.write_text(final.name)
-    _fsync(latest_tmp)
-    os.replace(latest_tmp, root / "latest")
-    _fsync(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        for name, group in roles.items():
+            group.call("save", tmp / name)
+        (tmp / TRAINER_STATE).write_text(json.dumps(trainer_state, indent=1))
+        write_manifest(tmp)
+        _fsync_tree(tmp)
+        # saving a step again (the final save after the last validation): the old copy is moved
+        # aside, not deleted, until the new one is in place
+        old = root / f".old_step_{step}"
+        shutil.rmtree(old, ignore_errors=True)
+        if final.exists():
+            final.rename(old)
+        tmp.rename(final)
+        _fsync(root)
+        shutil.rmtree(old, ignore_errors=True)
+        latest_tmp = root / ".latest.tmp"
+        latest_tmp.write_text(final.name)
+        _fsync(latest_tmp)
+        os.replace(latest_tmp, root / "latest")
+        _fsync(root)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):  # a read-only disk refuses even a no-op unlink
+            (root / ".latest.tmp").unlink(missing_ok=True)
+        raise CheckpointError(_save_failure(final, e, steps(run_dir))) from e
     if keep > 0:
         for old_step, path in list(steps(run_dir).items())[:-keep]:
             if path != final:  # never the one `latest` names
@@ -78,20 +103,79 @@ def save(
     return final
 
 
-def latest(run_dir: Path) -> Path | None:
-    """The checkpoint the `latest` pointer names; if it is gone or incomplete (deleted by hand, a
-    disk that lost it), the newest complete one, said out loud: never a silent start from scratch."""
-    pointer = run_dir / "checkpoints" / "latest"
-    if pointer.is_file():
-        path = run_dir / "checkpoints" / pointer.read_text().strip()
-        if (path / TRAINER_STATE).is_file():
-            return path
-    found = steps(run_dir)
-    if not found:
+def _save_failure(final: Path, e: OSError, previous: dict[int, Path]) -> str:
+    why = {errno.ENOSPC: "the disk is full", errno.EROFS: "the file system is read-only"}.get(
+        e.errno or 0, e.strerror or str(e)
+    )
+    if e.errno in (errno.EACCES, errno.EPERM):
+        why = "permission denied"
+    kept = (
+        f"the previous checkpoint {previous[max(previous)]} is intact"
+        if previous
+        else "no earlier checkpoint"
+    )
+    return f"cannot write checkpoint {final}: {why} ({e.filename or e}); {kept}"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_manifest(directory: Path) -> None:
+    """`manifest.json`: size and SHA-256 of every file under `directory`, relative paths."""
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
+    entries = {str(p.relative_to(directory)): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files}
+    (directory / MANIFEST).write_text(json.dumps({"files": entries}, indent=1))
+
+
+def manifest_problem(directory: Path) -> str | None:
+    """Why `directory` fails its manifest (None when every file has its size and hash). A
+    checkpoint written before manifests existed passes on the presence of its trainer state."""
+    if not (directory / TRAINER_STATE).is_file():
+        return f"{TRAINER_STATE} is missing"
+    path = directory / MANIFEST
+    if not path.is_file():
         return None
-    newest = found[max(found)]
-    log.warning("checkpoint pointer %s is missing or names no complete checkpoint; using %s", pointer, newest)
-    return newest
+    try:
+        entries = json.loads(path.read_text())["files"]
+    except (ValueError, KeyError, TypeError):
+        return f"{MANIFEST} is unreadable"
+    for rel, want in entries.items():
+        f = directory / rel
+        if not f.is_file():
+            return f"{rel} is missing"
+        if f.stat().st_size != want["size"]:
+            return f"{rel} has {f.stat().st_size} bytes, the manifest says {want['size']}"
+        if _sha256(f) != want["sha256"]:
+            return f"{rel} does not match its SHA-256 in the manifest"
+    return None
+
+
+def latest(run_dir: Path) -> Path | None:
+    """The checkpoint to resume from: the one the `latest` pointer names, if it passes its
+    manifest; else the newest one that does, said out loud (a skipped checkpoint is named with
+    the reason): never a silent start from scratch, never a load of a corrupt file."""
+    root = run_dir / "checkpoints"
+    pointer = root / "latest"
+    found = steps(run_dir)
+    named = root / pointer.read_text().strip() if pointer.is_file() else None
+    candidates = ([named] if named is not None and named.is_dir() else []) + [
+        p for p in reversed(found.values()) if p != named
+    ]
+    for path in candidates:
+        problem = manifest_problem(path)
+        if problem is None:
+            if path != named:
+                log.warning(
+                    "checkpoint pointer %s does not name a usable checkpoint; using %s", pointer, path
+                )
+            return path
+        log.warning("skipping corrupt checkpoint %s: %s", path, problem)
+    return None
 
 
 def steps(run_dir: Path) -> dict[int, Path]:

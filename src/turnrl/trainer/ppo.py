@@ -72,6 +72,8 @@ class Trainer:
             cfg.reward.custom_function.name,
             missing_ok=cfg.reward_model.enable,
             sandbox_url=sandbox_url,
+            on_error=cfg.reward.on_error,
+            timeout_s=cfg.reward.timeout_s,
         )
         self.reward.check({e.data_source for e in data.train_examples + data.val_examples})
         self.kl_ctrl = None
@@ -84,6 +86,7 @@ class Trainer:
         self.batches = self._batch_stream()
         self.total_steps = cfg.trainer.total_training_steps or len(self.loader) * cfg.trainer.total_epochs
         self.global_step = 0
+        self.validated_step = -1  # the step of the last validation logged (-1: none yet)
         self.trained_loader_state = self.loader.state_dict()
         self.producer: RolloutProducer | None = None  # async mode, while fit() runs
         self.regenerated = 0  # async rollouts buffered at the checkpoint this run resumed from
@@ -267,10 +270,10 @@ class Trainer:
         t = self.cfg.trainer
         if t.val_before_train and self.global_step == 0:
             self.tracker.log(self.validate(), step=0)
+            self.validated_step = 0
         bar = tqdm(
             total=self.total_steps, initial=self.global_step, desc="train", unit="step", dynamic_ncols=True
         )
-        last_val = self.global_step
         if t.mode == "async":
             self.producer = RolloutProducer(
                 self.produce, self.global_step + 1, self.total_steps, t.max_staleness
@@ -292,14 +295,16 @@ class Trainer:
                 metrics["training/epoch"] = self.trained_loader_state["epoch"]
                 if t.test_freq and self.global_step % t.test_freq == 0:
                     metrics.update(self.validate())
-                    last_val = self.global_step
+                    self.validated_step = self.global_step
                 self.tracker.log(metrics, step=self.global_step)
                 bar.update(1)
                 if t.save_freq and self.global_step % t.save_freq == 0:
                     self.save()
             bar.close()
-            if last_val != self.global_step:
+            # also when a run killed after its last step's checkpoint resumes: it validates then
+            if self.validated_step != self.global_step:
                 self.tracker.log(self.validate(), step=self.global_step)
+                self.validated_step = self.global_step
             self.save()
         finally:
             self.close()
@@ -317,7 +322,7 @@ class Trainer:
         half-built trainer."""
         if getattr(self, "producer", None):
             self.producer.close()
-        for part in ("rollout", "roles", "tracker"):
+        for part in ("rollout", "reward", "roles", "tracker"):
             if hasattr(self, part):
                 getattr(self, part).close()
 
@@ -354,6 +359,7 @@ class Trainer:
             # regenerated on resume (counted), never lost or trained twice
             "loader": self.trained_loader_state,
             "kl_coef": self.kl_ctrl.value if self.kl_ctrl else None,
+            "validated_step": self.validated_step,
             "buffered_rollouts": self.producer.buffered() if self.producer else 0,
         }
         checkpoint.save(
@@ -365,10 +371,13 @@ class Trainer:
         )
 
     def _resume(self) -> None:
-        if not self.cfg.trainer.resume:
-            return
-        path = checkpoint.latest(self.run_dir)
-        if path is None:
+        path = checkpoint.latest(self.run_dir) if self.cfg.trainer.resume else None
+        if path is None:  # rows a run that never checkpointed logged will be logged again
+            if moved := self.tracker.rewind(-1):
+                log.warning(
+                    "no checkpoint to resume from: %d earlier metrics rows moved to metrics.replayed.jsonl",
+                    moved,
+                )
             return
         state = checkpoint.load(path, self.roles.owned())
         if self.kl_ctrl and state.get("kl_coef") is not None:
@@ -377,9 +386,17 @@ class Trainer:
         self.trained_loader_state = self.loader.state_dict()
         self.regenerated = int(state.get("buffered_rollouts", 0))
         self.global_step = int(state["global_step"])
+        # checkpoints written before this field existed were always validated at their step
+        self.validated_step = int(state.get("validated_step", self.global_step))
         self.policy_version = int(state.get("policy_version", 0))
         self.engine.sync_weights(self.policy_version)
-        log.warning("resumed from %s at step %d", path, self.global_step)
+        replayed = self.tracker.rewind(self.global_step)
+        log.warning(
+            "resumed from %s at step %d%s",
+            path,
+            self.global_step,
+            f" ({replayed} metrics rows of later steps moved to metrics.replayed.jsonl)" if replayed else "",
+        )
 
 
 __all__ = ["Trainer"]
