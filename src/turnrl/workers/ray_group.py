@@ -76,10 +76,10 @@ class RankWorker:
         )
         return os.getpid()
 
-    def build(self, factory: Callable[[], Any], seed: int) -> None:
+    def build(self, factory: Callable[[], Any], seed: int, deterministic: bool = False) -> None:
         from turnrl.trainer.setup import seed_everything
 
-        seed_everything(seed)  # as the single process does before it builds its roles
+        seed_everything(seed, deterministic)  # as the single process does before it builds its roles
         self.role = factory()
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -146,7 +146,15 @@ class RayPool:
 class RayGroup(Group):
     """A role on `pool.world` ranks behind the `WorkerGroup` interface."""
 
-    def __init__(self, pool: RayPool, role: str, factory: Callable[[], Any], seed: int, balance: bool = True):
+    def __init__(
+        self,
+        pool: RayPool,
+        role: str,
+        factory: Callable[[], Any],
+        seed: int,
+        balance: bool = True,
+        deterministic: bool = False,
+    ):
         self.role, self.world_size, self.balance, self.pool = role, pool.world, balance, pool
         self.workers: list[Any] = []
         self.pids: list[int] = []
@@ -172,7 +180,7 @@ class RayGroup(Group):
                 for r, w in enumerate(self.workers)
             ]
         )
-        self._get([w.build.remote(factory, seed) for w in self.workers])
+        self._get([w.build.remote(factory, seed, deterministic) for w in self.workers])
 
     def _method(self, method: str) -> Any:
         return getattr(self.role_cls, method, None)
