@@ -10,7 +10,6 @@ from turnrl.trainer.ppo import Trainer
 
 from .test_train_tiny import tiny_overrides
 
-
 # what the clock decides, not the seed
 VARYING = ("timing_s/", "perf/throughput", "perf/time_per_step", "agent/tool_latency_s")
 

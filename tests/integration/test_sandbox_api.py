@@ -7,7 +7,10 @@ import asyncio
 import base64
 import json
 import os
+import shutil
 import socket
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +24,7 @@ from turnrl.servers.sandbox.client import (
     SandboxUnavailable,
     check_server,
 )
+from turnrl.servers.sandbox.isolation import FALLBACK_NOTE
 from turnrl.servers.sandbox.process import SandboxProcess, free_port
 
 
@@ -288,3 +292,33 @@ def test_process_helper_stops_the_server() -> None:
     assert not os.path.exists(work_root)  # graceful shutdown removed its work root
     with pytest.raises(SandboxUnavailable):
         check_server(proc.url, timeout=1)
+
+
+def test_a_layer_that_fails_its_trial_is_reported_and_the_rest_still_serve() -> None:
+    # an interpreter wrapper that needs a host file the minimal root does not have: the rootfs
+    # trial fails, so the server must say so at start and in /health, and serve without that layer
+    if not os.path.exists("/etc/os-release"):
+        pytest.skip("this host has no /etc/os-release to make the wrapper depend on")
+    base = tempfile.mkdtemp(dir="/tmp")
+    try:
+        os.chmod(base, 0o755)  # slot uids must reach the wrapper
+        wrapper = os.path.join(base, "python")
+        with open(wrapper, "w") as f:
+            f.write(
+                "#!/bin/sh\n"
+                '[ -e /etc/os-release ] || { echo "wrapper: /etc/os-release missing" >&2; exit 3; }\n'
+                f'exec {sys.executable} "$@"\n'
+            )
+        os.chmod(wrapper, 0o755)
+        with SandboxProcess(workers=1, extra_args=["--python", wrapper]) as odd:
+            iso = odd.health["isolation"]
+            if not iso["layers"]["mount_namespace"]:
+                pytest.skip("no mount namespace here, so no rootfs trial to fail")
+            assert iso["layers"]["rootfs"] is False
+            fallback = [n for n in iso["notes"] if n.startswith(FALLBACK_NOTE)]
+            assert fallback and "+rootfs: wrapper: /etc/os-release missing" in fallback[0], iso["notes"]
+            assert "WARNING: fell back to weaker isolation" in odd.log_tail(40)
+            out = post(odd, {"code": "print('served')"}).json()
+            assert out["status"] == "Success" and out["run_result"]["stdout"] == "served\n", out
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -7,17 +7,22 @@ mounts (nsetup.py), sets rlimits, and then execs
     unshare --pid --fork --kill-child --mount-proc --     # own PID namespace and /proc
         sh -c INIT_SCRIPT sandbox-init                        # the namespace's init (pid 1)
         setpriv --reuid=U --regid=U --clear-groups --no-new-privs --   # the slot's own uid
+        python -I -S -c STAGE FILTER                          # the seccomp filter (seccomp.py)
         python main.py
 
-Without a PID namespace there is no launcher: the child drops to the slot's uid itself and
-execs the program directly; where neither a cgroup nor a uid of its own then holds the run
-together, the child first splits off a per-run reaper (subreaper.py) that catches daemons.
-probe.py decides which layers this host supports.
+With the rootfs layer the mount set-up builds a minimal read-only root and pivots into it
+(rootfs.py), so the launchers above already run inside it.
+
+Without a PID namespace there is no launcher: the child drops to the slot's uid, installs the
+seccomp filter and execs the program directly; where neither a cgroup nor a uid of its own then
+holds the run together, the child first splits off a per-run reaper (subreaper.py) that catches
+daemons. probe.py decides which layers this host supports.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import resource
@@ -26,9 +31,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from turnrl.servers.sandbox import nsetup, subreaper
+from turnrl.servers.sandbox import nsetup, rootfs, seccomp, subreaper
 from turnrl.servers.sandbox.cgroups import CgroupSlots
 from turnrl.servers.sandbox.nsetup import WORK_PATH, Exposure
+from turnrl.servers.sandbox.rootfs import RootPlan
 
 SETUP_FAILED = "turnrl-sandbox: setup failed"
 SETUP_EXIT = 125
@@ -52,7 +58,9 @@ LAYER_INFO = {
     "user_namespace": "unprivileged user namespace (non-root server)",
     "pid_namespace": "own PID namespace and /proc: sees no other process; everything dies with the run",
     "mount_namespace": "private /tmp, /var/tmp, /dev/shm; work dir at /tmp/sandbox",
+    "rootfs": "minimal read-only root (pivot_root): interpreter, its libraries, /usr/bin, /usr/lib; no other host file",
     "network_namespace": "own network namespace with no interfaces up: no network at all",
+    "seccomp": "seccomp filter: ptrace, mount, unshare/setns, bpf, kexec, modules, keyrings, io_uring ... fail with EPERM",
     "cgroup": "per-slot cgroup: total memory and process count of the run capped",
 }
 
@@ -107,6 +115,9 @@ class Isolation:
     setpriv: str | None = None
     sh: str | None = None
     expose: list[Exposure] = field(default_factory=list)
+    root: RootPlan | None = None  # the rootfs layer (needs mount_ns)
+    seccomp: bytes | None = None  # the seccomp layer: the BPF program
+    stage_python: str | None = None  # installs the filter after a PID-namespace launcher
     notes: list[str] = field(default_factory=list)
     fallbacks: list[str] = field(default_factory=list)  # stronger layer sets that failed here, and why
     uid_lock_fd: int | None = None
@@ -137,7 +148,9 @@ class Isolation:
             "user_namespace": self.user_ns,
             "pid_namespace": self.pid_ns,
             "mount_namespace": self.mount_ns,
+            "rootfs": self.root is not None,
             "network_namespace": self.net_ns,
+            "seccomp": self.seccomp is not None,
             "cgroup": self.cgroups is not None,
         }
 
@@ -161,7 +174,7 @@ class Isolation:
 
     def argv(self, program: list[str], slot: int) -> list[str]:
         if not self.pid_ns:
-            return program
+            return program  # the seccomp filter, if any, is installed in preexec
         assert self.unshare is not None
         assert self.sh is not None
         cmd = [self.unshare, "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
@@ -177,6 +190,9 @@ class Isolation:
                 "--no-new-privs",
                 "--",
             ]
+        if self.seccomp is not None:  # last: unshare still needs unshare(2) and mount(2) after exec
+            assert self.stage_python is not None
+            cmd += seccomp.stage_argv(self.stage_python, self.seccomp, SETUP_FAILED, SETUP_EXIT)
         return cmd + program
 
     def env(self, work_path: str, path_dirs: list[str]) -> dict[str, str]:
@@ -203,7 +219,11 @@ class Isolation:
         parent = os.getpid()
         pairs = limits.pairs()
         cgroup_files = self.cgroups.procs_files(slot) if self.cgroups else []
-        setup = nsetup.namespace_setup(self.user_ns, self.net_ns, self.mount_ns, tmpfs_MB, self.expose)
+        enter_root = functools.partial(rootfs.enter, self.root) if self.root is not None else None
+        setup = nsetup.namespace_setup(
+            self.user_ns, self.net_ns, self.mount_ns, tmpfs_MB, self.expose, enter_root
+        )
+        install_filter = seccomp.installer(self.seccomp) if self.seccomp and not self.pid_ns else None
         drop_uid = self.uid(slot) if not self.pid_ns else None  # else setpriv drops it after unshare
         pdeathsig = self.pdeathsig
         split = self.run_reaper
@@ -230,6 +250,8 @@ class Isolation:
                     os.setgid(drop_uid)
                     os.setuid(drop_uid)
                     nsetup.prctl(nsetup.PR_SET_NO_NEW_PRIVS, 1)
+                if install_filter is not None:  # last: everything above needs calls it denies
+                    install_filter()
             except BaseException as err:
                 os.write(2, f"{SETUP_FAILED}: {err}\n".encode(errors="replace"))
                 os._exit(SETUP_EXIT)

@@ -5,7 +5,7 @@ Doing this with `unshare`/`mount` binaries costs a dozen fork+exec round trips p
 most of it creating the network namespace. Everything here runs in the child between fork and exec, so it only makes
 system calls and touches no lock the server's other threads might hold.
 
-The mount layout a program sees:
+The mount layout a program sees without the rootfs layer (with it: rootfs.py, entered from here):
     /tmp, /var/tmp, /dev/shm   fresh tmpfs of its own (host temp files invisible, nothing left behind)
     /tmp/sandbox               its work dir (a bind of the host-side work dir; also its cwd and HOME)
     <interpreter paths>        the interpreter, its prefixes and sys.path, bound read-only where the
@@ -127,9 +127,15 @@ def _kept_flags(fd: int) -> int:
 
 
 def namespace_setup(
-    user: bool, net: bool, mount: bool, tmpfs_MB: int, expose: list[Exposure]
+    user: bool,
+    net: bool,
+    mount: bool,
+    tmpfs_MB: int,
+    expose: list[Exposure],
+    enter_root: Callable[[str], None] | None = None,
 ) -> Callable[[], None]:
-    """A function for the child: enter new user/net/mount namespaces and lay out the mounts.
+    """A function for the child: enter new user/net/mount namespaces and lay out the mounts, or,
+    with `enter_root` (rootfs.py), build a minimal root and pivot into it; `expose` is then unused.
 
     Its cwd must already be the host-side work dir (Popen changes directory before preexec)."""
     flags = (CLONE_NEWUSER if user else 0) | (CLONE_NEWNET if net else 0) | (CLONE_NEWNS if mount else 0)
@@ -150,6 +156,9 @@ def namespace_setup(
             return
         # keep every mount below private, or a host with shared propagation would see them
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
+        if enter_root is not None:
+            enter_root(tmpfs_opts)
+            return
         # handles on what must stay reachable once tmpfs covers it or its parents
         fds = [os.open(path, os.O_PATH) for path, _ in expose]
         for d in TEMP_DIRS:

@@ -11,13 +11,14 @@ import contextlib
 import fcntl
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from turnrl.servers.sandbox import nsetup, reaper
+from turnrl.servers.sandbox import nsetup, reaper, rootfs, seccomp
 from turnrl.servers.sandbox.cgroups import CgroupSlots
 from turnrl.servers.sandbox.config import SandboxConfig
 from turnrl.servers.sandbox.isolation import FALLBACK_NOTE, Isolation, Limits
@@ -50,15 +51,55 @@ def claim_uid_block(base: int, size: int) -> tuple[int, int]:
     raise OSError(f"no free uid block above {base}")
 
 
-def _trial(iso: Isolation, cfg: SandboxConfig, work_root: str) -> str | None:
-    """Run a tiny python program under `iso`; None if it worked, else why not."""
+# what the trial program reports: its uid, cwd, sys.prefix (a venv seen as such) and seccomp mode
+TRIAL_CODE = (
+    "import json, os, sys\n"
+    "status = '/proc/self/status'\n"
+    "lines = open(status).read().splitlines() if os.path.exists(status) else []\n"
+    "mode = [line.split(':')[1].strip() for line in lines if line.startswith('Seccomp:')]\n"
+    "print(json.dumps([os.getuid(), os.getcwd(), sys.prefix, mode[0] if mode else None]))\n"
+)
+
+
+def _trial(iso: Isolation, cfg: SandboxConfig, work_root: str, prefix: str | None = None) -> str | None:
+    """Run a tiny python program under `iso` (and a bash one under the rootfs layer); None if it
+    worked as every layer in force says it should, else why not. `prefix`: the interpreter's
+    sys.prefix on the host, which it must also see inside the rootfs (else its venv is lost)."""
+    why, got = _spawn_trial(iso, cfg, work_root, [cfg.python, "-c", TRIAL_CODE])
+    if why is not None:
+        return why
+    try:
+        uid, cwd, seen_prefix, mode = json.loads(got)
+    except ValueError:
+        return f"trial program printed {got[-200:]!r}"
+    want_uid = iso.uid(0) if iso.uid_base is not None else (0 if iso.user_ns else os.getuid())
+    if uid != want_uid:
+        return f"program ran as uid {uid}, expected {want_uid}"
+    if iso.mount_ns and cwd != iso.work_path("/"):
+        return f"work dir seen as {cwd}, expected {iso.work_path('/')}"
+    if iso.root is not None and prefix is not None and seen_prefix != prefix:
+        return f"the interpreter sees sys.prefix {seen_prefix!r} inside the root, {prefix!r} outside"
+    if iso.seccomp is not None and mode != "2":
+        return f"program runs with seccomp mode {mode!r}, expected 2 (filter)"
+    bash = cfg.languages().get("bash")
+    if iso.root is not None and bash is not None:
+        why, got = _spawn_trial(iso, cfg, work_root, [*bash.argv, "-c", "echo $PWD"])
+        if why is None and got.strip() != iso.work_path("/"):
+            why = f"bash printed {got.strip()[-200:]!r}, expected {iso.work_path('/')}"
+        return None if why is None else f"bash: {why}"
+    return None
+
+
+def _spawn_trial(
+    iso: Isolation, cfg: SandboxConfig, work_root: str, program: list[str]
+) -> tuple[str | None, str]:
+    """(None, stdout) if `program` exited 0 under `iso`, else (why not, "")."""
     workdir = tempfile.mkdtemp(dir=work_root, prefix="probe-")
     try:
         uid = iso.uid(0)
         if uid is not None:
             os.chown(workdir, uid, uid)
-        code = "import os, sys; print(os.getuid(), os.getcwd()); sys.stdout.flush()"
-        argv = iso.argv([cfg.python, "-c", code], 0)
+        argv = iso.argv(program, 0)
         limits = Limits(cfg.default_memory_MB << 20, 10, cfg.max_file_size, cfg.max_open_files, 1 << 20)
         if uid is not None:
             limits.processes = cfg.max_processes
@@ -76,31 +117,39 @@ def _trial(iso: Isolation, cfg: SandboxConfig, work_root: str) -> str | None:
                 check=False,
             )
         except (OSError, subprocess.SubprocessError) as err:
-            return f"{type(err).__name__}: {err}"
+            return f"{type(err).__name__}: {err}", ""
         if proc.returncode != 0:
             lines = proc.stderr.decode(errors="replace").strip().splitlines()
-            return lines[-1] if lines else f"exit status {proc.returncode}"
-        want_uid = str(uid) if uid is not None else str(0 if iso.user_ns else os.getuid())
-        got = proc.stdout.decode(errors="replace").split()
-        if not got or got[0] != want_uid:
-            return f"program ran as uid {got[:1]}, expected {want_uid}"
-        if iso.mount_ns and got[1:] != [iso.work_path(workdir)]:
-            return f"work dir seen as {got[1:]}, expected {iso.work_path(workdir)}"
-        return None
+            return (lines[-1] if lines else f"exit status {proc.returncode}"), ""
+        return None, proc.stdout.decode(errors="replace")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _interpreter_paths(python: str) -> list[str]:
-    """What the interpreter needs at start-up: itself, its prefixes and sys.path (a venv's
-    site-packages and the source dirs of editable installs included)."""
-    found = [python, os.path.dirname(os.path.realpath(python))]
-    code = "import json, sys; print(json.dumps([sys.base_prefix, sys.prefix, *sys.path]))"
+PythonLayout = tuple[list[str], list[str]]
+"""(prefixes, sys.path) of an interpreter: sys.prefix first, then base_prefix, exec_prefix,
+base_exec_prefix."""
+
+
+def _python_layout(python: str) -> PythonLayout:
+    """The interpreter's own answer; empty lists when it does not give one (then its trial fails)."""
+    code = (
+        "import json, sys; print(json.dumps([[sys.prefix, sys.base_prefix, sys.exec_prefix, "
+        "sys.base_exec_prefix], sys.path]))"
+    )
     try:
         out = subprocess.run([python, "-c", code], capture_output=True, timeout=20, check=True).stdout
-        return found + json.loads(out)
+        prefixes, path = json.loads(out)
+        return list(prefixes), list(path)
     except (OSError, subprocess.SubprocessError, ValueError):
-        return found
+        return [], []
+
+
+def _interpreter_paths(python: str, layout: PythonLayout) -> list[str]:
+    """What the interpreter needs at start-up: itself, its prefixes and sys.path (a venv's
+    site-packages and the source dirs of editable installs included)."""
+    prefixes, path = layout
+    return [python, os.path.dirname(os.path.realpath(python)), *prefixes, *path]
 
 
 NS_SETS = [  # strongest first; a PID namespace needs the `unshare` binary, the rest only syscalls
@@ -123,6 +172,61 @@ def _label(uid: bool, ns: dict[str, bool]) -> str:
     return "+".join(parts) or "basic"
 
 
+def _label_of(iso: Isolation) -> str:
+    label = _label(iso.uid_base is not None, {k: getattr(iso, k) for k in NO_NS})
+    return label + "+rootfs" * (iso.root is not None) + "+seccomp" * (iso.seccomp is not None)
+
+
+def _probe_rootfs(
+    iso: Isolation, cfg: SandboxConfig, work_root: str, layout: PythonLayout, fallbacks: list[str]
+) -> None:
+    """Switch the rootfs layer on if its trial run works; else say why."""
+    if not cfg.rootfs:
+        iso.notes.append("rootfs: disabled by --no-rootfs; programs can read the host's world-readable files")
+        return
+    if not iso.mount_ns:
+        iso.notes.append(
+            "rootfs: needs the mount namespace layer; programs can read the host's world-readable files"
+        )
+        return
+    prefixes, sys_path = layout
+    uids = [] if iso.uid_base is None else [iso.uid_base + i for i in range(cfg.workers)]
+    tools = [
+        cfg.python,
+        *(lang.argv[0] for lang in cfg.languages().values()),
+        iso.unshare,
+        iso.sh,
+        iso.setpriv,
+    ]
+    try:
+        iso.root = rootfs.plan_root(prefixes, sys_path, [t for t in tools if t], uids)
+        why = _trial(iso, cfg, work_root, prefixes[0] if prefixes else None)
+    except OSError as err:
+        why = f"plan: {err}"
+    if why is not None:
+        fallbacks.append(f"{_label_of(iso)}: {why}")
+        iso.root = None
+
+
+def _probe_seccomp(
+    iso: Isolation, cfg: SandboxConfig, work_root: str, layout: PythonLayout, fallbacks: list[str]
+) -> None:
+    """Switch the seccomp layer on if its trial run sees the filter in force; else say why."""
+    if not cfg.seccomp:
+        iso.notes.append("seccomp: disabled by --no-seccomp; programs may make every system call")
+        return
+    arch = seccomp.arch_for(platform.machine())
+    if arch is None or nsetup.LIBC is None:
+        why = "libc not loadable" if arch is not None else f"no system call table for {platform.machine()!r}"
+        iso.notes.append(f"seccomp: {why}; programs may make every system call")
+        return
+    iso.seccomp, iso.stage_python = seccomp.build_filter(arch), cfg.python
+    why = _trial(iso, cfg, work_root, layout[0][0] if layout[0] else None)
+    if why is not None:
+        fallbacks.append(f"{_label_of(iso)}: {why}")
+        iso.seccomp = iso.stage_python = None
+
+
 def _note_reaper(iso: Isolation) -> None:
     if iso.run_reaper:
         iso.notes.append(
@@ -135,7 +239,7 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
     """The strongest working Isolation for this host and config; `notes` say what is missing and why."""
     iso = Isolation(mode=cfg.isolation)
     if cfg.isolation == "basic":
-        iso.notes.append("namespaces, uid drop and cgroups disabled by --isolation basic")
+        iso.notes.append("namespaces, rootfs, seccomp, uid drop and cgroups disabled by --isolation basic")
         _note_reaper(iso)
         return iso
     if not sys.platform.startswith("linux"):
@@ -158,7 +262,8 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
             "unprivileged_uid: server is not root, runs keep its uid (start as root for this layer)"
         )
     # what the private mounts would hide from the interpreters goes back in, read-only
-    needed = _interpreter_paths(cfg.python) + [lang.argv[0] for lang in cfg.languages().values()]
+    layout = _python_layout(cfg.python)
+    needed = _interpreter_paths(cfg.python, layout) + [lang.argv[0] for lang in cfg.languages().values()]
     iso.expose = exposures(needed, uid_drop=uid_base is not None)
     if iso.unshare is None or iso.sh is None:
         iso.notes.append("pid_namespace: `unshare` (util-linux) or `sh` not found")
@@ -179,9 +284,12 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
         if why is None:
             break
         failures.setdefault(why, []).append(_label(with_uid, ns))
-    iso.fallbacks = [f"{', '.join(labels)}: {why}" for why, labels in failures.items()]
-    if failures:
-        iso.notes.append(f"{FALLBACK_NOTE}: " + "; ".join(iso.fallbacks))
+    fallbacks = [f"{', '.join(labels)}: {why}" for why, labels in failures.items()]
+    _probe_rootfs(iso, cfg, work_root, layout, fallbacks)
+    _probe_seccomp(iso, cfg, work_root, layout, fallbacks)
+    iso.fallbacks = fallbacks
+    if fallbacks:
+        iso.notes.append(f"{FALLBACK_NOTE}: " + "; ".join(fallbacks))
     if iso.uid_base is None and iso.uid_lock_fd is not None:
         os.close(iso.uid_lock_fd)
         iso.uid_lock_fd = None
