@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from turnrl.agent.episode import Episode
+from turnrl.agent.executor import ERROR_KINDS
 from turnrl.agent.loop import CallStats
 from turnrl.batch import Batch
 from turnrl.rollout.base import Generation, assemble, oldest_version
@@ -81,6 +82,9 @@ def agent_metrics(episodes: list[Episode], stats: CallStats) -> dict[str, float]
         "agent/obs_tokens/mean": _mean([e.obs_tokens for e in episodes]),
         "agent/model_tokens/mean": _mean([e.model_tokens for e in episodes]),
     }
+    # counts, not ratios: a fault is a rare event, and a count can be checked against what was injected
+    for kind in ERROR_KINDS:
+        out[f"agent/tool_errors/{kind}"] = float(stats.error_kinds.get(kind, 0))
     for tool, values in stats.per_tool.items():
         for key, vals in values.items():
             out[f"agent/tool/{tool}/{key}/mean"] = _mean(vals)

@@ -2,20 +2,54 @@
 
 The loop lives in a background thread for the whole run, so the HTTP clients of the tools stay
 bound to one loop and keep their connections. A call that raises, times out or returns something
-that is not text becomes an error observation: the episode, and the step, go on.
+that is not usable text becomes an error observation: the episode, and the step, go on. Each
+error outcome carries a `kind` (one of `ERROR_KINDS`), counted per step in `agent/tool_errors/<kind>`.
+
+What is done so a faulty tool cannot stop or stall the run:
+- a timed-out call is abandoned, not awaited: a tool that swallows its cancellation cannot make the
+  turn wait for it (`asyncio.wait_for` would wait for the cancelled call to finish);
+- blocking tools run in the executor's own thread pool, sized for `max_concurrent` calls plus the
+  abandoned ones still running, so a few hung sync tools cannot starve every later call (the default
+  pool has `cpu_count + 4` threads: 6 on a 2-core machine);
+- output is checked before it is tokenised: undecodable bytes are shown with U+FFFD, an oversized
+  output is an error showing its start (tokenising 10 MB took 25 s on a 2-core VM; the model sees at most
+  `max_obs_length` tokens of it anyway), an empty one is shown empty and counted as failed;
+- if the loop itself stops answering (a tool blocking it inside `async def call`), `run` raises
+  `FatalToolError` in one line instead of waiting forever.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
+import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnrl.agent.tools.base import ToolResult
+from turnrl.agent.tools.base import FatalToolError, ToolResult
+
+log = logging.getLogger(__name__)
+
+ERROR_KINDS = (
+    "timeout",  # the call ran past `tool_timeout`
+    "exception",  # the tool raised (a server that stayed down after retries lands here)
+    "bad_result",  # it returned something that is neither text nor a ToolResult with text
+    "non_utf8",  # it returned bytes (or surrogate-escaped text) that are not valid UTF-8
+    "empty",  # it returned no text at all (shown as an empty observation)
+    "oversized",  # it returned more than MAX_OUTPUT_CHARS characters
+    "reported",  # the tool itself said the call failed (ToolResult.error), e.g. a bad expression
+    "unknown_tool",  # no tool of that name
+)
+MAX_OUTPUT_CHARS = 1 << 22
+"""4 Mi characters: above the most turnrl's sandbox can return (two 1 MiB streams), so only a broken
+tool reaches it. Beyond it the output is an error showing its first `OVERSIZED_HEAD_CHARS`."""
+OVERSIZED_HEAD_CHARS = 16_384
+_ERROR_HEAD_CHARS = 2_000  # of the decoded text shown after a non-UTF-8 error
 
 
 @dataclass
@@ -30,6 +64,12 @@ class ToolOutcome:
     error: bool = False
     latency_s: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
+    kind: str = ""
+    """Why the call failed, one of ERROR_KINDS; '' when it did not."""
+
+    def __post_init__(self) -> None:
+        if self.error and not self.kind:
+            self.kind = "reported"
 
 
 def _one_line(err: BaseException) -> str:
@@ -37,30 +77,122 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
 
 
+def decode_text(value: str | bytes | bytearray) -> tuple[str, bool]:
+    """(text the tokenizer accepts, whether the value was valid UTF-8).
+
+    Bytes are decoded with U+FFFD for what is not UTF-8. A str may hold lone surrogates (text decoded
+    with `errors="surrogateescape"`, as `os.fsdecode` and subprocess pipes do): the tokenizer raises
+    on those, so they are turned back into their bytes and decoded the same way."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value, True
+        except UnicodeEncodeError:
+            try:
+                raw = value.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:  # surrogates outside the escape range
+                raw = value.encode("utf-8", "surrogatepass")
+    else:
+        raw = bytes(value)
+    try:
+        return raw.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "replace"), False
+
+
 def normalise(result: Any, name: str) -> ToolOutcome:
-    """A tool may return a ToolResult or a plain string; anything else is the tool's bug, shown as an error."""
-    if isinstance(result, str):
-        return ToolOutcome(result)
-    if isinstance(result, ToolResult) and isinstance(result.text, str):
+    """A tool may return a ToolResult or a plain string (bytes are decoded); anything else, and text no
+    model should be shown, is the tool's fault, shown as an error naming the tool."""
+    value, reported, metrics = result, False, {}
+    if isinstance(result, ToolResult):
+        value, reported = result.text, bool(result.error)
         metrics = {k: float(v) for k, v in result.metrics.items() if isinstance(v, int | float)}
-        return ToolOutcome(result.text, result.error, metrics=metrics)
-    return ToolOutcome(f"error: tool '{name}' returned {type(result).__name__}, not text", error=True)
+    if not isinstance(value, str | bytes | bytearray):
+        shown = type(result if not isinstance(result, ToolResult) else value).__name__
+        return ToolOutcome(f"error: tool '{name}' returned {shown}, not text", True, kind="bad_result")
+    text, valid = decode_text(value)
+    if not valid:
+        return ToolOutcome(
+            f"error: tool '{name}' returned invalid UTF-8 (shown as \ufffd): {text[:_ERROR_HEAD_CHARS]}",
+            True,
+            metrics=metrics,
+            kind="non_utf8",
+        )
+    if len(text) > MAX_OUTPUT_CHARS:
+        return ToolOutcome(
+            f"error: tool '{name}' returned too much output ({len(text):,} characters; the limit is "
+            f"{MAX_OUTPUT_CHARS:,}); it begins: {text[:OVERSIZED_HEAD_CHARS]}",
+            True,
+            metrics=metrics,
+            kind="oversized",
+        )
+    if not text.strip():
+        # shown as it is, empty tags: the model sees that the tool said nothing; counted as a failure,
+        # since a tool that answers nothing has almost always failed silently
+        return ToolOutcome(text, True, metrics=metrics, kind="empty")
+    return ToolOutcome(text, reported, metrics=metrics, kind="reported" if reported else "")
+
+
+def _failed(name: str, err: BaseException) -> ToolOutcome:
+    return ToolOutcome(f"error: tool '{name}' failed: {_one_line(err)}", True, kind="exception")
+
+
+def _timed_out(name: str, timeout: float) -> ToolOutcome:
+    return ToolOutcome(f"error: tool '{name}' timed out after {timeout:g} s", True, kind="timeout")
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Done-callback of an abandoned call: read its outcome so asyncio does not log it as lost."""
+    if not task.cancelled():
+        task.exception()
 
 
 class ToolExecutor:
     """Owns the tools' event loop; `run(calls)` blocks until every call has an outcome."""
 
-    def __init__(self, tools: dict[str, Any], timeout: float = 30.0, max_concurrent: int = 64):
+    def __init__(
+        self,
+        tools: dict[str, Any],
+        timeout: float = 30.0,
+        max_concurrent: int = 64,
+        loop_probe_s: float | None = None,
+    ):
+        """loop_probe_s: how long the tools' event loop may leave a no-op unanswered before `run` calls it
+        blocked (default: the timeout, at least 5 s, so a GC pause or a busy GIL is not taken for it)."""
         self.tools, self.timeout = tools, timeout
+        self.loop_probe_s = max(timeout, 5.0) if loop_probe_s is None else loop_probe_s
+        self.max_concurrent = max(1, max_concurrent)
         self.loop = asyncio.new_event_loop()
+        # blocking tools (and FunctionTool's sync functions) run here: room for every call in flight
+        # plus as many abandoned after a timeout that are still running in their threads
+        self._pool = concurrent.futures.ThreadPoolExecutor(2 * self.max_concurrent, "turnrl-tool")
+        self.loop.set_default_executor(self._pool)
         self._thread = threading.Thread(target=self.loop.run_forever, name="turnrl-tools", daemon=True)
         self._thread.start()
-        self._limit = asyncio.Semaphore(max(1, max_concurrent))  # binds to self.loop on first use
+        self._limit = asyncio.Semaphore(self.max_concurrent)  # binds to self.loop on first use
+        self._abandoned: set[asyncio.Task[Any]] = set()
 
     def run(self, calls: list[ToolCall]) -> list[ToolOutcome]:
         if not calls:
             return []
-        return asyncio.run_coroutine_threadsafe(self._run_all(calls), self.loop).result()
+        future = asyncio.run_coroutine_threadsafe(self._run_all(calls), self.loop)
+        while True:
+            done, _ = concurrent.futures.wait([future], timeout=self.timeout)
+            if done:
+                return future.result()
+            # calls may legitimately queue behind `max_concurrent` others for many timeouts; only a loop
+            # that cannot even run a no-op is stuck
+            if not self._loop_answers(within=self.loop_probe_s):
+                future.cancel()
+                raise FatalToolError(
+                    f"the tools' event loop has not answered for {self.loop_probe_s:g} s: a tool's async "
+                    "call() is blocking it (make call() a plain function or run the blocking work in a thread)"
+                )
+
+    def _loop_answers(self, within: float) -> bool:
+        probe = asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self.loop)
+        done, _ = concurrent.futures.wait([probe], timeout=within)
+        return bool(done)
 
     async def _run_all(self, calls: list[ToolCall]) -> list[ToolOutcome]:
         outcomes: list[ToolOutcome | None] = [None] * len(calls)
@@ -81,26 +213,48 @@ class ToolExecutor:
                 outcomes[i] = outcome
 
         await asyncio.gather(*(single(i) for i in singles), *(batch(n, idx) for n, idx in batched.items()))
-        return [o if o is not None else ToolOutcome("error: no result", error=True) for o in outcomes]
+        return [
+            o if o is not None else ToolOutcome("error: no result", True, kind="exception") for o in outcomes
+        ]
+
+    async def _bounded(self, call: Awaitable[Any]) -> Any:
+        """The call's result, or TimeoutError after `timeout` s without waiting for the call to stop."""
+        task = asyncio.ensure_future(call)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=self.timeout)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if task in done:
+            return task.result()
+        task.cancel()  # a cooperative tool stops here; a stubborn one runs on, abandoned
+        self._abandoned.add(task)
+        task.add_done_callback(self._abandoned.discard)
+        task.add_done_callback(_retrieve)
+        raise TimeoutError
 
     async def _call(self, call: ToolCall) -> ToolOutcome:
         tool = self.tools.get(call.name)
         if tool is None:
-            return ToolOutcome(f"error: unknown tool '{call.name}'; available: {', '.join(self.tools)}", True)
+            return ToolOutcome(
+                f"error: unknown tool '{call.name}'; available: {', '.join(self.tools)}",
+                True,
+                kind="unknown_tool",
+            )
         async with self._limit:
             start = time.perf_counter()
             try:
                 if inspect.iscoroutinefunction(tool.call):
-                    result = await asyncio.wait_for(tool.call(call.arguments), self.timeout)
+                    result = await self._bounded(tool.call(call.arguments))
                 else:  # a blocking tool runs in a thread so it cannot stall the others
-                    result = await asyncio.wait_for(
-                        asyncio.to_thread(tool.call, call.arguments), self.timeout
-                    )
+                    result = await self._bounded(asyncio.to_thread(tool.call, call.arguments))
                 outcome = normalise(result, call.name)
+            except FatalToolError:
+                raise  # the run cannot go on (a child server that keeps dying): not the model's business
             except TimeoutError:
-                outcome = ToolOutcome(f"error: tool '{call.name}' timed out after {self.timeout:g} s", True)
+                outcome = _timed_out(call.name, self.timeout)
             except Exception as err:
-                outcome = ToolOutcome(f"error: tool '{call.name}' failed: {_one_line(err)}", True)
+                outcome = _failed(call.name, err)
             outcome.latency_s = time.perf_counter() - start
         return outcome
 
@@ -108,27 +262,29 @@ class ToolExecutor:
         tool = self.tools[name]
         start = time.perf_counter()
         try:
-            results = await asyncio.wait_for(tool.call_batch([c.arguments for c in calls]), self.timeout)
+            results = await self._bounded(tool.call_batch([c.arguments for c in calls]))
             if not isinstance(results, list) or len(results) != len(calls):
                 raise TypeError(f"call_batch returned {type(results).__name__} for {len(calls)} calls")
             outcomes = [normalise(r, name) for r in results]
+        except FatalToolError:
+            raise
         except TimeoutError:
-            outcomes = [
-                ToolOutcome(f"error: tool '{name}' timed out after {self.timeout:g} s", True) for _ in calls
-            ]
+            outcomes = [_timed_out(name, self.timeout) for _ in calls]
         except Exception as err:
-            outcomes = [ToolOutcome(f"error: tool '{name}' failed: {_one_line(err)}", True) for _ in calls]
+            outcomes = [_failed(name, err) for _ in calls]
         latency = time.perf_counter() - start
         for o in outcomes:
             o.latency_s = latency
         return outcomes
 
     def close(self) -> None:
-        """Close the tools' clients on their own loop, then stop the loop."""
+        """Close the tools' clients on their own loop, cancel abandoned calls, then stop the loop."""
         if self.loop.is_closed():
             return
 
         async def close_all() -> None:
+            for task in list(self._abandoned):
+                task.cancel()
             for tool in self.tools.values():
                 closer = getattr(tool, "aclose", None)
                 if callable(closer):
@@ -139,7 +295,11 @@ class ToolExecutor:
 
         try:
             asyncio.run_coroutine_threadsafe(close_all(), self.loop).result(timeout=10)
+        except TimeoutError:  # a loop blocked by a tool: stop it as far as it can be stopped
+            log.warning("closing the tools timed out; their event loop is blocked")
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=10)
-            self.loop.close()
+            if not self._thread.is_alive():
+                self.loop.close()
+            self._pool.shutdown(wait=False, cancel_futures=True)

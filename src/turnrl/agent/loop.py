@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from turnrl.agent.actions import Action, JsonActions, XmlActions
@@ -53,6 +53,8 @@ class CallStats:
     latencies: list[float]
     errors: int
     per_tool: dict[str, dict[str, list[float]]]
+    error_kinds: Counter[str] = field(default_factory=Counter)
+    """Failed calls by `ToolOutcome.kind`; they sum to `errors`."""
 
 
 class EpisodeLoop:
@@ -302,6 +304,8 @@ class EpisodeLoop:
             e.tool_errors += int(r.error)
             self.stats.latencies.append(r.latency_s)
             self.stats.errors += int(r.error)
+            if r.error:
+                self.stats.error_kinds[r.kind] += 1
             for k, v in r.metrics.items():
                 self.stats.per_tool[call.name][k].append(v)
         self._append(e, self._observation(action, results, eos_text), budget)

@@ -7,6 +7,11 @@ tokenising (that is where multi-turn ids drift, verl #3720).
 In XML mode the pieces `\\n\\n<information>`, the cut output, the marker and `</information>\\n\\n`
 are tokenised separately and concatenated, so the cut is exact in tokens and the closing tag always
 survives (Search-R1 cut the wrapped ids and could drop it).
+
+Only the start of a very long output is tokenised: tokenising costs about a second per megabyte, and
+no token past `max_obs_length` is shown. No token spans more characters than the vocabulary's longest
+entry, so a text longer than `max_obs_length` times that is cut whatever its tail; the head kept is
+four times longer still, and the full text is tokenised after all if the head somehow was not enough.
 """
 
 from __future__ import annotations
@@ -26,6 +31,15 @@ class Observation:
     ids: list[int]
     cut: int = 0
     """How many tool outputs in it were cut to `max_obs_length`."""
+
+
+def longest_token_chars(tokenizer: Any) -> int | None:
+    """Characters of the vocabulary's longest entry (byte-level and SentencePiece pieces spell each byte
+    or character with one character, so no token stands for more text); None if there is no vocabulary."""
+    try:
+        return max((len(t) for t in tokenizer.get_vocab()), default=None)
+    except (AttributeError, TypeError, NotImplementedError):
+        return None
 
 
 class ObservationBuilder:
@@ -49,19 +63,29 @@ class ObservationBuilder:
         self.marker = marker
         self.invalid_text = invalid_text
         self.template = template
+        longest = longest_token_chars(tokenizer)
+        self.head_chars = 4 * max_obs_length * longest if longest else None
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
 
+    def encode_head(self, text: str) -> list[int]:
+        """The ids of `text`, or of enough of its start to cut it to `max_obs_length` tokens."""
+        if self.head_chars is not None and len(text) > self.head_chars:
+            ids = self.encode(text[: self.head_chars])
+            if len(ids) > self.max_obs_length:
+                return ids
+        return self.encode(text)
+
     def cut_ids(self, text: str) -> tuple[list[int], bool]:
-        ids = self.encode(text)
+        ids = self.encode_head(text)
         if len(ids) <= self.max_obs_length:
             return ids, False
         return ids[: self.max_obs_length - len(self.marker_ids)] + self.marker_ids, True
 
     def cut_text(self, text: str) -> tuple[str, bool]:
         """Cut in tokens, returned as text: chat templates take message text, not ids."""
-        ids = self.encode(text)
+        ids = self.encode_head(text)
         if len(ids) <= self.max_obs_length:
             return text, False
         keep = ids[: self.max_obs_length - len(self.marker_ids)]

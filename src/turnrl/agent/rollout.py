@@ -71,7 +71,10 @@ class AgentRollout:
         budget = params.max_new_tokens
         episodes = self.loop.run(prompts, params.n, params, budget, streaming=self.streaming)
         batch = assemble_episodes(gen_batch, episodes, params.n, self.pad_id, budget)
-        return batch, agent_metrics(episodes, self.loop.stats)
+        metrics = agent_metrics(episodes, self.loop.stats)
+        if self.toolset.supervisors:  # so far in the run: a restart is rare, a step's count would blink
+            metrics["servers/restarts"] = float(self.toolset.restarts)
+        return batch, metrics
 
     def close(self) -> None:
         """Close tool clients and stop the child servers; safe to call twice."""

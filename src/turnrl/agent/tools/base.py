@@ -25,6 +25,14 @@ class ToolError(TurnrlInputError):
     """A tool that cannot be built or loaded; the message is one line naming the culprit."""
 
 
+class FatalToolError(TurnrlInputError):
+    """A tool failure the run cannot go on after (a child server that died again after its restart, a
+    tool blocking the tools' event loop). Unlike every other tool failure it is not shown to the model
+    as an error observation: the executor raises it and the rollout stops. One line naming the culprit;
+    a TurnrlInputError, so `turnrl train` reports it as that line (a server that cannot be kept up, a
+    tool that cannot run, are the run's input), not as a traceback."""
+
+
 @dataclass
 class ToolResult:
     text: str

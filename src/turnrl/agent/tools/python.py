@@ -6,7 +6,8 @@ import re
 from typing import Any
 
 from turnrl.agent.tools.base import ToolResult, text_parameter
-from turnrl.servers.sandbox.client import RunResult, SandboxClient
+from turnrl.agent.tools.supervisor import ServerSupervisor, supervised
+from turnrl.servers.sandbox.client import RunResult, SandboxClient, SandboxUnavailable
 
 _FENCE = re.compile(r"^\s*```[a-zA-Z0-9_+-]*\s*\n(.*?)\n?\s*```\s*$", re.DOTALL)
 
@@ -48,17 +49,25 @@ class PythonTool:
         tag: str = "code",
         obs_tag: str = "observation",
         retries: int = 2,
+        server: ServerSupervisor | None = None,
     ):
         self.url, self.run_timeout, self.memory_limit_mb = url, run_timeout, memory_limit_mb
         self.tag, self.obs_tag = tag, obs_tag
         self.client = SandboxClient(url, timeout=30.0, retries=retries)
+        self.server = server
+        """Set when the sandbox is turnrl's own child: a dead one is restarted once (`supervisor`)."""
 
     async def call(self, arguments: dict[str, Any]) -> ToolResult:
         code = arguments.get("code")
         if not isinstance(code, str) or not code.strip():
             return ToolResult("error: no code to run", error=True)
-        result = await self.client.run_code(
-            strip_fence(code), run_timeout=self.run_timeout, memory_limit_MB=self.memory_limit_mb
+        program = strip_fence(code)
+        result = await supervised(
+            self.server,
+            lambda: self.client.run_code(
+                program, run_timeout=self.run_timeout, memory_limit_MB=self.memory_limit_mb
+            ),
+            SandboxUnavailable,
         )
         metrics = {"timed_out": float(result.timed_out), "exit_nonzero": float(not result.ok)}
         # a failing program is a normal observation (the model learns from it); only the sandbox failing is an error

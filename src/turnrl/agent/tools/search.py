@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from turnrl.agent.tools.base import ToolResult, text_parameter
+from turnrl.agent.tools.supervisor import ServerSupervisor, supervised
 from turnrl.servers.retriever.client import RetrieverClient, format_passages
+from turnrl.servers.retriever.errors import RetrieverUnavailable
 
 # The built-in search task and the built-in index must describe the same invented world.
 BUILTIN_ENTITIES = 300
@@ -53,10 +55,13 @@ class SearchTool:
         obs_tag: str = "information",
         timeout: float = 30.0,
         retries: int = 2,
+        server: ServerSupervisor | None = None,
     ):
         self.url, self.topk = url, topk
         self.tag, self.obs_tag = tag, obs_tag
         self.client = RetrieverClient(url, topk=topk, timeout=timeout, retries=retries)
+        self.server = server
+        """Set when the retriever is turnrl's own child: a dead one is restarted once (`supervisor`)."""
 
     async def call(self, arguments: dict[str, Any]) -> ToolResult:
         return (await self.call_batch([arguments]))[0]
@@ -74,7 +79,7 @@ class SearchTool:
             else:
                 results.append(ToolResult("error: empty search query", error=True))
         if queries:
-            found = await self.client.retrieve(queries)
+            found = await supervised(self.server, lambda: self.client.retrieve(queries), RetrieverUnavailable)
             for slot, passages in zip(slots, found, strict=True):
                 results[slot] = ToolResult(
                     format_passages(passages).strip(), {"passages": float(len(passages))}

@@ -2,7 +2,8 @@
 
 A tool server named by URL is health-checked at start-up: a server that is down stops the run
 in one line naming the URL, instead of a hang at the first tool call. Without a URL, turnrl
-starts its own sandbox / retriever (over the built-in corpus index) as a child process.
+starts its own sandbox / retriever (over the built-in corpus index) as a child process, under a
+`ServerSupervisor`: restarted once if it dies mid-run, counted in `servers/restarts`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from turnrl.agent.tools.base import ToolError
 from turnrl.agent.tools.calculator import Calculator
 from turnrl.agent.tools.custom import load_custom_tool
+from turnrl.agent.tools.supervisor import ServerSupervisor
 from turnrl.config.agent_schema import MultiTurnConfig
 
 log = logging.getLogger(__name__)
@@ -28,6 +30,7 @@ class ToolSet:
         self.cfg, self.cache_dir = cfg, cache_dir
         self.tools: dict[str, Any] = {}
         self._children: list[Any] = []
+        self.supervisors: list[ServerSupervisor] = []
         self.sandbox_url = ""
 
     def start(self) -> ToolSet:
@@ -55,23 +58,31 @@ class ToolSet:
         c = self.cfg.calculator
         return Calculator(c.tag, c.obs_tag)
 
-    def _server_url(
+    @property
+    def restarts(self) -> int:
+        """Child servers restarted so far in this run."""
+        return sum(s.restarts for s in self.supervisors)
+
+    def _server(
         self, key: str, url: str, check: Any, errors: tuple[type[Exception], ...], child: Any, what: str
-    ) -> str:
-        """A configured server's URL after a health check, or the URL of our own child server."""
+    ) -> tuple[str, ServerSupervisor | None]:
+        """A configured server's URL after a health check, or the URL of our own child server and its
+        supervisor (a server someone else runs is theirs to restart: its client retries, then reports)."""
         if url:
             try:
                 check(url)
             except errors as err:
                 raise ToolError(f"{key}.url: {err}") from None
-            return url
+            return url, None
         try:
             child.start()
         except errors as err:
             raise ToolError(f"{key}: could not start turnrl's {what}: {err}") from None
         self._children.append(child)
         log.warning("started turnrl's %s at %s (no %s.url given)", what, child.url, key)
-        return child.url
+        supervisor = ServerSupervisor(child, what)
+        self.supervisors.append(supervisor)
+        return child.url, supervisor
 
     def _python(self) -> Any:
         from turnrl.agent.tools.python import PythonTool
@@ -79,7 +90,7 @@ class ToolSet:
 
         p = self.cfg.python
         child = None if p.url else SandboxProcess(workers=p.workers or None)
-        url = self._server_url(
+        url, supervisor = self._server(
             "rollout.multi_turn.python",
             p.url,
             check_server,
@@ -88,7 +99,7 @@ class ToolSet:
             "code sandbox",
         )
         self.sandbox_url = url
-        return PythonTool(url, p.run_timeout, p.memory_limit_mb, p.tag, p.obs_tag)
+        return PythonTool(url, p.run_timeout, p.memory_limit_mb, p.tag, p.obs_tag, server=supervisor)
 
     def _search(self) -> Any:
         from turnrl.agent.tools.search import SearchTool, builtin_index
@@ -100,10 +111,10 @@ class ToolSet:
         child = None
         if not s.url:
             child = LocalRetriever(Path(s.index) if s.index else builtin_index(self.cache_dir), topk=s.topk)
-        url = self._server_url(
+        url, supervisor = self._server(
             "rollout.multi_turn.search", s.url, check_server, (RetrieverError, ValueError), child, "retriever"
         )
-        return SearchTool(url, s.topk, s.tag, s.obs_tag, timeout=self.cfg.tool_timeout)
+        return SearchTool(url, s.topk, s.tag, s.obs_tag, timeout=self.cfg.tool_timeout, server=supervisor)
 
     def close(self) -> None:
         """Stop the child servers (tool clients are closed by the executor that owns their event loop)."""

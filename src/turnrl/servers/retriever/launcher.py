@@ -6,12 +6,14 @@
 The child is `turnrl retriever serve` on a free loopback port; entering the context waits
 until its /health answers, leaving it stops the child. A child that dies at start-up raises
 RetrieverError carrying the child's own one-line error (bad index, missing extra, ...).
+`restart()` starts a child that died again on the same port, so clients keep their URL.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -61,8 +63,12 @@ class LocalRetriever:
         self._fixed_port = port
         self.port: int | None = None
         self.extra_args = list(extra_args or [])
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._tmp: Path | None = None  # a plain directory: TemporaryDirectory would vanish with its object
         self.log_path = Path(log_path) if log_path else None
+        self.log_file: Path | None = None
+        """Where the child's output goes (a temporary file unless `log_path` was given)."""
+        self.keep_log = False
+        """Leave a temporary log at stop (set when the child's death is reported with the log's path)."""
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -116,11 +122,12 @@ class LocalRetriever:
         if self.process is not None:
             return self
         if self.log_path is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="turnrl-retriever-")
-            log_path = Path(self._tmp.name) / "server.log"
+            self._tmp = Path(tempfile.mkdtemp(prefix="turnrl-retriever-"))
+            log_path = self._tmp / "server.log"
         else:
             log_path = self.log_path
             log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_file = log_path
         for _ in range(1 if self._fixed_port else _PORT_ATTEMPTS):
             port = self._fixed_port or free_port(self.host)
             process = self._spawn(port, log_path)
@@ -139,6 +146,32 @@ class LocalRetriever:
             f"no free port for the retriever on {self.host} after {_PORT_ATTEMPTS} attempts"
         )
 
+    @property
+    def returncode(self) -> int | None:
+        """The exit status of a child that has exited (negative: killed by that signal), else None."""
+        return None if self.process is None else self.process.poll()
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def restart(self) -> LocalRetriever:
+        """Start the child again on its port after it died; its output is appended to the same log."""
+        if self.alive():
+            return self
+        if self.port is None or self.log_file is None:
+            raise RetrieverError("LocalRetriever was never started, so it cannot be restarted")
+        process = self._spawn(self.port, self.log_file)
+        try:
+            ready = self._wait_ready(process, self.port, self.log_file)
+        except BaseException:
+            self._terminate(process)
+            raise
+        if not ready:  # only when the port was taken meanwhile: clients cannot follow a new port
+            self._terminate(process)
+            raise RetrieverUnavailable(f"retriever could not restart on {self.base_url}: the port is taken")
+        self.process = process
+        return self
+
     @staticmethod
     def _terminate(process: subprocess.Popen[bytes]) -> None:
         if process.poll() is None:
@@ -150,9 +183,9 @@ class LocalRetriever:
                 process.wait(timeout=10)
 
     def _cleanup_tmp(self) -> None:
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        if self._tmp is not None and not self.keep_log:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+        self._tmp = None
 
     def stop(self) -> None:
         if self.process is not None:

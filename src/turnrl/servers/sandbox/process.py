@@ -5,7 +5,10 @@
 
 The server gets a free port on 127.0.0.1, is waited for through /health, and is terminated
 (SIGTERM, then SIGKILL) on exit, at interpreter exit, or, on Linux, when the process that
-started it dies.
+started it dies. Its output goes to a log file (`log_path`), removed at stop unless `keep_log`.
+
+`restart()` starts a dead server again on the same port, so the URL every client holds stays
+valid (the agent's supervisor does this once when the child dies mid-run).
 """
 
 from __future__ import annotations
@@ -13,13 +16,15 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import os
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from typing import IO, Any
+from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -62,7 +67,9 @@ class SandboxProcess:
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.health: dict[str, Any] = {}
-        self._log: IO[bytes] | None = None
+        self.log_path: Path | None = None
+        self.keep_log = False
+        """Leave the log file at stop (set when the server's death is reported with the log's path)."""
 
     @property
     def url(self) -> str:
@@ -92,25 +99,42 @@ class SandboxProcess:
         return [*cmd, "--isolation", self.isolation, *self.extra_args]
 
     def log_tail(self, lines: int = 20) -> str:
-        if self._log is None:
+        if self.log_path is None:
             return ""
-        self._log.seek(0)
-        return "\n".join(self._log.read().decode(errors="replace").splitlines()[-lines:])
+        try:
+            text = self.log_path.read_bytes().decode(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
 
-    def start(self) -> SandboxProcess:
-        for _attempt in range(3):  # another process may grab the free port before the server binds it
-            self.port = free_port(self.host)
-            if self._log is not None:
-                self._log.close()
-            self._log = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the server)
+    @property
+    def returncode(self) -> int | None:
+        """The exit status of a server that has exited (negative: killed by that signal), else None."""
+        return None if self.proc is None else self.proc.poll()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _spawn(self, mode: str) -> None:
+        """Start the server on `self.port`, its output written (`wb`) or appended (`ab`) to the log."""
+        if self.log_path is None:
+            fd, name = tempfile.mkstemp(prefix="turnrl-sandbox-", suffix=".log")
+            os.close(fd)
+            self.log_path = Path(name)
+        with self.log_path.open(mode) as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(
                 self._command(),
                 stdin=subprocess.DEVNULL,
-                stdout=self._log,
+                stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
+
+    def start(self) -> SandboxProcess:
+        for _attempt in range(3):  # another process may grab the free port before the server binds it
+            self.port = free_port(self.host)
+            self._spawn("wb")  # each attempt's log alone: "address already in use" must be this one's
             if self._wait_ready():
                 atexit.register(self.stop)
                 self._warn_if_weakened()
@@ -122,6 +146,19 @@ class SandboxProcess:
         raise SandboxUnavailable(
             f"sandbox server did not start on {self.url}: {tail.splitlines()[-1:] or '?'}"
         )
+
+    def restart(self) -> SandboxProcess:
+        """Start the server again on the same port after it died (its log goes on in the same file)."""
+        if self.alive():
+            return self
+        if self.log_path is None:
+            raise SandboxUnavailable("sandbox server was never started, so it cannot be restarted")
+        self._spawn("ab")
+        if not self._wait_ready():
+            last = (self.log_tail().splitlines() or ["no output"])[-1]
+            self._kill()
+            raise SandboxUnavailable(f"sandbox server did not restart on {self.url}: {last}")
+        return self
 
     def _warn_if_weakened(self) -> None:
         # the server prints its layers, but into a log file nobody reads: repeat the bad news here
@@ -145,7 +182,7 @@ class SandboxProcess:
             time.sleep(0.1)
         return False
 
-    def stop(self) -> None:
+    def _kill(self) -> None:
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -154,9 +191,13 @@ class SandboxProcess:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+
+    def stop(self) -> None:
+        self._kill()
+        if self.log_path is not None and not self.keep_log:
+            with contextlib.suppress(OSError):
+                self.log_path.unlink()
+            self.log_path = None
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
 
