@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "report": "turnrl.tracking.cli",
     "export": "turnrl.export",
     "serve": "turnrl.serve.cli",
+    "data": "turnrl.data.prepare.cli",
 }
 
 

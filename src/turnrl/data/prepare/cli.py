@@ -1,0 +1,94 @@
+"""`turnrl data NAME (--input FILE ... | --from-hub) --out DIR`: the command around `convert`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from turnrl.data.dataset import DataError
+from turnrl.data.prepare.sources import HubSplit
+
+SHOWN_SKIPS = 10  # skipped rows listed one by one; the rest are counted
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from turnrl.data.prepare import RECIPES
+
+    p = sub.add_parser(
+        "data",
+        help="convert a public dataset's files (gsm8k, MATH, nq/hotpotqa) to verl-format parquet",
+        description="Convert GSM8K, MATH or FlashRAG QA files into the verl-format parquet files that "
+        "verl's and Search-R1's preprocessing scripts write (train.parquet, test.parquet). See docs/data.md.",
+    )
+    p.add_argument("dataset", choices=list(RECIPES), help="which converter")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--input",
+        action="append",
+        metavar="FILE",
+        help="a .jsonl, .json or .parquet file of the dataset (repeatable); its split (train, test, dev) "
+        "and, for nq_hotpotqa, its data set (nq/train.jsonl) are read from its name",
+    )
+    src.add_argument(
+        "--from-hub", action="store_true", help="load from the Hugging Face hub (needs `datasets`)"
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (new or empty)")
+    p.add_argument("--split", choices=("train", "test"), help="the split of every --input file")
+    p.add_argument("--data-source", help="the data_source of every row (default: the upstream script's)")
+    p.add_argument("--overwrite", action="store_true", help="replace the split files in a non-empty --out")
+    p.set_defaults(func=data_command)
+
+
+def data_command(ns: argparse.Namespace) -> int:
+    try:
+        return run(ns)
+    except DataError as err:
+        print(f"turnrl data: {err}", file=sys.stderr)
+        return 2
+
+
+def run(ns: argparse.Namespace) -> int:
+    from turnrl.data.prepare import RECIPES, convert
+    from turnrl.data.prepare.output import check_out_dir, to_table, write_splits
+    from turnrl.data.prepare.sources import file_parts, hub_parts
+
+    recipe, out = RECIPES[ns.dataset], Path(ns.out)
+    if ns.data_source is not None and ns.data_source not in recipe.sources:
+        raise DataError(f"--data-source '{ns.data_source}' is not one of {', '.join(recipe.sources)}")
+    if ns.from_hub and ns.split:
+        raise DataError("--split applies to --input files; --from-hub reads the upstream splits")
+    check_out_dir(out, ns.overwrite)  # before reading: a refused --out costs nothing
+    if ns.from_hub:
+        parts = hub_parts(_hub_layout(recipe.hub, ns.data_source))
+    else:
+        parts = file_parts(ns.input, recipe.sources, recipe.default_source, ns.split, ns.data_source)
+    result = convert(recipe, parts)
+    _print_skipped(result.skipped)
+    if not result.splits:
+        raise DataError(f"no row of {result.read} could be converted; nothing written to {out}")
+    tables = {split: to_table(rows, f"{split}.parquet") for split, rows in result.splits.items()}
+    paths = write_splits(tables, out)
+    print(f"{ns.dataset}: read {result.read} rows, skipped {len(result.skipped)}")
+    for path in paths:
+        split = path.stem
+        per_source = ", ".join(f"{s} {n}" for (sp, s), n in result.written.items() if sp == split)
+        print(f"  {path}: {len(result.splits[split])} rows ({per_source})")
+    return 0
+
+
+def _hub_layout(layout: tuple[HubSplit, ...], data_source: str | None) -> tuple[HubSplit, ...]:
+    """With --data-source, MATH is written under that name; Search-R1's sets are limited to that set."""
+    if data_source is None:
+        return layout
+    if len({h.data_source for h in layout}) == 1:
+        return tuple(dataclasses.replace(h, data_source=data_source) for h in layout)
+    return tuple(h for h in layout if h.data_source == data_source)
+
+
+def _print_skipped(skipped: list[str]) -> None:
+    for line in skipped[:SHOWN_SKIPS]:
+        print(f"turnrl data: skipped {line}", file=sys.stderr)
+    if len(skipped) > SHOWN_SKIPS:
+        print(f"turnrl data: ... and {len(skipped) - SHOWN_SKIPS} more skipped rows", file=sys.stderr)
