@@ -15,12 +15,15 @@ import sys
 # command name -> module providing register(subparsers)
 COMMANDS: dict[str, str] = {
     "train": "turnrl.trainer.cli",
+    "eval": "turnrl.evaluate.cli",
     "sandbox": "turnrl.servers.sandbox.cli",
     "retriever": "turnrl.servers.retriever.cli",
     "trace": "turnrl.inspector.cli",
     "report": "turnrl.tracking.cli",
     "export": "turnrl.export",
     "serve": "turnrl.serve.cli",
+    "sft": "turnrl.supervised.cli",
+    "rm": "turnrl.supervised.cli",
     "data": "turnrl.data.prepare.cli",
 }
 

@@ -95,6 +95,7 @@ def test_builtin_table_keeps_every_data_source():
         [
             "turnrl/addition",
             *("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math"),
+            "openai/gsm8k",
             "turnrl/calculator",
             *("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"),
             "turnrl/search",
@@ -133,3 +134,21 @@ def test_missing_ok_scores_unknown_sources_zero():
     assert reward(batch)[0].sum().item() == 0.0
     with pytest.raises(RewardError, match="no reward function for data_source 'rm-only'"):
         RuleReward(SpaceTokenizer()).check({"rm-only"})
+
+
+@pytest.mark.parametrize(
+    ("response", "score"),
+    [
+        ("She pays 3 * 24 = 72 dollars.\n#### 72", 1.0),
+        ("#### 1,072", 0.0),  # 1072 != 72
+        ("The answer is 72.", 0.0),  # no "####": no answer, as verl's strict rule
+        ("#### 70\nwait, 3 * 24 = 72\n#### 72", 1.0),  # the last one counts
+        ("#### 72\n" + "x" * 400, 0.0),  # only the last 300 characters are searched
+        ("#### $72", 0.0),  # the rule wants digits right after "#### "
+    ],
+)
+def test_gsm8k_is_scored_by_the_number_after_the_last_hashes(response, score):
+    from turnrl.rewards.registry import registered
+
+    result = registered()["openai/gsm8k"]("openai/gsm8k", response, "72")
+    assert result["score"] == score

@@ -232,6 +232,11 @@ def _check_algorithm(cfg: Config) -> None:
             f"'data.train_batch_size'={cfg.data.train_batch_size} prompts does not divide into "
             f"'critic.ppo_mini_batch_size'={cfg.critic.ppo_mini_batch_size} prompts; pick a divisor"
         )
+    from turnrl.rewards.guard import ON_ERROR_MODES  # beside the code that reads it
+
+    _one_of("reward.on_error", cfg.reward.on_error, ON_ERROR_MODES)
+    if cfg.reward.timeout_s < 0:
+        raise ConfigError(f"'reward.timeout_s' must be >= 0 (0 = no limit), got {cfg.reward.timeout_s}")
     ob = cfg.reward.overlong_buffer
     if ob.enable and not 0 < ob.len < cfg.data.max_response_length:
         raise ConfigError(

@@ -11,9 +11,10 @@ import dataclasses
 import difflib
 import inspect
 import itertools
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from omegaconf import OmegaConf
@@ -21,6 +22,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from turnrl.config.checks import ConfigError, check_config
 from turnrl.config.schema import Config
+
+T = TypeVar("T")
 
 
 def _schema_keys(cls: type, prefix: str = "") -> dict[str, type]:
@@ -38,31 +41,37 @@ def _schema_keys(cls: type, prefix: str = "") -> dict[str, type]:
 
 
 @cache
-def valid_keys() -> tuple[str, ...]:
-    return tuple(_schema_keys(Config))
+def valid_keys(schema: type = Config) -> tuple[str, ...]:
+    return tuple(_schema_keys(schema))
 
 
-def _suggest(key: str) -> str:
+# leaf names verl and TRL users type for keys turnrl spells differently
+LEAF_ALIASES = {"learning_rate": "lr", "warmup_steps": "lr_warmup_steps", "max_grad_norm": "grad_clip"}
+
+
+def _suggest(key: str, schema: type = Config) -> str:
     leaf = key.rsplit(".", 1)[-1]
+    # verl's `*_micro_batch_size_per_gpu`: ours already count the responses of one pass on one rank
+    leaf = LEAF_ALIASES.get(leaf, leaf.removesuffix("_per_gpu"))
     # a right name under the wrong section is the likeliest mistake, then a typo
-    same_leaf = [k for k in valid_keys() if k.rsplit(".", 1)[-1] == leaf]
+    same_leaf = [k for k in valid_keys(schema) if k.rsplit(".", 1)[-1] == leaf]
     # ... and within it, one under the section the user named (critic.lr -> critic.optim.lr)
     section = key.split(".", 1)[0]
     close = sorted(same_leaf, key=lambda k: k.split(".", 1)[0] != section)[:1]
-    close = close or difflib.get_close_matches(key, valid_keys(), n=1, cutoff=0.5)
+    close = close or difflib.get_close_matches(key, valid_keys(schema), n=1, cutoff=0.5)
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
-def _check_keys(tree: Any, source: str, prefix: str = "") -> None:
+def _check_keys(tree: Any, source: str, prefix: str = "", schema: type = Config) -> None:
     if not isinstance(tree, dict):
         return
-    keys = valid_keys()
+    keys = valid_keys(schema)
     for k, v in tree.items():
         key = f"{prefix}{k}"
         if key not in keys:
-            raise ConfigError(f"unknown config key '{key}' in {source}{_suggest(key)}")
+            raise ConfigError(f"unknown config key '{key}' in {source}{_suggest(key, schema)}")
         if isinstance(v, dict):
-            _check_keys(v, source, key + ".")
+            _check_keys(v, source, key + ".", schema)
 
 
 def _parse_override(item: str) -> tuple[str, Any]:
@@ -84,48 +93,109 @@ def _nest(key: str, value: Any) -> dict[str, Any]:
     return out
 
 
-def load_config(recipe: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Build a checked Config from an optional YAML recipe and `a.b=value` overrides."""
+def builtin_recipes() -> dict[str, Path]:
+    """The recipes shipped inside the package (`turnrl train grpo`), by name."""
+    folder = Path(__file__).resolve().parents[1] / "recipes"
+    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+
+
+def recipe_summary(path: Path) -> str:
+    """A recipe's first comment line: what it trains."""
+    words: list[str] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#") or not line.strip("# "):
+            break  # the header is the comment block up to its first blank line
+        words += line.strip("# ").split()
+    text = " ".join(words)
+    return text.split(". ", 1)[0].split(": ", 1)[0].rstrip(".")
+
+
+def resolve_recipe(recipe: str | Path) -> Path:
+    """A recipe file, or the name of a shipped one (`grpo`, `calculator_agent`, ...): a bare name
+    that is not a file in the working directory."""
+    path = Path(recipe)
+    if path.exists() or path.suffix in (".yaml", ".yml") or len(path.parts) > 1:
+        return path
+    shipped = builtin_recipes()
+    if str(recipe) in shipped:
+        return shipped[str(recipe)]
+    close = difflib.get_close_matches(str(recipe), list(shipped), n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise ConfigError(
+        f"no recipe file '{recipe}' and no built-in recipe of that name; {hint}built-in: {', '.join(shipped)}"
+    )
+
+
+def read_recipe(path: Path) -> dict[str, Any]:
+    """The recipe's sections; a file that is missing, not UTF-8, not YAML or not a mapping is one line."""
+    if path.is_dir():
+        raise ConfigError(f"recipe {path} is a directory; give a .yaml file")
+    if not path.is_file():
+        raise ConfigError(f"recipe file not found: {path}")
+    try:
+        tree = yaml.safe_load(path.read_bytes().decode("utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"recipe {path} is not UTF-8 text (byte offset {err.start}); is it a YAML file?"
+        ) from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"recipe {path} is not valid YAML: {_yaml_problem(err)}") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(
+            f"recipe {path} must be a mapping of sections (data:, actor:, ...), got a YAML {type(tree).__name__}"
+        )
+    return tree
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's reason and where (1-based line and column), on one line."""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    mark = getattr(err, "problem_mark", None)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
+
+
+def load_config(
+    recipe: str | Path | None = None,
+    overrides: list[str] | None = None,
+    schema: type[T] = Config,  # type: ignore[assignment]
+    check: Callable[[Any], None] | None = check_config,
+) -> T:
+    """Build a checked config from an optional YAML recipe and `a.b=value` overrides: a `Config`
+    for `turnrl train`, or another schema (SFT, reward-model training) with its own `check`."""
     layers: list[tuple[str, dict[str, Any]]] = []
     if recipe:
-        path = Path(recipe)
-        if not path.is_file():
-            raise ConfigError(f"recipe file not found: {path}")
-        try:
-            tree = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"recipe {path} is not valid YAML: {str(err).splitlines()[0]}") from None
-        if not isinstance(tree, dict):
-            raise ConfigError(f"recipe {path} must be a mapping of sections, got {type(tree).__name__}")
-        layers.append((str(path), tree))
+        path = resolve_recipe(recipe)
+        layers.append((str(path), read_recipe(path)))
     for item in overrides or []:
         key, value = _parse_override(item)
         layers.append((f"override '{item}'", _nest(key, value)))
 
-    merged = OmegaConf.structured(Config)
+    merged = OmegaConf.structured(schema)
     for source, tree in layers:
-        _check_keys(tree, source)
+        _check_keys(tree, source, schema=schema)
         try:
             merged = OmegaConf.merge(merged, tree)
         except OmegaConfBaseException as err:
             key = getattr(err, "full_key", None) or "?"
             msg = str(err).splitlines()[0]
             raise ConfigError(f"bad value for '{key}' in {source}: {msg}") from None
-    cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
-    check_config(cfg)
+    cfg: T = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    if check is not None:
+        check(cfg)
     return cfg
 
 
-def to_yaml(cfg: Config) -> str:
+def to_yaml(cfg: Any) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
 @cache
-def field_docs() -> dict[str, str]:
-    """`section.key` -> the docstring written under the field in schema.py."""
-    from turnrl.config import agent_schema, schema
+def field_docs(root: type = Config) -> dict[str, str]:
+    """`section.key` -> the docstring written under the field in the schema modules."""
+    from turnrl.config import agent_schema, schema, supervised_schema
 
-    nodes = [n for mod in (schema, agent_schema) for n in ast.parse(inspect.getsource(mod)).body]
+    modules = (schema, agent_schema, supervised_schema)
+    nodes = [n for mod in modules for n in ast.parse(inspect.getsource(mod)).body]
     per_class: dict[str, dict[str, str]] = {}
     for node in nodes:
         if isinstance(node, ast.ClassDef):
@@ -142,11 +212,13 @@ def field_docs() -> dict[str, str]:
                     docs[stmt.target.id] = nxt.value.value.strip()
             per_class[node.name] = docs
     out: dict[str, str] = {}
-    for key, cls in _schema_keys(Config).items():
-        parent = Config
+    for key, cls in _schema_keys(root).items():
+        parent = root
         parts = key.split(".")
         for part in parts[:-1]:
             parent = _schema_keys(parent)[part]
-        out[key] = per_class.get(parent.__name__, {}).get(parts[-1], "")
+        # a field declared in a base class has its docstring there
+        docs = (per_class.get(c.__name__, {}).get(parts[-1]) for c in parent.__mro__)
+        out[key] = next((d for d in docs if d), "")
         del cls
     return out

@@ -37,7 +37,9 @@ class DataConfig:
 @dataclass
 class ModelConfig:
     path: str = "smollm2-135m-instruct"
-    """A Hugging Face model directory, a `.gguf` file, `smollm2-135m-instruct` (embedded) or `tiny-random`."""
+    """A Hugging Face model directory or Hub id (`Qwen/Qwen2.5-0.5B-Instruct`, through the standard Hugging
+    Face cache), a turnrl run or checkpoint directory (`turnrl sft` output, `runs/x/checkpoints/step_20`),
+    a `.gguf` file, `smollm2-135m-instruct` (embedded) or `tiny-random`."""
     dtype: str = "auto"
     """`auto` (float32 on CPU, bfloat16 on GPU), `float32`, `bfloat16` or `float16`."""
     cache_dir: str = ""
@@ -293,6 +295,15 @@ class RewardConfig:
     """A user reward function loaded from a file."""
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     """DAPO overlong reward shaping."""
+    on_error: str = "fail_first_step"
+    """A reward function (built-in or custom) that raises, times out or returns NaN / a non-number:
+    `fail` stops the run naming the row's index and data_source; `zero` scores the row 0 and counts
+    it in the `reward/errors` metric; `fail_first_step` stops during validation before training and
+    the first training step (where a broken function shows), then counts as `zero`."""
+    timeout_s: float = 60.0
+    """Seconds one reward call may take. > 0: reward functions run in a child process that is killed
+    and restarted when a call overruns (a hang cannot stall training); 0: in the trainer's process,
+    without a limit."""
 
 
 @dataclass
@@ -323,6 +334,11 @@ class TrainerConfig:
     """Write the step's samples (prompt, response, score) to `<run>/rollouts/` every this many steps (0 = off)."""
     seed: int = 1
     """Seeds data order, sampling and initialisation."""
+    deterministic: bool = False
+    """GPU: deterministic kernels (`torch.use_deterministic_algorithms`, cuDNN deterministic,
+    `CUBLAS_WORKSPACE_CONFIG=:4096:8`), so two runs with one seed give the same numbers; some
+    kernels get slower (scatter/index_add fall back to serial versions) and an op without a
+    deterministic version raises. CPU runs are deterministic without it."""
     resume: bool = True
     """Resume from the latest checkpoint in the run directory if there is one."""
     device: str = "auto"
@@ -347,6 +363,33 @@ class TrainerConfig:
 
 
 @dataclass
+class EvalConfig:
+    """`turnrl eval`: score a model on held-out prompts, greedy and sampled (docs/eval.md). Training
+    ignores this section; the prompts are batched by `data.val_batch_size` and the responses bounded
+    by `data.max_response_length`, as in training's validation."""
+
+    files: list[str] = field(default_factory=list)
+    """Data files to evaluate on (verl-format parquet or JSONL). Empty = `data.val_files`, or the
+    validation split of `data.task` when those are empty too: what training validates on."""
+    max_prompts: int = 0
+    """Evaluate only the first this many prompts (0 = all)."""
+    greedy: bool = True
+    """Run the greedy pass: one response per prompt at temperature 0 (training's `val/test_score`
+    when `rollout.val_temperature=0` and `rollout.val_n=1`, the defaults)."""
+    n: int = 8
+    """Responses per prompt in the sampled pass (0 = no sampled pass); pass@k is reported for
+    k = 1, 2, 4, ... up to n, and for n itself."""
+    temperature: float = 1.0
+    """Sampling temperature of the sampled pass (> 0)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold of the sampled pass (1.0 = off)."""
+    top_k: int = 0
+    """Top-k of the sampled pass (0 = off)."""
+    success_threshold: float = 1.0
+    """pass@k: a response solves its prompt when its score is at least this."""
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -358,3 +401,5 @@ class Config:
     reward: RewardConfig = field(default_factory=RewardConfig)
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """`turnrl eval` only: which prompts, the greedy and sampled passes, the pass@k threshold."""

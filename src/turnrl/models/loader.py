@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from turnrl.errors import TurnrlInputError
+from turnrl.models import sources
 
 log = logging.getLogger(__name__)
 
@@ -104,13 +105,20 @@ def load_tokenizer(path: str, cache_dir: str = "") -> Any:
     from transformers import AutoTokenizer
 
     directory = _directory_for(path, cache_dir)
+    # no tokenizer files raise OSError, a corrupt tokenizer.json the Rust library's own exception
     try:
         tok = AutoTokenizer.from_pretrained(directory)
-    except (OSError, ValueError) as err:  # e.g. a model directory without tokenizer files
-        raise ModelError(f"cannot load a tokenizer from {directory}: {str(err).splitlines()[0]}") from None
+    except Exception as err:
+        raise ModelError(f"cannot load a tokenizer from {directory}: {_first_line(err)}") from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def model_directory(path: str, cache_dir: str = "") -> Path:
+    """The local Hugging Face directory any accepted form of a model path names (converting,
+    exporting or downloading into the cache first when needed)."""
+    return _directory_for(path, cache_dir)
 
 
 def _directory_for(path: str, cache_dir: str) -> Path:
@@ -120,13 +128,28 @@ def _directory_for(path: str, cache_dir: str) -> Path:
     if p.is_file() and p.suffix == ".gguf":
         return convert_gguf(p, cache_dir)
     if p.is_dir():
-        if not (p / "config.json").is_file():
-            raise ModelError(f"model directory {p} has no config.json; is it a Hugging Face model directory?")
-        return p
-    raise ModelError(
-        f"model path '{path}' does not exist; use a Hugging Face model directory, a .gguf file, "
-        f"'{EMBEDDED}' or '{TINY}'"
-    )
+        if (p / "config.json").is_file():
+            return p
+        if sources.is_run_dir(p) or sources.is_checkpoint_dir(p):
+            return sources.run_model_dir(p, cache_root(cache_dir))
+        raise ModelError(f"model directory {p} has no config.json; is it a Hugging Face model directory?")
+    if p.exists():
+        raise ModelError(f"model path '{path}' is a file but not a .gguf file; use {FORMS}")
+    if sources.looks_like_hub_id(path):
+        return sources.hub_snapshot(path, ModelError)
+    raise ModelError(f"model path '{path}' does not exist; use {FORMS}")
+
+
+FORMS = (
+    f"a Hugging Face model directory or Hub id (org/name), a turnrl run or checkpoint directory, "
+    f"a .gguf file, '{EMBEDDED}' or '{TINY}'"
+)
+
+
+def _first_line(err: BaseException) -> str:
+    """The error's type and the first line of its message: enough to tell a corrupt file from a missing one."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
 
 
 def tiny_random_config(vocab_size: int, tokenizer: Any) -> Any:
@@ -166,10 +189,11 @@ def load_model(
         model = model.to(torch_dtype)
     else:
         directory = _directory_for(path, cache_dir)
+        # missing weights raise OSError, corrupt ones SafetensorError, an unknown architecture ValueError
         try:
             model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype)
-        except (OSError, ValueError) as err:
-            raise ModelError(f"cannot load model from {directory}: {str(err).splitlines()[0]}") from None
+        except Exception as err:
+            raise ModelError(f"cannot load model from {directory}: {_first_line(err)}") from None
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(device), tokenizer
 

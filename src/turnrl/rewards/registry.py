@@ -13,11 +13,12 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
+from math import isfinite
 from typing import Any
 
 from turnrl.errors import TurnrlInputError
 from turnrl.plugins import load_attribute
-from turnrl.rewards import addition, code, math, qa
+from turnrl.rewards import addition, code, gsm8k, math, qa
 
 ScoreFn = Callable[..., float | dict[str, Any]]
 
@@ -25,6 +26,7 @@ ScoreFn = Callable[..., float | dict[str, Any]]
 BUILTIN: dict[str, ScoreFn] = {
     addition.DATA_SOURCE: addition.compute_score,
     **dict.fromkeys(math.MATH_SOURCES, math.compute_score),
+    gsm8k.DATA_SOURCE: gsm8k.compute_score,  # verl's rule: the number after the last "####"
     math.CALCULATOR_SOURCE: math.calculator_score,
     **dict.fromkeys((*qa.SEARCH_R1_SOURCES, qa.BUILTIN_SOURCE), qa.compute_score),
     **dict.fromkeys(code.CODE_SOURCES, code.compute_score),
@@ -71,14 +73,42 @@ def resolve(
     return table[data_source]
 
 
-def split_score(result: float | dict[str, Any], where: str) -> tuple[float, dict[str, float]]:
-    """(score, extra numeric info) from a scorer's return value."""
-    if isinstance(result, dict):
-        if "score" not in result:
-            raise RewardError(f"{where} returned a dict without 'score': {sorted(result)}")
-        extra = {k: float(v) for k, v in result.items() if k != "score" and isinstance(v, int | float | bool)}
-        return float(result["score"]), extra
+class BadScore(ValueError):
+    """A reward function's return value that is not a score; the message says what it returned."""
+
+
+def number(value: Any) -> float:
+    """A finite float from a score, or BadScore naming what came back instead."""
+    # float("0.5") would parse a string: a string is a bug in the function, not a score
+    if isinstance(value, str | bytes) or value is None:
+        raise BadScore(f"returned {type(value).__name__} {shorten(repr(value))}, expected a number")
     try:
-        return float(result), {}
+        x = float(value)
     except (TypeError, ValueError):
-        raise RewardError(f"{where} returned {type(result).__name__}, expected a number or a dict") from None
+        raise BadScore(f"returned {type(value).__name__}, expected a number or a dict with 'score'") from None
+    if not isfinite(x):  # one NaN turns its whole group's advantages into NaN
+        raise BadScore(f"returned {x}, expected a finite number")
+    return x
+
+
+def check_score(result: Any) -> tuple[float, dict[str, float]]:
+    """(score, extra numeric metrics) from a reward function's return value: a number, or a dict
+    holding `score` whose other numeric entries are extras."""
+    if not isinstance(result, dict):
+        return number(result), {}
+    if "score" not in result:
+        raise BadScore(f"returned a dict without 'score': {sorted(map(str, result))}")
+    extra = {k: float(v) for k, v in result.items() if k != "score" and isinstance(v, int | float | bool)}
+    return number(result["score"]), extra
+
+
+def split_score(result: float | dict[str, Any], where: str) -> tuple[float, dict[str, float]]:
+    """(score, extra numeric info) from a scorer's return value; RewardError names `where`."""
+    try:
+        return check_score(result)
+    except BadScore as err:
+        raise RewardError(f"{where} {err}") from None
+
+
+def shorten(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -54,8 +54,20 @@ PLOTS: tuple[PlotSpec, ...] = (
         "fraction",
         r"actor/pg_clipfrac|actor/pg_clipfrac_lower|critic/vf_clipfrac",
     ),
-    PlotSpec("grad_norm", "Gradient norm (before clipping)", "norm", r"actor/grad_norm|critic/grad_norm"),
+    PlotSpec("grad_norm", "Gradient norm (before clipping)", "norm", r"(actor|critic|sft|rm)/grad_norm"),
     PlotSpec("loss", "Losses", "loss", r"actor/pg_loss|critic/vf_loss|actor/kl_loss"),
+    # turnrl sft / turnrl rm
+    PlotSpec(
+        "supervised_loss", "SFT / reward-model loss (train, validation)", "loss", r"(val/)?(sft|rm)/loss"
+    ),
+    PlotSpec("sft_tokens", "SFT: assistant tokens per step (the loss denominator)", "tokens", r"sft/tokens"),
+    PlotSpec(
+        "rm_accuracy",
+        "Reward model: pairs ranked right (train, validation)",
+        "fraction",
+        r"(val/)?rm/accuracy",
+    ),
+    PlotSpec("rm_margin", "Reward model: r(chosen) - r(rejected)", "margin", r"(val/)?rm/margin"),
     PlotSpec(
         "advantages",
         "Advantages (mean, min-max band)",
@@ -69,7 +81,7 @@ PLOTS: tuple[PlotSpec, ...] = (
         "|log p| difference",
         r"rollout_corr/abs_diff_mean|rollout_corr/abs_diff_max",
     ),
-    PlotSpec("lr", "Learning rate", "lr", r"actor/lr|critic/lr"),
+    PlotSpec("lr", "Learning rate", "lr", r"(actor|critic|sft|rm)/lr"),
     PlotSpec(
         "timing",
         "Time per stage (stacked) and per step",

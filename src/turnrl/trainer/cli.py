@@ -7,14 +7,22 @@ import logging
 import sys
 
 from turnrl.config import field_docs, load_config, to_yaml
+from turnrl.config.loader import builtin_recipes, recipe_summary
 from turnrl.errors import TurnrlInputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a policy (default: GRPO on the embedded model, built-in task)")
-    p.add_argument("args", nargs="*", help="an optional recipe.yaml, then key=value overrides")
+    p.add_argument(
+        "args",
+        nargs="*",
+        help="an optional recipe (a .yaml file or a built-in name), then key=value overrides",
+    )
     p.add_argument("--show-config", action="store_true", help="print the resolved config and exit")
     p.add_argument("--list-keys", action="store_true", help="list every config key with its docstring")
+    p.add_argument(
+        "--list-recipes", action="store_true", help="list the built-in recipes (turnrl train NAME)"
+    )
     p.set_defaults(func=run)
 
 
@@ -26,12 +34,25 @@ def split_args(args: list[str]) -> tuple[str | None, list[str]]:
 
 
 def fail(err: TurnrlInputError) -> int:
+    end_progress_bars()
     print(f"turnrl train: {err}", file=sys.stderr)
     return 2
 
 
+def end_progress_bars() -> None:
+    """Close the step bar a run that failed mid-training left drawn on stderr, without a newline:
+    the error then starts a line of its own."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()
+
+
 def run(ns: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if ns.list_recipes:
+        for name, path in builtin_recipes().items():
+            print(f"{name:20s} {recipe_summary(path)}")
+        return 0
     if ns.list_keys:
         for key, doc in field_docs().items():
             print(f"{key:40s} {doc}")
@@ -46,11 +67,12 @@ def run(ns: argparse.Namespace) -> int:
         return 0
     from turnrl.trainer.ppo import Trainer
 
-    # bad input (config, data, model, reward, tools) is one line; anything else is a bug: keep its traceback
+    # bad input (config, data, model, reward, tools) is one line; anything else is a bug: keep its traceback.
+    # Some bad input only shows once training runs: a micro-batch too large for memory, a reward
+    # function that raises or hangs on the first step (fit() has closed the trainer when it raises)
     try:
-        trainer = Trainer(cfg)
+        run_dir = Trainer(cfg).fit()
     except TurnrlInputError as err:
         return fail(err)
-    run_dir = trainer.fit()
     print(f"run directory: {run_dir}")
     return 0

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from turnrl.batch import Batch
+from turnrl.rewards.guard import ERRORS_KEY
 
 
 def _stats(prefix: str, x: torch.Tensor) -> dict[str, float]:
@@ -73,7 +74,12 @@ def async_metrics(
 
 
 def extra_metrics(extras: dict[str, list[float]], prefix: str = "reward_extra") -> dict[str, float]:
-    return {f"{prefix}/{k}/mean": float(np.mean(v)) for k, v in extras.items() if v}
+    """`<prefix>/<key>/mean` per reward extra; the reward stage's count of failed rows (one entry
+    per reward call) is summed into its own metric, `reward/errors`."""
+    out = {f"{prefix}/{k}/mean": float(np.mean(v)) for k, v in extras.items() if v and k != ERRORS_KEY}
+    if ERRORS_KEY in extras:
+        out[ERRORS_KEY] = float(sum(extras[ERRORS_KEY]))
+    return out
 
 
 def timing_metrics(timing: dict[str, float], batch: Batch, step_time: float) -> dict[str, Any]:

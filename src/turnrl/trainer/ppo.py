@@ -20,14 +20,13 @@ from turnrl.config import Config, ConfigError, check_config, to_yaml
 from turnrl.data.loader import StatefulLoader
 from turnrl.rewards.scorer import RuleReward
 from turnrl.rollout.base import Rollout, SamplingParams
-from turnrl.rollout.single_turn import SingleTurnRollout
 from turnrl.tracking.dump import dump_rollouts
 from turnrl.tracking.logger import Tracker
 from turnrl.tracking.sinks import check_sinks
 from turnrl.trainer import checkpoint, stages
 from turnrl.trainer.metrics import async_metrics, data_metrics, extra_metrics, timing_metrics, version_metrics
 from turnrl.trainer.producer import Produced, RolloutProducer
-from turnrl.trainer.setup import Data, build_data, build_roles, make_run_dir
+from turnrl.trainer.setup import Data, build_data, build_reward, build_roles, build_rollout, make_run_dir
 from turnrl.trainer.validation import validate
 
 log = logging.getLogger(__name__)
@@ -57,24 +56,11 @@ class Trainer:
         self.engine = self.actor.rollout_engine()
         if cfg.trainer.mode == "async":  # a response may start before a weight update and end after it
             self.engine.max_lag = cfg.trainer.max_staleness  # type: ignore[attr-defined]
-        self.rollout: Rollout = SingleTurnRollout(self.engine, self.pad_id)
-        sandbox_url = None
-        if cfg.rollout.multi_turn.enable:  # starts and health-checks tool servers: before any disk write
-            from turnrl.agent.rollout import AgentRollout
-
-            # async with overlap: episodes stream one by one instead of advancing turn by turn together
-            streaming = cfg.trainer.mode == "async" and cfg.trainer.max_staleness > 0
-            self.rollout = AgentRollout(self.engine, self.tokenizer, cfg, self.pad_id, streaming=streaming)
-            sandbox_url = self.rollout.sandbox_url  # code rewards reuse the run's sandbox
-        self.reward = RuleReward(
-            self.tokenizer,
-            cfg.reward.custom_function.path,
-            cfg.reward.custom_function.name,
-            missing_ok=cfg.reward_model.enable,
-            sandbox_url=sandbox_url,
-            on_error=cfg.reward.on_error,
-            timeout_s=cfg.reward.timeout_s,
-        )
+        # agent mode starts and health-checks tool servers here: before any disk write.
+        # async with overlap: episodes stream one by one instead of advancing turn by turn together
+        streaming = cfg.trainer.mode == "async" and cfg.trainer.max_staleness > 0
+        self.rollout: Rollout = build_rollout(cfg, self.engine, self.tokenizer, self.pad_id, streaming)
+        self.reward: RuleReward = build_reward(cfg, self.tokenizer, self.rollout)
         self.reward.check({e.data_source for e in data.train_examples + data.val_examples})
         self.kl_ctrl = None
         if cfg.algorithm.use_kl_in_reward:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -17,6 +18,10 @@ from turnrl.config import Config, ConfigError
 from turnrl.data.dataset import DataError, Example, load_examples
 from turnrl.data.tasks import write_task
 from turnrl.models.loader import cache_root, load_tokenizer
+from turnrl.rewards.registry import registered, resolve
+from turnrl.rewards.scorer import RuleReward
+from turnrl.rollout.base import Rollout, RolloutEngine
+from turnrl.rollout.single_turn import SingleTurnRollout
 from turnrl.workers.actor import Actor
 from turnrl.workers.critic import Critic
 from turnrl.workers.group import LocalGroup, WorkerGroup
@@ -32,10 +37,18 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def seed_everything(seed: int) -> None:
+def seed_everything(seed: int, deterministic: bool = False) -> None:
+    """Seed Python, NumPy and torch; with `deterministic`, also make GPU kernels deterministic
+    (`trainer.deterministic`): CPU kernels already are, for a fixed thread count."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+    if deterministic:
+        # cuBLAS needs a fixed workspace to be deterministic; read when CUDA initialises
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
 
 
 def resolve_data_files(cfg: Config) -> None:
@@ -59,7 +72,7 @@ def build_data(cfg: Config) -> Data:
     """Seeds, the tokenizer and both data splits, checked before any model loads."""
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)
-    seed_everything(cfg.trainer.seed)
+    seed_everything(cfg.trainer.seed, cfg.trainer.deterministic)
     resolve_data_files(cfg)
     for f in [*cfg.data.train_files, *cfg.data.val_files]:
         if not Path(f).is_file():  # fail before the minute-long model load
@@ -67,7 +80,42 @@ def build_data(cfg: Config) -> Data:
     tokenizer = load_tokenizer(cfg.model.path, cfg.model.cache_dir)
     train = load_examples(cfg.data.train_files, tokenizer, cfg.data.max_prompt_length, cfg.data.prompt_key)
     val = load_examples(cfg.data.val_files, tokenizer, cfg.data.max_prompt_length, cfg.data.prompt_key)
+    check_scorers(cfg, train + val)
     return Data(tokenizer, train, val)
+
+
+def check_scorers(cfg: Config, examples: list[Example]) -> None:
+    """A data source without a rule scorer fails now, before the models load (a custom function
+    scores every source; with a reward model a source may have no rule)."""
+    if not cfg.reward.custom_function.path and not cfg.reward_model.enable:
+        table = registered()
+        for source in sorted({e.data_source for e in examples}):
+            resolve(source, None, table)
+
+
+def build_rollout(
+    cfg: Config, engine: RolloutEngine, tokenizer: Any, pad_id: int, streaming: bool = False
+) -> Rollout:
+    """Stage 3 over `engine`: single-turn, or agent episodes with the configured tools (this starts
+    and health-checks their servers; `close()` stops them). `streaming`: see `AgentRollout`."""
+    if not cfg.rollout.multi_turn.enable:
+        return SingleTurnRollout(engine, pad_id)
+    from turnrl.agent.rollout import AgentRollout
+
+    return AgentRollout(engine, tokenizer, cfg, pad_id, streaming=streaming)
+
+
+def build_reward(cfg: Config, tokenizer: Any, rollout: Rollout) -> RuleReward:
+    """The rule reward of `reward.*`; code rewards reuse the sandbox an agent rollout started."""
+    return RuleReward(
+        tokenizer,
+        cfg.reward.custom_function.path,
+        cfg.reward.custom_function.name,
+        missing_ok=cfg.reward_model.enable,
+        sandbox_url=getattr(rollout, "sandbox_url", None),
+        on_error=cfg.reward.on_error,
+        timeout_s=cfg.reward.timeout_s,
+    )
 
 
 @dataclass
@@ -144,7 +192,7 @@ def build_roles(cfg: Config, tokenizer: Any, run_dir: Path | None = None) -> Rol
         try:
             for name, make in factories.items():
                 factory = partial(make, pool.device, t.seed)
-                groups[name] = RayGroup(pool, name, factory, t.seed, t.balance_batch)
+                groups[name] = RayGroup(pool, name, factory, t.seed, t.balance_batch, t.deterministic)
         except BaseException:
             pool.close()  # ends the ranks of every group it placed, a half-built one's too
             raise
@@ -154,7 +202,24 @@ def build_roles(cfg: Config, tokenizer: Any, run_dir: Path | None = None) -> Rol
 
 
 def make_run_dir(cfg: Config) -> Path:
+    """The run directory's path, checked to be creatable and writable; nothing is created yet."""
     if cfg.trainer.default_local_dir:
-        return Path(cfg.trainer.default_local_dir)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{cfg.trainer.experiment_name}-{stamp}"
+        path = Path(cfg.trainer.default_local_dir)
+    else:
+        path = Path("runs") / f"{cfg.trainer.experiment_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    problem = unwritable_reason(path)
+    if problem:  # found now, not after the models have loaded and the first write fails
+        raise ConfigError(f"run directory {path} (trainer.default_local_dir) cannot be written: {problem}")
+    return path
+
+
+def unwritable_reason(path: Path) -> str:
+    """Why `mkdir -p path` and writing inside it would fail, or '' if they would not. Creates nothing."""
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent  # the nearest existing ancestor: where mkdir would write first
+    if not probe.is_dir():
+        return f"{probe} is a file, not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):  # also false on a read-only file system
+        return f"{probe} is not writable"
+    return ""

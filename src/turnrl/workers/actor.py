@@ -23,6 +23,7 @@ from turnrl.rollout.base import Generation, RolloutEngine, SamplingParams
 from turnrl.rollout.engines import build_engine
 from turnrl.workers import parallel
 from turnrl.workers.group import dp
+from turnrl.workers.memory import names_key_on_oom
 from turnrl.workers.microbatch import forward_trimmed, seq_args
 from turnrl.workers.optim import Optimizer, epochs_of_mini_batches
 from turnrl.workers.state import load_role, save_role
@@ -134,6 +135,12 @@ class Actor:
 
     @dp
     @torch.no_grad()
+    @names_key_on_oom(
+        "actor's log-prob forward",
+        "actor.log_prob_micro_batch_size",
+        lambda self: self.cfg.log_prob_micro_batch_size,
+        "actor.logprob_chunk_size",
+    )
     def compute_log_prob(self, batch: Batch) -> Batch:
         """`log_probs` and `entropys` of the responses at the rollout temperature."""
         self.model.eval()
@@ -152,6 +159,12 @@ class Actor:
 
     @dp
     @torch.no_grad()
+    @names_key_on_oom(
+        "reference forward (the actor without LoRA adapters)",
+        "ref.log_prob_micro_batch_size",
+        lambda self: self.ref_cfg.log_prob_micro_batch_size,
+        "ref.logprob_chunk_size",
+    )
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         """LoRA only: the start policy's log-probs, i.e. the base model with the adapters off."""
         if not hasattr(self.model, "disable_adapter") or self.ref_cfg is None:
@@ -194,6 +207,12 @@ class Actor:
         diag = Batch(tensors={k: v.detach().cpu() for k, v in fields.items()}, non_tensors={"uid": mb["uid"]})
         self._diagnostics, self._want_diagnostics = diag, False
 
+    @names_key_on_oom(
+        "actor update",
+        "actor.ppo_micro_batch_size",
+        lambda self: self.cfg.ppo_micro_batch_size,
+        "actor.logprob_chunk_size or set model.gradient_checkpointing=true",
+    )
     def _step(self, mini: Batch) -> dict[str, float]:
         cfg = self.cfg
         self.optim.zero_grad()

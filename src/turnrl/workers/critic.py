@@ -18,6 +18,7 @@ from turnrl.models.loader import load_model
 from turnrl.models.logprobs import response_hidden
 from turnrl.workers import parallel
 from turnrl.workers.group import dp
+from turnrl.workers.memory import names_key_on_oom
 from turnrl.workers.microbatch import forward_trimmed, seq_args
 from turnrl.workers.optim import Optimizer, epochs_of_mini_batches
 from turnrl.workers.state import load_role, save_role
@@ -73,6 +74,9 @@ class Critic:
 
     @dp
     @torch.no_grad()
+    @names_key_on_oom(
+        "critic's value forward", "critic.ppo_micro_batch_size", lambda self: self.cfg.ppo_micro_batch_size
+    )
     def compute_values(self, batch: Batch) -> Batch:
         self.model.eval()
         parts = []
@@ -89,6 +93,12 @@ class Critic:
         mini = self.cfg.ppo_mini_batch_size * self.rollout_cfg.n
         return epochs_of_mini_batches(batch.to(self.device), self.cfg.ppo_epochs, mini, step, self._step)
 
+    @names_key_on_oom(
+        "critic update",
+        "critic.ppo_micro_batch_size",
+        lambda self: self.cfg.ppo_micro_batch_size,
+        "set model.gradient_checkpointing=true",
+    )
     def _step(self, mini: Batch) -> dict[str, float]:
         cfg = self.cfg
         self.optim.zero_grad()

@@ -15,6 +15,7 @@ from turnrl.models.logprobs import attach_log_prob_method
 from turnrl.models.policy import frozen_copy_of_start
 from turnrl.workers import parallel
 from turnrl.workers.group import dp
+from turnrl.workers.memory import names_key_on_oom
 from turnrl.workers.microbatch import forward_trimmed, seq_args
 from turnrl.workers.state import CheckpointError, load_role, save_role
 
@@ -40,6 +41,12 @@ class Reference:
 
     @dp
     @torch.no_grad()
+    @names_key_on_oom(
+        "reference forward",
+        "ref.log_prob_micro_batch_size",
+        lambda self: self.cfg.log_prob_micro_batch_size,
+        "ref.logprob_chunk_size",
+    )
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         parts = []
         for mb, real in parallel.local_micro_batches(batch, self.cfg.log_prob_micro_batch_size):

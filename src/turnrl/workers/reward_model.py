@@ -10,8 +10,9 @@ import torch
 from turnrl.batch import Batch
 from turnrl.config.schema import RewardModelConfig
 from turnrl.data.dataset import left_pad, position_ids_from_mask
-from turnrl.models.loader import TINY, ModelError, load_tokenizer, tiny_random_config
+from turnrl.models.loader import TINY, ModelError, load_tokenizer, model_directory, tiny_random_config
 from turnrl.workers.group import dp
+from turnrl.workers.memory import names_key_on_oom
 from turnrl.workers.state import load_role, save_role
 
 
@@ -44,13 +45,13 @@ class RewardModel:
                 config.num_labels = 1
                 self.model = AutoModelForSequenceClassification.from_config(config)
         else:
+            directory = model_directory(path)  # a directory, a Hub id, a `turnrl rm` run
             try:
-                self.model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
-            except (OSError, ValueError) as err:
-                raise ModelError(
-                    f"reward_model.model.path: cannot load {path}: {str(err).splitlines()[0]}"
-                ) from None
-            self.tokenizer = load_tokenizer(path)
+                self.model = AutoModelForSequenceClassification.from_pretrained(directory, num_labels=1)
+            except Exception as err:  # missing (OSError), corrupt (SafetensorError) or not a classifier
+                lines = str(err).strip().splitlines() or [type(err).__name__]
+                raise ModelError(f"reward_model.model.path: cannot load {path}: {lines[0]}") from None
+            self.tokenizer = load_tokenizer(str(directory))
         self.model.to(device).eval().requires_grad_(False)
         self.same_vocab = self.tokenizer.get_vocab() == policy_tokenizer.get_vocab()
         self.policy_tokenizer = policy_tokenizer
@@ -73,6 +74,9 @@ class RewardModel:
 
     @dp
     @torch.no_grad()
+    @names_key_on_oom(
+        "reward model forward", "reward_model.micro_batch_size", lambda self: self.micro_batch_size
+    )
     def score(self, batch: Batch) -> Batch:
         """`rm_scores` (B,): the scalar score at each sequence's last attended token."""
         trunk, head = self.model.base_model, _head(self.model)
