@@ -87,7 +87,7 @@ def test_rm_learns_preferences_and_scores_a_ppo_step(tmp_path):
     assert config["pad_token_id"] is not None and config["pad_token_id"] != policy_tok.eos_token_id
     hf = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
     assert hf.config.num_labels == 1
-    val_pairs = load_pairs([val], policy_tok, RMDataConfig(), policy_tok.eos_token_id)[:3]
+    val_pairs = load_pairs([val], policy_tok, RMDataConfig())[:3]
     seqs = [s for p in val_pairs for s in (p.chosen, p.rejected)]
     ids, mask = left_pad(seqs, policy_tok.pad_token_id)
     batch = Batch(
@@ -169,7 +169,7 @@ def test_rm_with_lora_resumes_exactly_and_merges_its_head(tmp_path):
     tok = load_tokenizer("tiny-random")
     hf = AutoModelForSequenceClassification.from_pretrained(resumed / "model").eval()
     assert not any("lora" in k or "modules_to_save" in k for k in hf.state_dict())
-    val_pairs = load_pairs([val], tok, RMDataConfig(), tok.eos_token_id)
+    val_pairs = load_pairs([val], tok, RMDataConfig())
     with torch.no_grad():
         margins = [
             sequence_rewards(hf, *right_pad([p.chosen], 0))

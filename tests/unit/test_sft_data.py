@@ -114,7 +114,7 @@ def test_a_preference_row_without_a_response_is_named(tok, tmp_path, missing):
     with pytest.raises(
         DataError, match=rf"p.jsonl row 1: preference row has no '{missing}' field \(data.{missing}_key\)"
     ):
-        load_pairs([f], tok, RMDataConfig(), tok.eos_token_id)
+        load_pairs([f], tok, RMDataConfig())
 
 
 def test_a_pair_is_the_rl_prompt_then_the_response_then_eos(tok, tmp_path):
@@ -123,7 +123,7 @@ def test_a_pair_is_the_rl_prompt_then_the_response_then_eos(tok, tmp_path):
         {"prompt": [{"role": "user", "content": "Say hi."}], "chosen": [{"role": "assistant", "content": "hi"}],
          "rejected": "no"},
     ]  # fmt: skip
-    pairs = load_pairs([write(tmp_path / "p.jsonl", rows)], tok, RMDataConfig(), tok.eos_token_id)
+    pairs = load_pairs([write(tmp_path / "p.jsonl", rows)], tok, RMDataConfig())
     prompt = tok.apply_chat_template(
         [{"role": "user", "content": "Say hi."}], add_generation_prompt=True, tokenize=False
     )

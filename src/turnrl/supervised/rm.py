@@ -112,7 +112,7 @@ class RMObjective:
         self.pad_id = int(tokenizer.pad_token_id)
 
     def load(self, files: list[str]) -> list[Pair]:
-        return load_pairs(files, self.tokenizer, self.cfg.data, int(self.tokenizer.eos_token_id))
+        return load_pairs(files, self.tokenizer, self.cfg.data)
 
     def length(self, example: Pair) -> int:
         return max(len(example.chosen), len(example.rejected))

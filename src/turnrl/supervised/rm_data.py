@@ -15,6 +15,7 @@ from typing import Any
 from turnrl.config.supervised_schema import RMDataConfig
 from turnrl.data.dataset import DataError, _messages, _prompt_text, read_rows
 from turnrl.supervised.rows import Overlong, none_left, required
+from turnrl.workers.reward_model import rm_sequence
 
 
 @dataclass
@@ -23,14 +24,14 @@ class Pair:
     rejected: list[int]
 
 
-def load_pairs(files: list[str], tokenizer: Any, data: RMDataConfig, eos_id: int) -> list[Pair]:
+def load_pairs(files: list[str], tokenizer: Any, data: RMDataConfig) -> list[Pair]:
     """Every usable pair of `files`; pairs with a sequence over `data.max_length` dropped, and said."""
     out: list[Pair] = []
     reports = []
     for file in files:
         report = Overlong(file)
         for i, row in enumerate(read_rows(file)):
-            pair = _pair(row, data, tokenizer, eos_id, f"{file} row {i}")
+            pair = _pair(row, data, tokenizer, f"{file} row {i}")
             report.rows += 1
             longest = max(len(pair.chosen), len(pair.rejected))
             if longest > data.max_length:
@@ -45,15 +46,13 @@ def load_pairs(files: list[str], tokenizer: Any, data: RMDataConfig, eos_id: int
     return out
 
 
-def _pair(row: dict[str, Any], data: RMDataConfig, tokenizer: Any, eos_id: int, where: str) -> Pair:
+def _pair(row: dict[str, Any], data: RMDataConfig, tokenizer: Any, where: str) -> Pair:
     # both responses first: a row without them is the likelier mistake than a bad prompt
     chosen = _response(row, data.chosen_key, "data.chosen_key", where)
     rejected = _response(row, data.rejected_key, "data.rejected_key", where)
     messages = _messages(row, data.prompt_key, where)  # the RL loader's rules, so RM and RL see one prompt
-    prompt = tokenizer(_prompt_text(tokenizer, messages, where), add_special_tokens=False)["input_ids"]
-    return Pair(
-        prompt + _response_ids(tokenizer, chosen, eos_id), prompt + _response_ids(tokenizer, rejected, eos_id)
-    )
+    prompt = _prompt_text(tokenizer, messages, where)
+    return Pair(rm_sequence(tokenizer, prompt, chosen), rm_sequence(tokenizer, prompt, rejected))
 
 
 def _response(row: dict[str, Any], key: str, setting: str, where: str) -> str:
@@ -67,8 +66,3 @@ def _response(row: dict[str, Any], key: str, setting: str, where: str) -> str:
             f"{where}: '{key}' ({setting}) must be text or an assistant message {{role, content}}"
         )
     return value
-
-
-def _response_ids(tokenizer: Any, text: str, eos_id: int) -> list[int]:
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return ids if ids and ids[-1] == eos_id else [*ids, eos_id]

@@ -9,7 +9,7 @@ import torch
 
 from turnrl.batch import Batch
 from turnrl.config.schema import RewardModelConfig
-from turnrl.data.dataset import left_pad, position_ids_from_mask
+from turnrl.data.dataset import _prompt_text, left_pad, position_ids_from_mask
 from turnrl.models.loader import TINY, ModelError, load_tokenizer, model_directory, tiny_random_config
 from turnrl.workers.group import dp
 from turnrl.workers.memory import names_key_on_oom
@@ -22,6 +22,15 @@ def _head(model: torch.nn.Module) -> torch.nn.Module:
         if isinstance(head, torch.nn.Module):
             return head
     raise ModelError(f"reward model {type(model).__name__} has no score/classifier head")
+
+
+def rm_sequence(tokenizer: Any, prompt_text: str, response: str) -> list[int]:
+    """What a reward model scores: the rendered prompt (with its generation prompt), the response,
+    then EOS, whose position the score is read at. `turnrl rm` trains on exactly this."""
+    eos = int(tokenizer.eos_token_id)
+    prompt = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+    ids = tokenizer(response, add_special_tokens=False)["input_ids"]
+    return [*prompt, *ids] if ids and ids[-1] == eos else [*prompt, *ids, eos]
 
 
 class RewardModel:
@@ -61,14 +70,15 @@ class RewardModel:
     def _inputs(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.same_vocab:  # score the exact token ids the policy produced
             return batch["input_ids"], batch["attention_mask"], batch["position_ids"]
+        # another tokenizer: the text, re-tokenised the way `turnrl rm` trained on it
         rows = []
         resp = batch["responses"]
         for i in range(len(batch)):
             text = self.policy_tokenizer.decode(
                 resp[i][batch["response_mask"][i].bool()].tolist(), skip_special_tokens=True
             )
-            messages = [*batch["raw_prompt"][i], {"role": "assistant", "content": text}]
-            rows.append(self.tokenizer.apply_chat_template(messages, tokenize=True))
+            prompt = _prompt_text(self.tokenizer, list(batch["raw_prompt"][i]), f"row {i}")
+            rows.append(rm_sequence(self.tokenizer, prompt, text))
         ids, mask = left_pad(rows, self.tokenizer.pad_token_id)
         return ids, mask, position_ids_from_mask(mask)
 
