@@ -1,0 +1,252 @@
+"""`evaluate(cfg, out_dir)`: the greedy and sampled passes over the eval prompts, then the files.
+
+The rollout (single-turn, or agent episodes with their tool servers), the reward and the
+generate-and-score pass are the trainer's own (`trainer.setup.build_rollout` / `build_reward`,
+`trainer.validation.scored_batches`), batched by `data.val_batch_size` like validation: the greedy
+pass of a run's checkpoint reproduces the run's last `val/test_score/*` exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from turnrl.agent.assemble import EPISODE_FIELDS
+from turnrl.config import Config
+from turnrl.data.dataset import load_examples
+from turnrl.evaluate.inputs import check_out_dir, eval_files, train_run_of
+from turnrl.evaluate.metrics import greedy_metrics, ks_for, sampled_metrics
+from turnrl.evaluate.output import SampleWriter, sample_row, write_json
+from turnrl.models import sources
+from turnrl.models.loader import load_tokenizer
+from turnrl.models.policy import build_policy
+from turnrl.rewards.guard import ERRORS_KEY
+from turnrl.rollout.base import SamplingParams
+from turnrl.rollout.engines import build_engine
+from turnrl.trainer import checkpoint
+from turnrl.trainer.setup import build_reward, build_rollout, check_scorers, pick_device, seed_everything
+from turnrl.trainer.validation import Scored, scored_batches
+
+
+@dataclass
+class PassResult:
+    """One pass over the prompts: every prompt's data source and its responses' scores, in order."""
+
+    sources: list[str] = field(default_factory=list)
+    scores: list[list[float]] = field(default_factory=list)
+    diagnostics: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    seconds: float = 0.0
+
+
+def passes(cfg: Config) -> dict[str, SamplingParams]:
+    """The passes to run, by name. Greedy samples as training's validation does by default
+    (`rollout.val_temperature=0`, `val_n=1`, the trainer's seed, stops and top-p/top-k)."""
+    r, e = cfg.rollout, cfg.eval
+    base = SamplingParams(
+        max_new_tokens=cfg.data.max_response_length,
+        top_p=r.top_p,
+        top_k=r.top_k,
+        stop=list(r.stop),
+        seed=cfg.trainer.seed,
+    )
+    out = {}
+    if e.greedy:
+        out["greedy"] = dataclasses.replace(base, n=1, temperature=0.0)
+    if e.n > 0:
+        out["sampled"] = dataclasses.replace(
+            base, n=e.n, temperature=e.temperature, top_p=e.top_p, top_k=e.top_k
+        )
+    return out
+
+
+def evaluate(cfg: Config, out_dir: Path, run: Path | None = None, progress: bool = True) -> dict[str, Any]:
+    """Evaluate `cfg.model.path` on the eval prompts; writes `out_dir/summary.json` and
+    `samples.jsonl` and returns the summary. `run`: the training run the config came from."""
+    start = time.perf_counter()
+    check_out_dir(out_dir)
+    if cfg.trainer.num_threads:
+        torch.set_num_threads(cfg.trainer.num_threads)
+    seed_everything(cfg.trainer.seed, cfg.trainer.deterministic)
+    files = eval_files(cfg)
+    tokenizer = load_tokenizer(cfg.model.path, cfg.model.cache_dir)  # exports a run's checkpoint once
+    examples = load_examples(files, tokenizer, cfg.data.max_prompt_length, cfg.data.prompt_key)
+    if cfg.eval.max_prompts:
+        examples = examples[: cfg.eval.max_prompts]
+    check_scorers(cfg, examples)  # before the model loads
+    created = not out_dir.exists()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with contextlib.ExitStack() as stack:
+            # the weights a `server` or `vllm` engine was handed are copies, not results (removed once
+            # the engine has closed)
+            stack.callback(shutil.rmtree, out_dir / "rollout_weights", ignore_errors=True)
+            model = load_policy(cfg)
+            engine = build_engine(
+                cfg.rollout,
+                model,
+                tokenizer,
+                out_dir,  # a `server` engine's child writes its log here
+                cfg.model.path,
+                lambda: {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                dtype=cfg.model.dtype,
+                cache_dir=cfg.model.cache_dir,
+                seed=cfg.trainer.seed,
+            )
+            stack.callback(engine.close)
+            if cfg.rollout.engine == "server" and cfg.rollout.server.urls:
+                # servers of their own hold whatever they loaded last: load the weights evaluated here
+                # (written under `rollout.server.weights_dir`, which they must see, as in training)
+                engine.sync_weights(0)
+            pad_id = int(tokenizer.pad_token_id)
+            rollout = build_rollout(cfg, engine, tokenizer, pad_id)  # starts the tools' servers
+            stack.callback(rollout.close)
+            reward = build_reward(cfg, tokenizer, rollout)
+            stack.callback(reward.close)
+            reward.check({e.data_source for e in examples})
+
+            def scored(params: SamplingParams) -> Iterator[Scored]:  # validation's own pass and batches
+                return scored_batches(rollout, reward, examples, params, cfg.data.val_batch_size, pad_id)
+
+            with SampleWriter(out_dir / "samples.jsonl") as writer:
+                results = {
+                    name: run_pass(name, params, scored, len(examples), writer, progress)
+                    for name, params in passes(cfg).items()
+                }
+    except BaseException:
+        if created and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()  # nothing was written: leave no empty directory behind
+        raise
+    summary = summarize(cfg, files, results, run, time.perf_counter() - start)
+    write_json(out_dir / "summary.json", summary)
+    return summary
+
+
+def load_policy(cfg: Config) -> torch.nn.Module:
+    """The policy as the trainer builds it, frozen; without LoRA: a run's export has its adapters
+    merged already, and fresh adapters on a base model would add exactly zero."""
+    model_cfg = dataclasses.replace(cfg.model, lora_rank=0, gradient_checkpointing=False)
+    model, _ = build_policy(model_cfg, pick_device(cfg.trainer.device), cfg.trainer.seed)
+    return model.eval().requires_grad_(False)
+
+
+def run_pass(
+    name: str,
+    params: SamplingParams,
+    scored: Callable[[SamplingParams], Iterator[Scored]],
+    prompts: int,
+    writer: SampleWriter,
+    progress: bool,
+) -> PassResult:
+    """One pass over the `prompts` prompts that `scored(params)` generates and scores batch by batch;
+    every response goes to `writer` as it comes."""
+    from tqdm import tqdm
+
+    result, n = PassResult(), params.n
+    t0 = time.perf_counter()
+    label = "greedy" if name == "greedy" else f"sampled n={n}"
+    bar = tqdm(total=prompts, desc=f"eval {label}", unit="prompt", disable=not progress, dynamic_ncols=True)
+    for part in scored(params):
+        batch = part.batch
+        first_prompt = len(result.scores)
+        for row in range(0, len(batch), n):  # rows A,A,B,B: prompt row // n, its sample row % n
+            result.sources.append(str(batch["data_source"][row]))
+            result.scores.append(part.scores[row : row + n])
+        for row, score in enumerate(part.scores):
+            writer.write(sample_row(name, batch, row, n, first_prompt + row // n, part.texts[row], score))
+        collect_diagnostics(result.diagnostics, batch, part.extras)
+        bar.update(len(batch) // n)
+    bar.close()
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def collect_diagnostics(into: dict[str, list[float]], batch: Any, extras: dict[str, list[float]]) -> None:
+    """Per-response values to average: model tokens, the reward's extra values, agent episode stats."""
+    into["response_length"] += batch["response_mask"].sum(-1).tolist()  # model tokens, not observations
+    for key, values in extras.items():
+        into[key if key == ERRORS_KEY else f"reward_extra/{key}"] += values
+    for key in EPISODE_FIELDS:
+        if key in batch:
+            into[key] += [float(v) for v in batch[key]]
+
+
+def per_source(result: PassResult) -> dict[str, list[list[float]]]:
+    """The prompts' score lists grouped by data source, sources in order of first appearance."""
+    out: dict[str, list[list[float]]] = {}
+    for source, scores in zip(result.sources, result.scores, strict=True):
+        out.setdefault(source, []).append(scores)
+    return out
+
+
+def pass_metrics(name: str, groups: list[list[float]], threshold: float) -> dict[str, float]:
+    if name == "greedy":
+        return greedy_metrics([g[0] for g in groups])
+    return sampled_metrics(groups, threshold)
+
+
+def summarize(
+    cfg: Config, files: list[str], results: dict[str, PassResult], run: Path | None, seconds: float
+) -> dict[str, Any]:
+    """summary.json: what was evaluated, how, and the metrics per data source and overall."""
+    threshold = cfg.eval.success_threshold
+    grouped = {name: per_source(r) for name, r in results.items()}
+    some_pass = next(iter(grouped.values()))  # every pass saw the same prompts
+    table: dict[str, dict[str, float | int]] = {s: {"prompts": len(g)} for s, g in some_pass.items()}
+    overall: dict[str, float | int] = {"prompts": sum(len(g) for g in some_pass.values())}
+    for name, by_source in grouped.items():
+        for source, groups in by_source.items():
+            table[source].update(pass_metrics(name, groups, threshold))
+        # concatenated source by source, as validation does for `val/test_score/mean`: the same float
+        overall.update(pass_metrics(name, [g for gs in by_source.values() for g in gs], threshold))
+    ckpt = model_checkpoint(Path(cfg.model.path).expanduser())
+    return {
+        "model": cfg.model.path,
+        "checkpoint": str(ckpt) if ckpt else None,
+        "run_config": str(run / "config.yaml") if run else None,
+        "files": files,
+        "success_threshold": threshold,
+        "passes": {name: pass_settings(name, params, results[name]) for name, params in passes(cfg).items()},
+        "counts": {
+            "prompts": overall["prompts"],
+            "prompts_per_data_source": {s: v["prompts"] for s, v in table.items()},
+            "responses": {name: sum(len(g) for g in r.scores) for name, r in results.items()},
+        },
+        "metrics": {"overall": overall, "per_data_source": table},
+        "diagnostics": {name: diagnostics(r) for name, r in results.items()},
+        "wall_time_s": seconds,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "config": dataclasses.asdict(cfg),
+    }
+
+
+def pass_settings(name: str, params: SamplingParams, result: PassResult) -> dict[str, Any]:
+    settings = {k: v for k, v in dataclasses.asdict(params).items() if k != "max_new_tokens"}
+    settings["max_response_length"] = params.max_new_tokens
+    if name == "sampled":
+        settings["ks"] = ks_for(params.n)
+    settings["seconds"] = result.seconds
+    return settings
+
+
+def diagnostics(result: PassResult) -> dict[str, float]:
+    """Means over responses (the reward failures are a count)."""
+    out = {f"{k}/mean": float(np.mean(v)) for k, v in result.diagnostics.items() if k != ERRORS_KEY and v}
+    out[ERRORS_KEY] = float(sum(result.diagnostics.get(ERRORS_KEY, [])))
+    return out
+
+
+def model_checkpoint(path: Path) -> Path | None:
+    """The checkpoint whose weights a run or checkpoint directory `model.path` stands for."""
+    if sources.is_checkpoint_dir(path):
+        return path
+    return checkpoint.latest(path) if train_run_of(path) == path else None
