@@ -158,22 +158,9 @@ class SupervisedTrainer:
         self.saved_step = self.global_step
 
     def _resume(self) -> None:
-        path = checkpoint.latest(self.run_dir) if self.cfg.trainer.resume else None
-        if path is None:  # rows a run that never checkpointed logged will be logged again
-            if moved := self.tracker.rewind(-1):
-                log.warning(
-                    "no checkpoint to resume from: %d earlier metrics rows moved to metrics.replayed.jsonl",
-                    moved,
-                )
+        state = checkpoint.restore(self.run_dir, self.roles, self.tracker, self.cfg.trainer.resume)
+        if state is None:
             return
-        state = checkpoint.load(path, self.roles)
         self.loader.load_state_dict(state["loader"])
         self.global_step = self.saved_step = int(state["global_step"])
         self.validated_step = int(state["validated_step"])
-        replayed = self.tracker.rewind(self.global_step)
-        log.warning(
-            "resumed from %s at step %d%s",
-            path,
-            self.global_step,
-            f" ({replayed} metrics rows of later steps moved to metrics.replayed.jsonl)" if replayed else "",
-        )

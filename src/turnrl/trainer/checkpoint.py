@@ -25,15 +25,19 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnrl.workers.group import WorkerGroup
 from turnrl.workers.state import CheckpointError
+
+if TYPE_CHECKING:
+    from turnrl.tracking.logger import Tracker
 
 log = logging.getLogger(__name__)
 
 TRAINER_STATE = "trainer_state.json"
 MANIFEST = "manifest.json"
+REPLAYED = "metrics.replayed.jsonl"
 
 
 def _fsync(path: Path) -> None:
@@ -187,6 +191,24 @@ def steps(run_dir: Path) -> dict[int, Path]:
         if suffix.isdigit() and (p / TRAINER_STATE).is_file():
             out[int(suffix)] = p
     return dict(sorted(out.items()))
+
+
+def restore(
+    run_dir: Path, roles: dict[str, WorkerGroup], tracker: Tracker, enabled: bool = True
+) -> dict[str, Any] | None:
+    """Resume a run: load the newest sound checkpoint into `roles` and return its trainer state
+    (None: start afresh). Either way `metrics.jsonl` is rewound to the step the run goes on from,
+    so the steps about to be logged again are not there twice."""
+    path = latest(run_dir) if enabled else None
+    if path is None:  # rows a run that never checkpointed logged will be logged again
+        if moved := tracker.rewind(-1):
+            log.warning("no checkpoint to resume from: %d earlier metrics rows moved to %s", moved, REPLAYED)
+        return None
+    state = load(path, roles)
+    moved = tracker.rewind(int(state["global_step"]))
+    extra = f" ({moved} metrics rows of later steps moved to {REPLAYED})" if moved else ""
+    log.warning("resumed from %s at step %d%s", path, state["global_step"], extra)
+    return state
 
 
 def load(path: Path, roles: dict[str, WorkerGroup]) -> dict[str, Any]:

@@ -357,15 +357,9 @@ class Trainer:
         )
 
     def _resume(self) -> None:
-        path = checkpoint.latest(self.run_dir) if self.cfg.trainer.resume else None
-        if path is None:  # rows a run that never checkpointed logged will be logged again
-            if moved := self.tracker.rewind(-1):
-                log.warning(
-                    "no checkpoint to resume from: %d earlier metrics rows moved to metrics.replayed.jsonl",
-                    moved,
-                )
+        state = checkpoint.restore(self.run_dir, self.roles.owned(), self.tracker, self.cfg.trainer.resume)
+        if state is None:
             return
-        state = checkpoint.load(path, self.roles.owned())
         if self.kl_ctrl and state.get("kl_coef") is not None:
             self.kl_ctrl.value = float(state["kl_coef"])
         self.loader.load_state_dict(state["loader"])
@@ -376,13 +370,6 @@ class Trainer:
         self.validated_step = int(state.get("validated_step", self.global_step))
         self.policy_version = int(state.get("policy_version", 0))
         self.engine.sync_weights(self.policy_version)
-        replayed = self.tracker.rewind(self.global_step)
-        log.warning(
-            "resumed from %s at step %d%s",
-            path,
-            self.global_step,
-            f" ({replayed} metrics rows of later steps moved to metrics.replayed.jsonl)" if replayed else "",
-        )
 
 
 __all__ = ["Trainer"]
