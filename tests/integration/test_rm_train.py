@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
+from tests.integration.test_sft_train import _restore_threads, metrics  # noqa: F401 (fixture)
 from turnrl.batch import Batch
 from turnrl.cli import main
 from turnrl.config.schema import RewardModelConfig, RewardModelSubConfig
@@ -38,17 +39,6 @@ def pairs(lo: int, hi: int) -> list[dict]:
 def write(path: Path, rows: list[dict]) -> str:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.timeout(400)
