@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from turnrl.errors import TurnrlInputError
+from turnrl.models.loader import drop_gguf_quantization
 
 CPU = torch.device("cpu")
 
@@ -137,18 +138,8 @@ def _token_classifier(value: torch.nn.Module, config: Any, role: Path) -> torch.
     return model.eval()
 
 
-def _drop_gguf_quantization(model: torch.nn.Module) -> None:
-    """A base converted from GGUF keeps a GGUF `quantization_config` (and transformers refuses to
-    save such a model), but its weights were dequantised on load: the export is plain floats."""
-    quant = getattr(model.config, "quantization_config", None)
-    method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", None)
-    if str(getattr(method, "value", method)) == "gguf":
-        del model.config.quantization_config
-        model.hf_quantizer = None
-
-
 def _write(model: torch.nn.Module, tokenizer: Any, out: Path) -> Path:
-    _drop_gguf_quantization(model)
+    drop_gguf_quantization(model)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -72,10 +73,35 @@ def _gguf_cache_dir(gguf: Path, cache_dir: str) -> Path:
     return cache_root(cache_dir) / "models" / f"{gguf.stem}-{key}"
 
 
+def drop_gguf_quantization(model: torch.nn.Module) -> None:
+    """A model loaded from GGUF keeps a GGUF `quantization_config` (and transformers refuses to
+    save such a model), but its weights were dequantised on load: what it saves is plain floats."""
+    quant = getattr(model.config, "quantization_config", None)
+    method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", None)
+    if str(getattr(method, "value", method)) == "gguf":
+        del model.config.quantization_config
+        model.hf_quantizer = None
+
+
+def _plain_config(out: Path) -> None:
+    """A cache written by an older turnrl kept GGUF's `quantization_config` and no `architectures`,
+    so other tools (TRL, vLLM) refused the directory: fix its config.json in place."""
+    path = out / "config.json"
+    config = json.loads(path.read_text())
+    if "architectures" in config and "quantization_config" not in config:
+        return
+    config.pop("quantization_config", None)
+    config.setdefault("architectures", [f"{config.get('model_type', 'llama').capitalize()}ForCausalLM"])
+    tmp = path.with_name(f".config.json.{os.getpid()}.tmp")  # ranks may fix it at the same time
+    tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
 def convert_gguf(gguf: Path, cache_dir: str = "") -> Path:
-    """Dequantise a GGUF file into a cached Hugging Face directory (once) and return it."""
+    """Dequantise a GGUF file into a cached, plain Hugging Face directory (once) and return it."""
     out = _gguf_cache_dir(gguf, cache_dir)
     if (out / "model.safetensors").is_file():
+        _plain_config(out)
         return out
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -89,6 +115,8 @@ def convert_gguf(gguf: Path, cache_dir: str = "") -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
     try:  # write into a temp dir and rename, so an interrupted conversion leaves nothing half-made
+        drop_gguf_quantization(model)
+        model.config.architectures = [type(model).__name__]  # what AutoModel and other tools dispatch on
         model.config.save_pretrained(tmp)
         model.generation_config.save_pretrained(tmp)
         tok.save_pretrained(tmp)
