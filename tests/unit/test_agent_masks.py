@@ -277,7 +277,8 @@ def test_reward_lands_on_the_last_model_token(batch, monkeypatch):
     b["data_source"] = ["test/agent-last-token"] * 4
     b["ground_truth"] = [None] * 4
     b["extra_info"] = [{}] * 4
-    scores, _ = RuleReward(DigitTokenizer())(b)
+    # in-process (timeout_s=0): the patched table lives in this process, not in a reward child
+    scores, _ = RuleReward(DigitTokenizer(), timeout_s=0)(b)
     # row 1 ends: model 21 | obs 94 95 | model 22 23 | obs 96 | model 24 -> column 6; row 3: column 5
     assert last_token_index(b["response_mask"]).tolist() == [8, 6, 4, 5]
     assert scores[0, 8] == 1.0 and scores[1, 6] == 0.5 and scores.sum().item() == 1.0 + 0.5 * 3
