@@ -1,12 +1,17 @@
-"""Retriever load benchmark: BM25 index build on a synthetic corpus, then HTTP query throughput.
+"""Retriever load benchmark: BM25 index build on a synthetic corpus, then search and HTTP throughput.
 
     python benchmarks/retriever_load.py                 # 100k documents, batches 1/32/256
     python benchmarks/retriever_load.py --docs 20000 --json out.json
+    python benchmarks/retriever_load.py --workdir /tmp/rb --batches 256   # reuse the index across runs
 
 Measures (1) `turnrl retriever index` wall time, peak memory (max RSS of the child process)
-and index size; (2) against a real `turnrl retriever serve` child on 127.0.0.1: queries/s and
-p50/p95 request latency for batches of 1, 32 and 256 queries, sequential and with a few
-requests in flight; (3) the server's resident memory after the run.
+and index size; (2) the searcher alone, in this process: turnrl's BM25 search ("after") next to
+bm25s's own `retrieve` over the same index ("before": how turnrl searched until it scored
+queries itself), with the speed-up and a check that both give the same scores and documents;
+(3) against a real `turnrl retriever serve` child on 127.0.0.1, and the same server running the
+bm25s search: queries/s and p50/p95 request latency for batches of 1, 32 and 256 queries,
+sequential and with a few requests in flight; (4) the server's resident memory after the run.
+`--no-before` skips the bm25s side.
 
 The corpus imitates wiki-18 passages: a two-word title, then 100 words drawn from a Zipfian
 vocabulary, so posting lists have realistic skew. Queries are 5 words taken from a random
@@ -66,6 +71,10 @@ def write_corpus(path: Path, n_docs: int, doc_words: int, vocab_size: int, seed:
 
 
 def build(corpus: Path, index_dir: Path) -> dict[str, float]:
+    if (index_dir / "meta.json").is_file():  # --workdir from an earlier run
+        size_mb = sum(f.stat().st_size for f in index_dir.rglob("*") if f.is_file()) / 2**20
+        print(f"index: reusing {index_dir}")
+        return {"build_s": float("nan"), "peak_rss_mb": float("nan"), "index_mb": size_mb}
     start = time.perf_counter()
     proc = subprocess.run(
         [
@@ -91,17 +100,74 @@ def build(corpus: Path, index_dir: Path) -> dict[str, float]:
     return {"build_s": seconds, "peak_rss_mb": peak_mb, "index_mb": size_mb}
 
 
-def in_process(index_dir: Path, queries: list[str], batches: list[int]) -> dict[int, float]:
-    """Milliseconds per query of the searcher alone (no HTTP), best of 3: the floor for the server."""
+class Bm25sSearcher:
+    """The search before turnrl scored queries itself: bm25s's own `retrieve` over the same index."""
+
+    method = "bm25"
+
+    def __init__(self, index_dir: Path) -> None:
+        import bm25s
+
+        self._model = bm25s.BM25.load(str(index_dir / "bm25"), mmap=True, show_progress=False)
+        self.num_docs = int(self._model.scores["num_docs"])
+
+    def search(self, queries: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        import bm25s
+
+        tokens = bm25s.tokenize(queries, stopwords="en", return_ids=False, show_progress=False)
+        positions, scores = self._model.retrieve(tokens, k=k, show_progress=False)
+        return np.asarray(positions, dtype=np.int64), np.asarray(scores, dtype=np.float32)
+
+
+def same_results(new: tuple[np.ndarray, np.ndarray], old: tuple[np.ndarray, np.ndarray]) -> tuple[int, int]:
+    """(rows with identical documents, rows differing only in the order of tied scores).
+
+    Raises if scores differ anywhere, or if the documents differ beyond the order of ties
+    (bm25s orders tied scores as its partition happens to leave them; turnrl by position).
+    """
+    (new_pos, new_scores), (old_pos, old_scores) = new, old
+    if not np.array_equal(new_scores, old_scores):
+        raise AssertionError("scores differ from bm25s's")
+    identical = tied = 0
+    for pos_a, pos_b, scores in zip(new_pos, old_pos, new_scores, strict=True):
+        if np.array_equal(pos_a, pos_b):
+            identical += 1
+            continue
+        # Above the k-th score, each score's documents are fixed; at it, which tied documents fill the list is free.
+        for value in np.unique(scores[scores > scores[-1]]):
+            if set(pos_a[scores == value].tolist()) != set(pos_b[scores == value].tolist()):
+                raise AssertionError(f"documents differ from bm25s's beyond ties: {pos_a} vs {pos_b}")
+        tied += 1
+    return identical, tied
+
+
+def in_process(
+    index_dir: Path, queries: list[str], batches: list[int], before: bool, repeats: int = 5
+) -> dict[str, dict[int, float]]:
+    """Milliseconds per query of each searcher alone (no HTTP), best of `repeats`: the server's floor."""
     from turnrl.servers.retriever.index import load_index
 
-    searcher = load_index(index_dir).searcher
-    searcher.search(queries[:8], 3)  # page the mmap-ed score matrix in
-    out = {}
-    for batch in batches:
-        picks = [[queries[(i * batch + j) % len(queries)] for j in range(batch)] for i in range(3)]
-        best = min(_timed(searcher.search, pick, 3) for pick in picks)
-        out[batch] = 1000 * best / batch
+    searchers = {"after": load_index(index_dir).searcher}
+    if before:
+        searchers["before"] = Bm25sSearcher(index_dir)
+        for k in (3, 10):
+            total = [0, 0]
+            for start in range(0, len(queries), 256):
+                pick = queries[start : start + 256]
+                counts = same_results(searchers["after"].search(pick, k), searchers["before"].search(pick, k))
+                total = [total[0] + counts[0], total[1] + counts[1]]
+            print(
+                f"top {k:>2}: same scores as bm25s on all {len(queries)} queries; same documents on "
+                f"{total[0]}, the others differ only in the order of tied scores"
+            )
+    out: dict[str, dict[int, float]] = {}
+    for name, searcher in searchers.items():
+        searcher.search(queries[:8], 3)  # page the mmap-ed score matrix in
+        out[name] = {}
+        for batch in batches:
+            picks = [[queries[(i * batch + j) % len(queries)] for j in range(batch)] for i in range(repeats)]
+            best = min(_timed(searcher.search, pick, 3) for pick in picks)
+            out[name][batch] = 1000 * best / batch
     return out
 
 
@@ -109,6 +175,26 @@ def _timed(fn: object, *args: object) -> float:
     start = time.perf_counter()
     fn(*args)  # type: ignore[operator]
     return time.perf_counter() - start
+
+
+class Bm25sServer(LocalRetriever):
+    """`turnrl retriever serve`'s app with the bm25s searcher, run by this script (--serve-bm25s)."""
+
+    def _spawn(self, port: int, log_path: Path) -> subprocess.Popen[bytes]:
+        command = [sys.executable, __file__, "--serve-bm25s", str(self.index_dir), "--port", str(port)]
+        with log_path.open("ab") as log:
+            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def serve_bm25s(index_dir: Path, port: int) -> None:
+    import uvicorn
+
+    from turnrl.servers.retriever.index import load_index
+    from turnrl.servers.retriever.server import create_app
+
+    index = load_index(index_dir)
+    index.searcher = Bm25sSearcher(index_dir)
+    uvicorn.run(create_app(index, 3), host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
 def rss_mb(pid: int) -> dict[str, float]:
@@ -150,6 +236,15 @@ async def load(url: str, queries: list[str], batch: int, requests: int, in_fligh
     }
 
 
+def http_runs(server: LocalRetriever, queries: list[str], args: argparse.Namespace) -> list[dict[str, float]]:
+    runs = []
+    for batch in (int(b) for b in args.batches.split(",")):
+        for in_flight in (int(c) for c in args.in_flight.split(",")):
+            requests = max(8, args.queries_per_run // batch)
+            runs.append(asyncio.run(load(server.url, queries, batch, requests, in_flight)))
+    return runs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=100_000)
@@ -161,46 +256,75 @@ def main() -> int:
     )
     parser.add_argument("--in-flight", default="1,4", help="concurrent requests levels")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-before", action="store_true", help="skip the bm25s search (the 'before')")
+    parser.add_argument(
+        "--workdir", type=Path, default=None, help="keep the corpus and index here, and reuse them next time"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the numbers here")
+    parser.add_argument("--serve-bm25s", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_bm25s:  # the child of Bm25sServer
+        serve_bm25s(args.serve_bm25s, args.port)
+        return 0
 
     load1, _, _ = os.getloadavg()
     print(f"machine: {os.cpu_count()} CPUs, load average {load1:.1f} at start (other work skews the numbers)")
     with tempfile.TemporaryDirectory(prefix="turnrl-bench-") as tmp:
-        root = Path(tmp)
+        root = args.workdir or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         sample = write_corpus(root / "corpus.jsonl", args.docs, args.doc_words, args.vocab, args.seed)
         print(
             f"corpus: {args.docs} documents x {args.doc_words} words, written in {time.perf_counter() - t0:.1f} s"
         )
         built = build(root / "corpus.jsonl", root / "index")
-        print(
-            f"build: {built['build_s']:.1f} s wall, peak RSS {built['peak_rss_mb']:.0f} MB, "
-            f"index {built['index_mb']:.0f} MB"
-        )
+        if built["build_s"] == built["build_s"]:  # not NaN: built in this run
+            print(
+                f"build: {built['build_s']:.1f} s wall, peak RSS {built['peak_rss_mb']:.0f} MB, "
+                f"index {built['index_mb']:.0f} MB"
+            )
         rng = random.Random(args.seed)
         queries = [" ".join(rng.sample(words, 5)) for words in sample for _ in range(3)]
         batches = [int(b) for b in args.batches.split(",")]
-        floor = in_process(root / "index", queries, batches)
-        for batch, ms in floor.items():
-            print(f"searcher alone, batch {batch:>4}: {ms:.2f} ms/query ({1000 / ms:.0f} queries/s)")
-        runs = []
+        floor = in_process(root / "index", queries, batches, before=not args.no_before)
+        for batch in batches:
+            after = floor["after"][batch]
+            line = f"searcher alone, batch {batch:>4}: {after:.3f} ms/query ({1000 / after:6.0f} queries/s)"
+            if "before" in floor:
+                before = floor["before"][batch]
+                line += (
+                    f"; bm25s {before:.3f} ms/query ({1000 / before:4.0f} queries/s): x{before / after:.1f}"
+                )
+            print(line)
         with LocalRetriever(root / "index", topk=3) as server:
             assert server.process is not None
-            for batch in batches:
-                for in_flight in (int(c) for c in args.in_flight.split(",")):
-                    requests = max(8, args.queries_per_run // batch)
-                    run = asyncio.run(load(server.url, queries, batch, requests, in_flight))
-                    runs.append(run)
-                    print(
-                        f"batch {batch:>4}  in-flight {in_flight}  {run['queries_per_s']:8.0f} queries/s  "
-                        f"p50 {run['p50_ms']:7.1f} ms  p95 {run['p95_ms']:7.1f} ms  ({requests} requests)"
-                    )
+            runs = http_runs(server, queries, args)
             memory = rss_mb(server.process.pid)
-        print(f"server memory: RSS {memory['VmRSS']:.0f} MB (peak {memory['VmHWM']:.0f} MB)")
+        before_runs: list[dict[str, float]] = []
+        before_memory: dict[str, float] = {}
+        if not args.no_before:
+            with Bm25sServer(root / "index", topk=3) as server:
+                assert server.process is not None
+                before_runs = http_runs(server, queries, args)
+                before_memory = rss_mb(server.process.pid)
+        for i, run in enumerate(runs):
+            line = (
+                f"HTTP batch {run['batch']:>4}  in-flight {run['in_flight']}  {run['queries_per_s']:6.0f} queries/s  "
+                f"p50 {run['p50_ms']:7.1f} ms  p95 {run['p95_ms']:7.1f} ms  ({run['requests']} requests)"
+            )
+            if before_runs:
+                old = before_runs[i]
+                line += f"; bm25s {old['queries_per_s']:4.0f} queries/s: x{run['queries_per_s'] / old['queries_per_s']:.1f}"
+            print(line)
+        line = f"server memory: RSS {memory['VmRSS']:.0f} MB (peak {memory['VmHWM']:.0f} MB)"
+        if before_memory:
+            line += f"; bm25s {before_memory['VmRSS']:.0f} MB (peak {before_memory['VmHWM']:.0f} MB)"
+        print(line)
     if args.json:
-        report = {"args": vars(args) | {"json": str(args.json)}, "load_avg": load1, "build": built,
-                  "searcher_ms_per_query": floor, "runs": runs, "server_mb": memory}  # fmt: skip
+        report = {"args": {k: str(v) for k, v in vars(args).items()}, "load_avg": load1, "build": built,
+                  "searcher_ms_per_query": floor, "runs": runs, "bm25s_runs": before_runs,
+                  "server_mb": memory, "bm25s_server_mb": before_memory}  # fmt: skip
         args.json.write_text(json.dumps(report, indent=2))
     return 0
 

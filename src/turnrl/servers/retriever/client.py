@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import orjson
 
 from turnrl.servers.retriever.corpus import split_title
 from turnrl.servers.retriever.errors import RetrieverError, RetrieverRequestError, RetrieverUnavailable
@@ -148,7 +149,9 @@ class RetrieverClient:
                 raise RetrieverRequestError(
                     f"retriever at {self.url} rejected the request (HTTP {response.status_code}): {_detail(response)}"
                 )
-            return _parse_result(response.json(), len(queries), self.url)
+            # orjson: a batch of 256 queries x 3 passages is ~600 kB, which json.loads (httpx's
+            # response.json) decodes 3x slower. Its error is a json.JSONDecodeError, as before.
+            return _parse_result(orjson.loads(response.content), len(queries), self.url)
         raise RetrieverUnavailable(
             f"retriever at {self.url} failed after {self.retries + 1} attempts (last: {last_error})"
         )

@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
@@ -74,7 +75,7 @@ def create_app(index: LoadedIndex, default_topk: int = 3) -> FastAPI:
     def _health() -> dict[str, Any]:
         return health
 
-    def _answer(req: RetrieveRequest, topk: int) -> dict[str, Any]:
+    def _answer(req: RetrieveRequest, topk: int) -> bytes:
         positions, scores = index.searcher.search(req.queries, topk)
         docs = index.corpus.documents(positions.reshape(-1).tolist())
         result: list[list[Any]] = []
@@ -85,10 +86,12 @@ def create_app(index: LoadedIndex, default_topk: int = 3) -> FastAPI:
                 result.append([{"document": d, "score": s} for d, s in zip(block, row_scores, strict=True)])
             else:
                 result.append(block)
-        return {"result": result}
+        # orjson, not JSONResponse's json.dumps: 0.2 ms instead of 3.9 ms for 256 queries x 3
+        # passages (615 kB) of the same JSON.
+        return orjson.dumps({"result": result})
 
     @app.post("/retrieve")
-    async def _retrieve(request: Request) -> JSONResponse:
+    async def _retrieve(request: Request) -> Response:
         # The body is parsed here rather than by FastAPI so that a client that forgets the
         # JSON content type (curl -d, some HTTP libraries) is still understood.
         body = await request.body()
@@ -102,9 +105,9 @@ def create_app(index: LoadedIndex, default_topk: int = 3) -> FastAPI:
         if problem:
             return _reject(problem)
         # Scoring is CPU-bound: a worker thread keeps the event loop free for other requests.
-        answer = await run_in_threadpool(_answer, req, topk)
-        # JSONResponse directly: FastAPI's encoder walks every field and costs more than the search.
-        return JSONResponse(answer)
+        # The body is encoded there too; FastAPI's own encoder walks every field and would cost
+        # more than the search.
+        return Response(await run_in_threadpool(_answer, req, topk), media_type="application/json")
 
     return app
 
