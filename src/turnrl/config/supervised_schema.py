@@ -9,6 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from turnrl.config.agent_schema import (
+    CalculatorToolConfig,
+    MultiTurnConfig,
+    PythonToolConfig,
+    SearchToolConfig,
+)
 from turnrl.config.schema import ModelConfig, OptimConfig
 
 
@@ -47,6 +53,32 @@ class SFTDataConfig(SupervisedDataConfig):
     them; a template that cannot fails naming the row) or `inline` (written into the message content
     as `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, the form `turnrl train`'s JSON
     agent format parses: for templates without tool-call support, like SmolLM2's)."""
+    episode_key: str = "episode"
+    """Row field holding an XML agent episode (docs/sft.md): the model's turns and the observations
+    between them, `[{"role": "assistant" | "observation", "content", "tag"?}, ...]`. A row with this
+    field is an episode row, tokenised as the agent loop builds its episodes (the loss covers the
+    model's turns only, like RL's `response_mask`); a row without it is a chat row (`messages_key`)."""
+    prompt_key: str = "prompt"
+    """Episode rows: the field holding the prompt, chat messages or text, as in `turnrl train`'s rows."""
+    episode_stops: list[str] = field(
+        default_factory=lambda: [
+            f"</{tag}>"
+            for tag in (
+                SearchToolConfig.tag,
+                PythonToolConfig.tag,
+                CalculatorToolConfig.tag,
+                MultiTurnConfig.answer_tag,
+            )
+        ]
+    )
+    """Episode rows: the strings the agent loop stops a model turn at (its tools' and answer's closing
+    tags, and any `rollout.stop`). A turn ending in one ends there, as generation does; any other turn
+    ends with EOS, the only other way a model ends a turn. A turn holding one before its end is refused."""
+    max_obs_length: int = MultiTurnConfig.max_obs_length
+    """Episode rows: tokens of one tool output; longer ones are cut as `rollout.multi_turn.max_obs_length`
+    cuts them (set both alike)."""
+    obs_truncation_marker: str = MultiTurnConfig.obs_truncation_marker
+    """Episode rows: what ends a cut tool output, as `rollout.multi_turn.obs_truncation_marker`."""
 
 
 @dataclass

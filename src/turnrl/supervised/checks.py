@@ -11,8 +11,12 @@ DEVICES = ("auto", "cpu", "cuda")
 
 
 def check_sft(cfg: SFTConfig) -> None:
-    _check_common(cfg, 'rows {"messages": [{"role", "content"}, ...]}')
+    _check_common(
+        cfg, 'rows {"messages": [{"role", "content"}, ...]} or agent episodes {"prompt", "episode"}'
+    )
     _one_of("data.tool_calls", cfg.data.tool_calls, TOOL_CALLS)
+    if cfg.data.max_obs_length < 1:
+        raise ConfigError(f"'data.max_obs_length' must be >= 1, got {cfg.data.max_obs_length}")
 
 
 def check_rm(cfg: RMConfig) -> None:

@@ -1,8 +1,9 @@
 """SFT rows -> tokenised conversations with their assistant masks.
 
 A row holds OpenAI/verl chat messages under `data.messages_key` (system, user, assistant with
-optional `tool_calls`, tool) and optionally tool schemas under `data.tools_key`. Rows are checked
-as they are read, so a bad one stops the run at start-up with its file and row named.
+optional `tool_calls`, tool) and optionally tool schemas under `data.tools_key`; or a prompt and an
+XML agent episode under `data.episode_key` (`episodes.py`). Rows are checked as they are read, so a
+bad one stops the run at start-up with its file and row named.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from turnrl.config.supervised_schema import SFTDataConfig
 from turnrl.data.dataset import DataError, read_rows
 from turnrl.supervised.chat import Messages, Tokenized, tokenize_conversation
+from turnrl.supervised.episodes import EpisodeEncoder
 from turnrl.supervised.rows import Overlong, none_left, required
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -24,13 +26,18 @@ def load_conversations(
     """Every usable conversation of `files`; those over `data.max_length` dropped or cut, and said."""
     out: list[Tokenized] = []
     reports = []
+    episodes = EpisodeEncoder(tokenizer, data)
     for file in files:
         report = Overlong(file)
         for i, row in enumerate(read_rows(file)):
             where = f"{file} row {i}"
-            messages, tools = conversation(row, data, where)
+            if data.episode_key in row:  # an XML agent episode (`episodes.py`)
+                tokenized = episodes.encode(row, where)
+            else:
+                messages, tools = conversation(row, data, where)
+                tokenized = tokenize_conversation(tokenizer, messages, tools, eos_ids, where)
             report.rows += 1
-            example = fit(tokenize_conversation(tokenizer, messages, tools, eos_ids, where), data, report)
+            example = fit(tokenized, data, report)
             if example is not None:
                 out.append(example)
         reports.append(report)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from turnrl.agent.tools.base import ToolResult, text_parameter
 from turnrl.agent.tools.supervisor import ServerSupervisor, supervised
-from turnrl.servers.retriever.client import RetrieverClient, format_passages
+from turnrl.servers.retriever.client import Passage, RetrieverClient, format_passages
 from turnrl.servers.retriever.errors import RetrieverUnavailable
 
 # The built-in search task and the built-in index must describe the same invented world.
@@ -37,6 +38,13 @@ def builtin_index(cache: Path) -> Path:
             raise
     shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def passages_text(passages: Sequence[Passage | Mapping[str, Any]]) -> str:
+    """The tool's output for one query's passages: the text the agent loop wraps in the observation
+    tag. Demonstrations built offline (`turnrl data search_sft`) call this too, so they show the
+    model exactly what a live search shows it."""
+    return format_passages(passages).strip()
 
 
 class SearchTool:
@@ -81,9 +89,7 @@ class SearchTool:
         if queries:
             found = await supervised(self.server, lambda: self.client.retrieve(queries), RetrieverUnavailable)
             for slot, passages in zip(slots, found, strict=True):
-                results[slot] = ToolResult(
-                    format_passages(passages).strip(), {"passages": float(len(passages))}
-                )
+                results[slot] = ToolResult(passages_text(passages), {"passages": float(len(passages))})
         return results
 
     async def aclose(self) -> None:

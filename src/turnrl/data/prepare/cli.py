@@ -11,6 +11,8 @@ from turnrl.data.dataset import DataError
 from turnrl.data.prepare.sources import HubSplit
 
 SHOWN_SKIPS = 10  # skipped rows listed one by one; the rest are counted
+SEARCH_SFT = "search_sft"
+GENERATOR_FLAGS = ("n", "seed", "topk", "retry_fraction", "cache_dir")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,12 +20,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "data",
-        help="convert a public dataset's files (gsm8k, MATH, nq/hotpotqa) to verl-format parquet",
+        help="convert a public dataset's files (gsm8k, MATH, nq/hotpotqa) to verl-format parquet, "
+        "or write search-agent demonstrations (search_sft)",
         description="Convert GSM8K, MATH or FlashRAG QA files into the verl-format parquet files that "
-        "verl's and Search-R1's preprocessing scripts write (train.parquet, test.parquet). See docs/data.md.",
+        "verl's and Search-R1's preprocessing scripts write (train.parquet, test.parquet); or, with "
+        "search_sft, write scripted search-agent episodes for `turnrl sft` (train.jsonl). See docs/data.md.",
     )
-    p.add_argument("dataset", choices=list(RECIPES), help="which converter")
-    src = p.add_mutually_exclusive_group(required=True)
+    p.add_argument("dataset", choices=[*RECIPES, SEARCH_SFT], help="which converter or generator")
+    src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--input",
         action="append",
@@ -38,6 +42,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", choices=("train", "test"), help="the split of every --input file")
     p.add_argument("--data-source", help="the data_source of every row (default: the upstream script's)")
     p.add_argument("--overwrite", action="store_true", help="replace the split files in a non-empty --out")
+    gen = p.add_argument_group("search_sft (demonstrations from the built-in corpus; no --input)")
+    gen.add_argument("--n", type=int, help="demonstrations to make (default: every training question)")
+    gen.add_argument("--seed", type=int, help="orders the questions and picks the wording (default 0)")
+    gen.add_argument("--topk", type=int, help="passages per search, as the search tool's topk (default 3)")
+    gen.add_argument(
+        "--retry-fraction",
+        type=float,
+        help="share of first queries that leave the entity's name out, miss, and are followed by a "
+        "second, named search (default 0.1)",
+    )
+    gen.add_argument("--cache-dir", help="where the built-in index is built once (default: turnrl's cache)")
     p.set_defaults(func=data_command)
 
 
@@ -54,6 +69,22 @@ def run(ns: argparse.Namespace) -> int:
     from turnrl.data.prepare.output import check_out_dir, to_table, write_splits
     from turnrl.data.prepare.sources import file_parts, hub_parts
 
+    generator_flags = [f"--{k.replace('_', '-')}" for k in GENERATOR_FLAGS if getattr(ns, k) is not None]
+    if ns.dataset == SEARCH_SFT:
+        if ns.input or ns.from_hub or ns.split or ns.data_source:
+            raise DataError(
+                "search_sft generates its rows from the built-in corpus: --input, --from-hub, --split and "
+                "--data-source do not apply"
+            )
+        from turnrl.data.prepare import search_sft
+
+        return search_sft.run(ns)
+    if generator_flags:
+        raise DataError(f"{', '.join(generator_flags)}: only for search_sft")
+    if not ns.input and not ns.from_hub:
+        raise DataError(
+            f"{ns.dataset}: give the dataset's files with --input FILE (repeatable), or --from-hub"
+        )
     recipe, out = RECIPES[ns.dataset], Path(ns.out)
     if ns.data_source is not None and ns.data_source not in recipe.sources:
         raise DataError(f"--data-source '{ns.data_source}' is not one of {', '.join(recipe.sources)}")

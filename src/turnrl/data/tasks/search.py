@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 DATA_SOURCE = "turnrl/search"
 N_VAL = 128
@@ -22,6 +25,11 @@ PROMPT = (
     "times. When you know the answer, write it between <answer> and </answer> with no explanation, "
     "for example <answer> Paris </answer>.\nQuestion: {question}\n"
 )
+
+
+def split_questions(questions: Sequence[T]) -> tuple[list[T], list[T]]:
+    """(validation, training): the first `N_VAL` questions of `builtin_qa`'s order are held out."""
+    return list(questions[:N_VAL]), list(questions[N_VAL:])
 
 
 def make_row(question: str, answers: list[str], split: str, index: int, relation: str) -> dict[str, Any]:
@@ -47,7 +55,7 @@ def write(out_dir: Path, seed: int) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     qa = builtin_qa(BUILTIN_ENTITIES, BUILTIN_SEED)  # the corpus is fixed; `seed` only orders training
     rows = [make_row(q.question, list(q.answers), "", i, q.relation) for i, q in enumerate(qa)]
-    val, train = rows[:N_VAL], rows[N_VAL:]
+    val, train = split_questions(rows)
     for r in val:
         r["extra_info"]["split"] = "test"
     for r in train:

@@ -1,0 +1,164 @@
+"""`turnrl data search_sft`: demonstrations from training questions only, each a complete, correct
+episode whose answer its last observation shows; deterministic in the seed; written atomically."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from turnrl.agent.tools.search import BUILTIN_ENTITIES, BUILTIN_SEED
+from turnrl.cli import main
+from turnrl.data.prepare import search_sft
+from turnrl.data.tasks import write_task
+from turnrl.data.tasks.search import N_VAL, split_questions
+from turnrl.rewards.qa import compute_score
+from turnrl.servers.retriever import builtin_corpus
+
+ANSWER = re.compile(r"<answer> (.*) </answer>$")
+
+
+def generate(tmp_path, capsys, name: str, *flags: str) -> tuple[list[dict], str]:
+    out = tmp_path / name
+    assert (
+        main(["data", "search_sft", "--out", str(out), "--cache-dir", str(tmp_path / "cache"), *flags]) == 0
+    )
+    rows = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
+    assert [p.name for p in out.iterdir()] == ["train.jsonl"]  # no temporary file left behind
+    return rows, capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sft")
+    out = tmp / "all"
+    assert main(["data", "search_sft", "--out", str(out), "--cache-dir", str(tmp / "cache")]) == 0
+    return [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()], tmp
+
+
+def test_only_training_questions_and_the_task_rows_prompt(full, tmp_path):
+    rows, _ = full
+    qa = builtin_corpus.builtin_qa(BUILTIN_ENTITIES, BUILTIN_SEED)
+    val, train = split_questions(qa)
+    held_out = {q.question for q in val}
+    asked = [r["prompt"][0]["content"].rsplit("Question: ", 1)[1].strip() for r in rows]
+    assert not held_out & set(asked)
+    assert len(rows) == len(train) == len(set(asked))  # every training question once, none skipped
+    # each row is the task's own training row (the prompt RL samples from), plus its episode
+    task_train, _ = write_task("search", tmp_path, 0)
+    task = {r["extra_info"]["index"]: r for r in map(json.loads, task_train.read_text().splitlines())}
+    for r in rows:
+        assert r["extra_info"]["index"] >= N_VAL
+        same = task[r["extra_info"]["index"]]
+        assert {k: r[k] for k in same if k != "extra_info"} == {
+            k: v for k, v in same.items() if k != "extra_info"
+        }
+
+
+def test_every_demonstration_is_a_correct_episode(full):
+    rows, _ = full
+    searches = {1: 0, 2: 0}
+    for r in rows:
+        episode, answers = r["episode"], r["reward_model"]["ground_truth"]["target"]
+        roles = [s["role"] for s in episode]
+        assert roles == ["assistant", "observation"] * (len(roles) // 2) + ["assistant"]
+        assert all(s["content"].startswith("<think> ") for s in episode[::2])
+        assert all(s["content"].endswith(" </search>") for s in episode[:-1:2])
+        final = ANSWER.search(episode[-1]["content"])
+        assert final and final.group(1) == answers[0]
+        last_observation = episode[-2]
+        assert last_observation["tag"] == "information" and last_observation["content"].startswith(
+            "Doc 1(Title: "
+        )
+        assert any(a in last_observation["content"] for a in answers)
+        assert r["extra_info"]["searches"] == len(roles) // 2
+        searches[r["extra_info"]["searches"]] += 1
+        response = "\n".join(s["content"] for s in episode)  # scored as RL scores it
+        assert compute_score(r["data_source"], response, r["reward_model"]["ground_truth"])["em"] == 1.0
+    assert searches[2] > 0.05 * len(rows)  # the nameless first queries missed and were searched again
+
+
+def test_seeded_and_independent_of_n(full, tmp_path, capsys):
+    rows, _ = full
+    again, out = generate(tmp_path, capsys, "again", "--n", "50")
+    assert again == rows[:50]
+    assert "50 used (seed 0, topk 3)" in out and "skipped (no query found the fact): 0" in out
+    other, _ = generate(tmp_path, capsys, "other", "--n", "50", "--seed", "1")
+    assert other != again
+
+
+def test_a_training_question_equal_to_a_validation_one_is_excluded(tmp_path, capsys, monkeypatch):
+    qa = builtin_corpus.builtin_qa(BUILTIN_ENTITIES, BUILTIN_SEED)
+    twin = qa[N_VAL + 5] = qa[3]  # a training slot now asks a held-out question
+    monkeypatch.setattr(builtin_corpus, "builtin_qa", lambda n, seed: list(qa))
+    rows, out = generate(tmp_path, capsys, "dup", "--retry-fraction", "0")
+    assert twin.question not in {r["prompt"][0]["content"].rsplit("Question: ", 1)[1].strip() for r in rows}
+    assert "(1 excluded as identical to a validation question)" in out
+    assert all(r["extra_info"]["searches"] == 1 for r in rows)  # no nameless first query
+
+
+def test_topk_sets_the_passages_per_search(tmp_path, capsys):
+    rows, _ = generate(tmp_path, capsys, "k1", "--n", "20", "--topk", "1")
+    assert all(
+        s["content"].count("Doc ") == 1 for r in rows for s in r["episode"] if s["role"] == "observation"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--input", "x.jsonl"], "search_sft generates its rows from the built-in corpus"),
+        (["--n", "0"], "--n must be >= 1"),
+        (["--retry-fraction", "2"], "--retry-fraction must be in [0, 1]"),
+    ],
+)
+def test_bad_flags_are_one_line(tmp_path, capsys, flags, expected):
+    assert main(["data", "search_sft", "--out", str(tmp_path / "o"), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_generator_flags_are_refused_for_converters(tmp_path, capsys):
+    assert main(["data", "gsm8k", "--input", "x.jsonl", "--out", str(tmp_path / "o"), "--n", "3"]) == 2
+    assert "--n: only for search_sft" in capsys.readouterr().err
+    assert main(["data", "gsm8k", "--out", str(tmp_path / "o")]) == 2
+    assert "give the dataset's files with --input FILE" in capsys.readouterr().err
+
+
+def test_every_relation_has_phrasing():
+    relations = {q.relation for q in builtin_corpus.builtin_qa(BUILTIN_ENTITIES, BUILTIN_SEED)}
+    assert relations == set(search_sft.RELATIONS)
+
+
+class FakeSearch:
+    """Finds the fact only from query number `hit_at` on (never when None)."""
+
+    def __init__(self, q, hit_at: int | None):
+        self.q, self.hit_at, self.queries = q, hit_at, []
+
+    def __call__(self, query: str):
+        self.queries.append(query)
+        other = {"id": "x", "contents": "Other\nNothing here."}
+        found = self.hit_at is not None and len(self.queries) > self.hit_at
+        docs = (
+            [{"id": self.q.doc_id, "contents": f"{self.q.title}\nIt is {self.q.answers[0]}."}]
+            if found
+            else [other]
+        )
+        return "\n".join(d["contents"] for d in docs), docs
+
+
+def test_a_missed_named_query_is_searched_again_and_a_question_never_found_is_skipped():
+    q = builtin_corpus.builtin_qa(BUILTIN_ENTITIES, BUILTIN_SEED)[N_VAL]
+    report = search_sft.Report()
+    search = FakeSearch(q, hit_at=1)
+    row = search_sft.demonstration(q, N_VAL, 0, search, 0.0, report)
+    assert row["extra_info"]["searches"] == 2 and len(search.queries) == 2
+    assert "The results do not say" in row["episode"][2]["content"]
+    assert sum(report.missed.values()) == 1 and not report.skipped
+    search = FakeSearch(q, hit_at=None)
+    assert search_sft.demonstration(q, N_VAL, 0, search, 0.0, report) is None
+    assert len(search.queries) == search_sft.MAX_SEARCHES
+    assert len(report.skipped) == 1 and sum(report.missed.values()) == 2  # + the first of the two misses
