@@ -7,7 +7,8 @@ Every contender decodes the same prompts (random ids, `--prompt-len` tokens) to 
 `--new-tokens` tokens (EOS never ends a row), sampling at temperature 1 with no top-k/top-p, from
 the same randomly initialised model of the named shape (speed does not depend on the weights).
 For each batch size it prints tokens/s (new tokens over wall time, prefill included, median of
-`--repeats` after one warm-up) and % of the bound:
+`--repeats` after one warm-up), the wall time per decode step (ms/step: the per-token latency a
+row sees) and % of the bound:
 
     bound tokens/s = batch / (bytes read per decode step / measured copy bandwidth)
     bytes per step = all weights + the KV cache of the batch at the mean context length
@@ -15,7 +16,11 @@ For each batch size it prints tokens/s (new tokens over wall time, prefill inclu
 (copy bandwidth: a large on-device tensor copied, read + write bytes over time). On a CPU the
 bound is loose (decoding is compute- not bandwidth-bound there); on a GPU it is the number that
 matters. Contenders:
-- `turnrl`: HFEngine with the device's default `sync_every` (1 on CPU, 16 on CUDA);
+- `turnrl`: HFEngine with the device's default `sync_every` (1 on CPU, 16 on CUDA) and the
+  preallocated KV cache (`rollout.kv_cache=preallocated`, the default);
+- `turnrl-dynkv`: the same with transformers' dynamic cache, which copies itself every token;
+- `turnrl-graph` (`--compile`): `rollout.compile=true`, the fixed-shape decode step compiled
+  (CUDA graphs on a GPU), its compile time printed apart (it falls in the warm-up);
 - `turnrl-sync1`: HFEngine syncing with the host after every token (the pre-GPU-path loop);
 - `generate`: `model.generate(do_sample=True, min_new_tokens=max_new_tokens=N)`.
 Quote ratios from one invocation, with the machine.
@@ -112,9 +117,23 @@ def run_batch(
     prompts = torch.randint(100, model.config.vocab_size, (batch, args.prompt_len), generator=g)
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=1)
     contenders: dict[str, Callable[[], object]] = {}
-    for label, every in (("turnrl", 0), ("turnrl-sync1", 1)):
-        engine = HFEngine(model, tok, batch_size=batch, sync_every=every)
-        engine.eos_ids = set()  # fixed lengths: EOS never ends a row
+    engines: dict[str, HFEngine] = {}
+    params.ignore_eos = True  # fixed lengths: EOS never ends a row
+    for label, every, cache in (
+        ("turnrl", 0, "preallocated"),
+        ("turnrl-dynkv", 0, "dynamic"),
+        ("turnrl-sync1", 1, "preallocated"),
+        *([("turnrl-graph", 0, "compile")] if args.compile else []),
+    ):
+        engine = HFEngine(
+            model,
+            tok,
+            batch_size=batch,
+            sync_every=every,
+            kv_cache="dynamic" if cache == "compile" else cache,
+            compile_decode=cache == "compile",
+        )
+        engines[label] = engine
         contenders[label] = lambda e=engine: e.generate(prompts.tolist(), params)
     if not args.skip_generate:
         ids = prompts.to(device)
@@ -133,8 +152,13 @@ def run_batch(
     speed = {k: batch * args.new_tokens / timed(fn, device, args.repeats) for k, fn in contenders.items()}
     for label, tps in speed.items():
         ratio = f"{tps / speed['generate']:.2f}x" if "generate" in speed else "-"
-        print(f"{batch:>6} {label:>13} {tps:>10.0f} {100 * tps / bound:>7.1f}% {ratio:>12}")
-    print(f"{batch:>6} {'bound':>13} {bound:>10.0f}")
+        step_ms = 1000 * batch / tps  # wall time per decode step (prefill spread over the steps)
+        print(f"{batch:>6} {label:>13} {tps:>10.0f} {step_ms:>9.2f} {100 * tps / bound:>7.1f}% {ratio:>12}")
+    print(f"{batch:>6} {'bound':>13} {bound:>10.0f} {1000 * batch / bound:>9.2f}")
+    if "turnrl-graph" in engines:
+        print(
+            f"{batch:>6} compile + graph recording {engines['turnrl-graph'].compile_seconds:.1f} s (in the warm-up)"
+        )
 
 
 def main() -> None:
@@ -146,12 +170,14 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--tokenizer", default="tiny-random", help="a model.path or tokenizer directory")
+    ap.add_argument("--compile", action="store_true", help="add turnrl with rollout.compile=true")
     ap.add_argument("--skip-generate", action="store_true", help="only turnrl's engine")
     args = ap.parse_args()
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
     model = build(args.shape, dtype, device)
-    tok = load_tokenizer("tiny-random")
+    tok = load_tokenizer(args.tokenizer)
     bw = copy_bandwidth(device)
     n_params = sum(p.numel() for p in model.parameters())
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
@@ -160,7 +186,9 @@ def main() -> None:
         f"model {args.shape} random init, {n_params / 1e6:.0f}M params, {dtype}; copy bandwidth {bw / 1e9:.1f} GB/s"
     )
     print(f"prompt {args.prompt_len} tokens, {args.new_tokens} new tokens per row, temperature 1")
-    print(f"{'batch':>6} {'contender':>13} {'tokens/s':>10} {'% bound':>8} {'vs generate':>12}")
+    print(
+        f"{'batch':>6} {'contender':>13} {'tokens/s':>10} {'ms/step':>9} {'% bound':>8} {'vs generate':>12}"
+    )
     for batch in (int(b) for b in args.batches.split(",")):
         run_batch(model, tok, batch, args, device, bw)
 

@@ -90,12 +90,24 @@ class RolloutConfig:
     top_k: int = 0
     """Top-k sampling (0 = off)."""
     stop: list[str] = field(default_factory=list)
-    """Extra stop strings; generation always stops at the tokenizer's EOS."""
+    """Extra stop strings; generation always stops at the tokenizer's EOS unless `ignore_eos`."""
+    ignore_eos: bool = False
+    """Generate every response to the full budget, never stopping at EOS (for benchmarks: every
+    step then does the same work). EOS tokens are still sampled and kept; rewards see them."""
     generation_batch_size: int = 64
     """Responses generated per forward batch (bounds rollout memory)."""
     sync_every: int = 0
     """`hf` engine: decode steps between host syncs (stop checks, dropping finished rows); 0 = 1 on CPU,
     16 on CUDA, where a sync per token would stall the GPU."""
+    kv_cache: str = "preallocated"
+    """`hf` engine: `preallocated` (each batch's KV cache allocated once and written in place) or
+    `dynamic` (transformers' cache, which copies itself at every token). Same numbers either way;
+    models with sliding-window layers always use `dynamic`."""
+    compile: bool = False
+    """`hf` engine: decode with fixed shapes through `torch.compile` (CUDA graphs on a GPU, where a
+    small model's step is bound by kernel launches). Finished rows ride along instead of being
+    dropped; the first batches pay the compile (`benchmarks/rollout_speed.py` prints how long). Best
+    with fixed lengths: every new bucket of prompt plus response length (128 tokens) compiles again."""
     val_temperature: float = 0.0
     """Temperature for validation; 0 = greedy."""
     val_n: int = 1

@@ -32,6 +32,8 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     """Stop strings; the ids up to and including the token that completes one are kept."""
     seed: int | None = None
+    ignore_eos: bool = False
+    """Never stop at EOS: every row runs to its budget (benchmarks)."""
 
 
 @dataclass

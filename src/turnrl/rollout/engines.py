@@ -36,7 +36,14 @@ def build_engine(
     `sync_weights` (`server` only; without it the engine cannot sync).
     """
     if rollout_cfg.engine == "hf":
-        return HFEngine(model, tokenizer, rollout_cfg.generation_batch_size, rollout_cfg.sync_every)
+        return HFEngine(
+            model,
+            tokenizer,
+            rollout_cfg.generation_batch_size,
+            rollout_cfg.sync_every,
+            rollout_cfg.kv_cache,
+            rollout_cfg.compile,
+        )
     if rollout_cfg.engine == "vllm":
         from turnrl.rollout.vllm_engine import VLLMEngine
 

@@ -13,6 +13,8 @@ import torch
 
 from turnrl.data.dataset import left_pad, position_ids_from_mask
 from turnrl.rollout.base import Generation, SamplingParams, row_limits
+from turnrl.rollout.graph_decode import DecodeBucket, capacity_for
+from turnrl.rollout.kv_cache import preallocated_cache
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -57,14 +59,50 @@ class HFEngine:
     host: stop checks, finished-row compaction and stop strings all happen at those points, so the
     device never waits on Python in between."""
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, sync_every: int = 0):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        batch_size: int = 64,
+        sync_every: int = 0,
+        kv_cache: str = "preallocated",
+        compile_decode: bool | str = False,
+    ):
+        if kv_cache not in ("preallocated", "dynamic"):
+            raise ValueError(f"rollout.kv_cache={kv_cache!r}: use preallocated or dynamic")
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.sync_every = sync_every
+        # sliding-window layers drop old positions, which the preallocated layer does not model
+        layer_types = getattr(model.config.get_text_config(decoder=True), "layer_types", None) or []
+        self.preallocate = kv_cache == "preallocated" and all(t == "full_attention" for t in layer_types)
+        # True: compiled fixed-shape decode; "eager": the same fixed-shape step uncompiled (tests)
+        self.compile_decode = compile_decode if all(t == "full_attention" for t in layer_types) else False
+        self.buckets: dict[tuple[int, int], DecodeBucket] = {}
         self.eos_ids = eos_ids(model, tokenizer)
         self.pad_id = int(tokenizer.pad_token_id)
         self.version = 0
+
+    def _bucket(self, batch: int, capacity: int, device: torch.device) -> DecodeBucket:
+        key = (batch, capacity)
+        if key not in self.buckets:
+            if len(self.buckets) >= 4:  # each holds a KV cache; keep the latest few
+                self.buckets.pop(next(iter(self.buckets)))
+            self.buckets[key] = DecodeBucket(self.model, batch, capacity, self.compile_mode(device))
+        return self.buckets[key]
+
+    def compile_mode(self, device: torch.device) -> str:
+        """torch.compile's mode for the decode step: CUDA graphs on a GPU; "" runs the same
+        fixed-shape step eagerly (tests compare it with the dynamic path)."""
+        if self.compile_decode == "eager":
+            return ""
+        return "reduce-overhead" if device.type == "cuda" else "default"
+
+    @property
+    def compile_seconds(self) -> float:
+        """Wall time spent compiling and recording decode graphs so far."""
+        return sum(b.compile_s for b in self.buckets.values())
 
     def sync_weights(self, version: int) -> None:
         self.version = version
@@ -141,18 +179,31 @@ class HFEngine:
         ids, mask = left_pad(rows, self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
         pos = position_ids_from_mask(mask)
+        budget = min(p.max_new_tokens, max(limits))
+        # room for the prompt and the whole budget (the last sampled token is never fed back: one spare)
+        cache = preallocated_cache(self.model, ids.shape[1] + budget) if self.preallocate else None
         # prefill each prompt once, then copy its KV cache for its n samples (A,A,B,B)
         out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
         )
         cache, logits = out.past_key_values, out.logits[:, -1, :]
-        if p.n > 1:
+        graph = None
+        if self.compile_decode:  # one fixed-shape bucket per batch size and rounded capacity
+            rows_per_bucket = max(1, self.batch_size // p.n) * p.n  # as `generate` cuts batches
+            graph = self._bucket(rows_per_bucket, capacity_for(ids.shape[1] + budget), device)
+            graph.load(cache, mask, pos[:, -1:] + 1, len(rows), p.n)
+        elif p.n > 1:
             cache.batch_repeat_interleave(p.n)
+        if p.n > 1:
             logits = logits.repeat_interleave(p.n, dim=0)
             mask = mask.repeat_interleave(p.n, dim=0)
             pos = pos.repeat_interleave(p.n, dim=0)
         b = len(rows) * p.n
-        budget = min(p.max_new_tokens, max(limits))
         sync_every = self.sync_every or default_sync_every(device)
         # per output row, on the device: sampled ids, their log-probs, length so far, EOS seen
         tokens = torch.full((b, budget), self.pad_id, dtype=torch.long, device=device)
@@ -160,7 +211,7 @@ class HFEngine:
         length = torch.zeros(b, dtype=torch.long, device=device)
         hit_eos = torch.zeros(b, dtype=torch.bool, device=device)
         limit = torch.tensor(limits, dtype=torch.long, device=device)
-        eos = torch.tensor(sorted(self.eos_ids), dtype=torch.long, device=device)
+        eos = torch.tensor([] if p.ignore_eos else sorted(self.eos_ids), dtype=torch.long, device=device)
         stopped: dict[int, int] = {}  # output row -> length cut at its stop string
         alive = torch.arange(b, device=device)  # batch rows still generating -> output row
         done = torch.zeros(b, dtype=torch.bool, device=device)  # finished, still in the batch
@@ -183,7 +234,9 @@ class HFEngine:
                 keep = (~done).nonzero().squeeze(-1)
                 if last or len(keep) == 0:
                     break
-                if len(keep) < len(alive):  # drop finished rows from the batch and the cache
+                if graph is None and len(keep) < len(
+                    alive
+                ):  # drop finished rows from the batch and the cache
                     alive, token, mask, next_pos, done = (
                         alive[keep],
                         token[keep],
@@ -192,6 +245,9 @@ class HFEngine:
                         done[keep],
                     )
                     cache.batch_select_indices(keep)
+            if graph is not None:  # finished rows ride along to the end: shapes stay fixed
+                logits = graph.decode(token)
+                continue
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             out = self.model(
                 input_ids=token[:, None],

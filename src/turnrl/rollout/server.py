@@ -335,6 +335,7 @@ class ServerEngine:
             "top_k": p.top_k if p.top_k > 0 else -1,
             "stop": list(p.stop) or None,
             "seed": req.seed,
+            "ignore_eos": p.ignore_eos,  # vLLM and SGLang take it too
             "logprobs": 1,  # the sampled token's log-prob (vLLM/SGLang add one alternative)
             "return_tokens_as_token_ids": True,  # vLLM before return_token_ids existed
             "return_token_ids": True,

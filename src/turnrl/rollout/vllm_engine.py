@@ -79,7 +79,8 @@ class VLLMEngine:
                     max_tokens=limit,
                     stop=list(params.stop) or None,
                     include_stop_str_in_output=True,
-                    stop_token_ids=sorted(self.eos_ids),
+                    stop_token_ids=[] if params.ignore_eos else sorted(self.eos_ids),
+                    ignore_eos=params.ignore_eos,
                     seed=None if params.seed is None else params.seed * 100_003 + r,
                     logprobs=0,
                 )

@@ -70,6 +70,7 @@ class CompletionRequest(BaseModel):
     n: int = 1
     stop: str | list[str] | None = None
     seed: int | None = None
+    ignore_eos: bool = Field(default=False, description="Never stop at EOS (vLLM/SGLang extension).")
     logprobs: int | None = Field(
         default=None, description="Any value >= 0 returns the sampled tokens' log-probs."
     )
@@ -143,6 +144,7 @@ def sampling_params(req: CompletionRequest) -> SamplingParams:
         top_k=max(top_k, 0),
         stop=stop,
         seed=req.seed,
+        ignore_eos=req.ignore_eos,
     )
 
 

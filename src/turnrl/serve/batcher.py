@@ -55,7 +55,7 @@ def batch_key(params: SamplingParams) -> tuple[Any, ...] | None:
     """What requests must share to run in one sampling loop; None = must run alone (seeded)."""
     if params.seed is not None:
         return None
-    return (params.temperature, params.top_p, params.top_k, tuple(params.stop), params.n)
+    return (params.temperature, params.top_p, params.top_k, tuple(params.stop), params.n, params.ignore_eos)
 
 
 def split(gen: Generation, rows: list[int]) -> list[Generation]:

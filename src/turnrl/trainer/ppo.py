@@ -246,6 +246,7 @@ class Trainer:
             top_p=r.top_p,
             top_k=r.top_k,
             stop=list(r.stop),
+            ignore_eos=r.ignore_eos,
             seed=None if self.unseeded else (self.cfg.trainer.seed * 1_000_003 + step) * 31 + round_,
         )
 

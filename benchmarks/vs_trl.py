@@ -1,0 +1,246 @@
+"""GRPO step time: TRL's GRPOTrainer vs turnrl on the same work, one after the other.
+
+    pip install -e ".[bench]"                      # TRL
+    python benchmarks/vs_trl.py                    # CPU: the embedded SmolLM2-135M, fp32
+    python benchmarks/vs_trl.py --shape qwen2.5-0.5b --dtype bfloat16 --tokenizer DIR   # GPU, random init
+
+Both sides get the same model directory, the same prompts (the default task's first
+`--prompts`, in its chat template), `--n` samples per prompt, exactly `--tokens` generated
+tokens per sample (EOS disabled: TRL through `min_new_tokens`, turnrl through
+`rollout.ignore_eos`), the same reward function (distinct characters / 50, so that advantages are
+not all zero), learning rate, GRPO advantages, a token-mean clipped loss, no KL term, one
+optimizer step per batch over the whole batch in one micro-batch, and no gradient checkpointing.
+The first step of each is a warm-up and is reported apart; the ratio is of the mean of the rest.
+
+`--shape` builds a randomly initialised model of a real shape instead (speed does not depend on
+the weights), saved with the tokenizer from `--tokenizer` (a directory with tokenizer files,
+e.g. the embedded model's cache), so the script needs no download.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REWARD = """def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return len(set(solution_str)) / 50
+"""
+
+
+def distinct_chars(completions: list[Any], **kwargs: Any) -> list[float]:
+    """TRL's side of REWARD: completions arrive as lists of messages for chat prompts."""
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    return [len(set(t)) / 50 for t in texts]
+
+
+def prompts(k: int) -> list[list[dict[str, str]]]:
+    """The default task's prompts (one worked example, then a sum), k of them."""
+    from turnrl.data.tasks.addition import make_row
+
+    return [make_row(1 + i % 9, 1 + (i * 7) % 9, "train", i)["prompt"] for i in range(k)]
+
+
+def model_dir(args: argparse.Namespace, work: Path) -> Path:
+    if not args.shape:
+        from turnrl.models.loader import model_directory
+
+        return model_directory(args.model)
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from rollout_speed import SHAPES  # type: ignore[import-not-found]
+
+    kind, hidden, inter, layers, heads, kv, vocab = SHAPES[args.shape]
+    cfg = AutoConfig.for_model(
+        kind,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        vocab_size=vocab,
+        tie_word_embeddings=True,
+        max_position_embeddings=4096,
+        architectures=[{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}[kind]],
+    )
+    torch.manual_seed(0)
+    out = work / f"random-{args.shape}"
+    AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, args.dtype)).save_pretrained(out)
+    tok = AutoTokenizer.from_pretrained(args.tokenizer)
+    tok.save_pretrained(out)
+    return out
+
+
+def run_trl(args: argparse.Namespace, path: Path, chats: list[Any], out: Path) -> list[float]:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    times: list[float] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, *a: Any, **k: Any) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *a: Any, **k: Any) -> None:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - self.t0)
+
+    batch = args.prompts * args.n
+    cfg = GRPOConfig(
+        output_dir=str(out / "trl"),
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        num_generations=args.n,
+        max_completion_length=args.tokens,
+        generation_kwargs={"min_new_tokens": args.tokens},
+        temperature=1.0,
+        top_k=0,
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        beta=0.0,
+        loss_type="dapo",  # token-mean over the batch, as turnrl's default loss_agg_mode
+        scale_rewards="group",
+        num_iterations=1,
+        max_steps=args.steps + 1,
+        gradient_checkpointing=False,
+        bf16=args.dtype == "bfloat16",
+        use_cpu=not torch.cuda.is_available(),
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        seed=0,
+        max_grad_norm=1.0,
+        weight_decay=0.0,
+        model_init_kwargs={"dtype": args.dtype},
+    )
+    data = Dataset.from_list([{"prompt": c} for c in chats] * (args.steps + 2))
+    trainer = GRPOTrainer(
+        model=str(path), reward_funcs=distinct_chars, args=cfg, train_dataset=data, callbacks=[StepTimer()]
+    )
+    trainer.train()
+    return times
+
+
+def run_turnrl(
+    args: argparse.Namespace, path: Path, chats: list[Any], out: Path
+) -> tuple[list[float], dict[str, float]]:
+    from turnrl.config import load_config
+    from turnrl.trainer.ppo import Trainer
+
+    data = out / "prompts.jsonl"
+    rows = [
+        {
+            "data_source": "bench",
+            "prompt": c,
+            "reward_model": {"ground_truth": ""},
+            "extra_info": {"index": i},
+        }
+        for i, c in enumerate(chats * (args.steps + 2))  # one batch per step, never a short epoch
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    reward = out / "reward.py"
+    reward.write_text(REWARD)
+    batch = args.prompts * args.n
+    overrides = [
+        f"model.path={path}",
+        f"model.dtype={args.dtype}",
+        f"data.train_files=[{data}]",
+        f"data.val_files=[{data}]",
+        f"data.train_batch_size={args.prompts}",
+        f"data.max_response_length={args.tokens}",
+        f"rollout.n={args.n}",
+        "rollout.ignore_eos=true",
+        f"rollout.generation_batch_size={batch}",
+        "algorithm.adv_estimator=grpo",
+        "algorithm.use_kl_in_reward=false",
+        "actor.use_kl_loss=false",
+        f"actor.ppo_mini_batch_size={args.prompts}",
+        f"actor.ppo_micro_batch_size={batch}",
+        f"actor.optim.lr={args.lr}",
+        "actor.optim.lr_warmup_steps=0",
+        f"reward.custom_function.path={reward}",
+        f"trainer.default_local_dir={out / 'turnrl'}",
+        "trainer.logger=[jsonl]",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=0",
+        "trainer.save_freq=0",
+        f"trainer.device={'cuda' if torch.cuda.is_available() else 'cpu'}",
+        *args.overrides,
+    ]
+    trainer = Trainer(load_config(None, overrides))
+    batches = trainer.loader.epoch_batches()
+    metrics = []
+    for _ in range(args.steps + 1):
+        trainer.global_step += 1  # as fit() numbers its steps
+        metrics.append(trainer.step(next(batches)))
+    stages = {
+        k[9:]: statistics.mean(m[k] for m in metrics[1:]) for k in metrics[-1] if k.startswith("timing_s/")
+    }
+    stages["compile_in_first_step"] = getattr(trainer.engine, "compile_seconds", 0.0)
+    return [m["timing_s/step"] for m in metrics], stages
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="any turnrl model.path")
+    ap.add_argument("--shape", default="", help="random init of this shape instead (see rollout_speed.py)")
+    ap.add_argument("--tokenizer", default="", help="tokenizer directory for --shape")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--n", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up step")
+    ap.add_argument("--lr", type=float, default=1e-6)
+    ap.add_argument("--only", choices=["trl", "turnrl"], default=None)
+    ap.add_argument("overrides", nargs="*", help="extra turnrl key=value overrides")
+    args = ap.parse_args()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    work = Path(tempfile.mkdtemp(prefix="turnrl-vs-trl-"))
+    path = model_dir(args, work)
+    chats = prompts(args.prompts)
+    device = (
+        torch.cuda.get_device_name()
+        if torch.cuda.is_available()
+        else f"cpu, {torch.get_num_threads()} threads"
+    )
+    print(f"model {args.shape or args.model} ({path}), {args.dtype}, {device}")
+    print(
+        f"{args.prompts} prompts x {args.n} samples x {args.tokens} tokens, {args.steps} timed steps + 1 warm-up"
+    )
+    result: dict[str, Any] = {}
+    if args.only != "turnrl":
+        try:
+            import trl
+        except ImportError:
+            print("TRL is not installed: pip install -e '.[bench]' (skipping TRL)")
+        else:
+            t = run_trl(args, path, chats, work)
+            result["trl"] = {"version": trl.__version__, "first": t[0], "mean": statistics.mean(t[1:])}
+            print(f"TRL {trl.__version__}: {result['trl']['mean']:.2f} s/step (first {t[0]:.2f} s)")
+    if args.only != "trl":
+        t, stages = run_turnrl(args, path, chats, work)
+        result["turnrl"] = {"first": t[0], "mean": statistics.mean(t[1:]), "stages": stages}
+        parts = "  ".join(f"{k} {v:.2f}" for k, v in stages.items() if k != "step")
+        print(f"turnrl: {result['turnrl']['mean']:.2f} s/step (first {t[0]:.2f} s)  [{parts}]")
+    if "trl" in result and "turnrl" in result:
+        ratio = result["trl"]["mean"] / result["turnrl"]["mean"]
+        result["ratio"] = ratio
+        print(f"turnrl is {ratio:.2f}x TRL's step throughput")
+    (work / "result.json").write_text(json.dumps(result, indent=1))
+    print(f"result: {work / 'result.json'}")
+
+
+if __name__ == "__main__":
+    main()
