@@ -189,6 +189,12 @@ def run_turnrl(
         k[9:]: statistics.mean(m[k] for m in metrics[1:]) for k in metrics[-1] if k.startswith("timing_s/")
     }
     stages["compile_in_first_step"] = getattr(trainer.engine, "compile_seconds", 0.0)
+    if args.peak_tflops > 0:  # the update's model FLOPs utilisation: 6 x params x tokens (forward + backward)
+        tokens = statistics.mean(m["perf/total_num_tokens"] for m in metrics[1:])
+        params = sum(p.numel() for p in trainer.engine.model.parameters())  # type: ignore[attr-defined]
+        flops = 6 * params * tokens / statistics.mean(m["timing_s/update_actor"] for m in metrics[1:])
+        stages["update_TFLOPs"] = flops / 1e12
+        stages["update_MFU_%"] = 100 * flops / (args.peak_tflops * 1e12)
     return [m["timing_s/step"] for m in metrics], stages
 
 
@@ -203,6 +209,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up step")
     ap.add_argument("--lr", type=float, default=1e-6)
+    ap.add_argument(
+        "--peak-tflops", type=float, default=0.0, help="device peak (H100 bf16 dense: 989) to report MFU"
+    )
     ap.add_argument("--only", choices=["trl", "turnrl"], default=None)
     ap.add_argument("overrides", nargs="*", help="extra turnrl key=value overrides")
     args = ap.parse_args()
