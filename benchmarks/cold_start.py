@@ -17,11 +17,12 @@ demonstrations come from training questions only. Each condition's wall time is 
 (data + SFT and/or RL) and evaluation. `turnrl report` plots each run directory. The table is printed
 and written with the settings to `<out>/cold_start.json`.
 
-CPU sizing (defaults): RL 8 prompts x 4 samples, 10 steps, at most 2 tool turns, no KL term (no
-reference forward); SFT 400 demonstrations x 2 epochs at lr 1e-4. The response budget is 320 tokens:
-one search with 3 passages already takes 190-270 tokens of the episode (invented names tokenise
-long). Demonstrations have one search by default (`--retry-fraction 0`): two take 360-460 tokens,
-past that budget. The sizes were not timed with the embedded model here; `--tiny` runs in ~2 min.
+CPU sizing (defaults): RL 8 prompts x 4 samples, 8 steps, at most 2 tool turns, no KL term (no
+reference forward); SFT 256 demonstrations, one epoch, 8 per step, at lr 1e-4; one passage per search
+(`--topk 1`: BM25 ranks the entity's own document first for every training question), so that a
+one-search episode takes 104-160 tokens of the 192-token response budget (with 3 passages it takes
+190-270: invented names tokenise long). Demonstrations have one search (`--retry-fraction 0`). On a
+2-core CPU a training token costs ~10 ms forward + backward, which is what bounds these sizes.
 """
 
 from __future__ import annotations
@@ -146,22 +147,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct", help="model.path of the untrained model")
     ap.add_argument("--out", default="", help="output directory (default runs/cold_start-<time>)")
-    ap.add_argument("--steps", type=int, default=10, help="RL steps")
+    ap.add_argument("--steps", type=int, default=8, help="RL steps")
     ap.add_argument("--batch", type=int, default=8, help="RL prompts per step")
     ap.add_argument("--n", type=int, default=4, help="RL samples per prompt")
     ap.add_argument("--rl-lr", type=float, default=1e-5, help="RL actor learning rate")
-    ap.add_argument("--response-length", type=int, default=320, help="tokens of a whole episode's response")
+    ap.add_argument("--response-length", type=int, default=192, help="tokens of a whole episode's response")
     ap.add_argument("--max-turns", type=int, default=2, help="tool turns per episode")
-    ap.add_argument("--topk", type=int, default=3, help="passages per search (demonstrations and RL alike)")
-    ap.add_argument("--val-batch", type=int, default=64, help="validation prompts per generation call")
+    ap.add_argument("--topk", type=int, default=1, help="passages per search (demonstrations and RL alike)")
+    ap.add_argument("--val-batch", type=int, default=128, help="validation prompts per generation call")
     ap.add_argument(
         "--val-prompts", type=int, default=0, help="validate on the first K questions (0 = all 128)"
     )
-    ap.add_argument("--demos", type=int, default=400, help="SFT demonstrations")
+    ap.add_argument("--demos", type=int, default=256, help="SFT demonstrations")
     ap.add_argument("--retry-fraction", type=float, default=0.0, help="demonstrations with a second search")
-    ap.add_argument("--sft-epochs", type=int, default=2)
+    ap.add_argument("--sft-epochs", type=int, default=1)
     ap.add_argument("--sft-lr", type=float, default=1e-4)
-    ap.add_argument("--sft-batch", type=int, default=16, help="SFT demonstrations per optimizer step")
+    ap.add_argument("--sft-batch", type=int, default=8, help="SFT demonstrations per optimizer step")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0, help="torch threads per process (0 = torch's default)")
     ap.add_argument(
