@@ -48,11 +48,12 @@ SHAPES = {
 }
 
 
-def build(shape: str, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
-    from transformers import AutoConfig, AutoModelForCausalLM
+def shape_config(shape: str) -> object:
+    """A transformers config of the named shape (random weights are built from it)."""
+    from transformers import AutoConfig
 
     kind, hidden, inter, layers, heads, kv, vocab = SHAPES[shape]
-    cfg = AutoConfig.for_model(
+    return AutoConfig.for_model(
         kind,
         hidden_size=hidden,
         intermediate_size=inter,
@@ -62,9 +63,15 @@ def build(shape: str, dtype: torch.dtype, device: torch.device) -> torch.nn.Modu
         vocab_size=vocab,
         tie_word_embeddings=True,
         max_position_embeddings=4096,
+        architectures=[{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}[kind]],
     )
+
+
+def build(shape: str, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(cfg, dtype=dtype).to(device).eval()
+    return AutoModelForCausalLM.from_config(shape_config(shape), dtype=dtype).to(device).eval()
 
 
 def sync(device: torch.device) -> None:

@@ -54,27 +54,16 @@ def model_dir(args: argparse.Namespace, work: Path) -> Path:
         from turnrl.models.loader import model_directory
 
         return model_directory(args.model)
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from rollout_speed import SHAPES  # type: ignore[import-not-found]
+    from rollout_speed import shape_config  # type: ignore[import-not-found]
 
-    kind, hidden, inter, layers, heads, kv, vocab = SHAPES[args.shape]
-    cfg = AutoConfig.for_model(
-        kind,
-        hidden_size=hidden,
-        intermediate_size=inter,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv,
-        vocab_size=vocab,
-        tie_word_embeddings=True,
-        max_position_embeddings=4096,
-        architectures=[{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}[kind]],
-    )
     torch.manual_seed(0)
     out = work / f"random-{args.shape}"
-    AutoModelForCausalLM.from_config(cfg, dtype=getattr(torch, args.dtype)).save_pretrained(out)
+    AutoModelForCausalLM.from_config(
+        shape_config(args.shape), dtype=getattr(torch, args.dtype)
+    ).save_pretrained(out)
     tok = AutoTokenizer.from_pretrained(args.tokenizer)
     tok.save_pretrained(out)
     return out
