@@ -500,7 +500,9 @@ def test_proc_shows_no_other_process(server: SandboxProcess) -> None:
     out = run(server, code)
     assert out["status"] == "Success", out
     seen = json.loads(out["run_result"]["stdout"])
-    assert len(seen["pids"]) <= 3, seen["pids"]  # the init shell, the program and at most the stage
+    assert seen["pids"] == [1, 2], seen["pids"]  # the namespace's init and the program
+    # init is a copy of the zygote (or of the server), not dumpable: nothing of it can be read
+    assert seen["read"]["/proc/1/environ"] == "refused: Permission denied"
     text = out["run_result"]["stdout"]
     assert SECRET not in text and SECRET_NAME not in text
     assert "turnrl.cli" not in text and "sandbox serve" not in text, "the server's command line leaked"

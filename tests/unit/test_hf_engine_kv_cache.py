@@ -97,7 +97,9 @@ def test_fixed_shape_decode_gives_what_the_dynamic_path_gives(tiny):
     ref = dyn.generate(PROMPTS, p, limits)
     assert "stop" in ref.finish_reasons
     same(fixed.generate(PROMPTS, p, limits), ref)
-    same(fixed.generate(PROMPTS[:3], p, limits[:6]), dyn.generate(PROMPTS[:3], p, limits[:6]))  # a part-full bucket
+    same(
+        fixed.generate(PROMPTS[:3], p, limits[:6]), dyn.generate(PROMPTS[:3], p, limits[:6])
+    )  # a part-full bucket
     assert list(fixed.buckets) == [(16, 128)]  # one bucket served both calls
     # sampling, with no row finishing early: the same draws, so the same samples
     p = SamplingParams(max_new_tokens=12, n=2, temperature=1.0, seed=5, ignore_eos=True)

@@ -1,4 +1,4 @@
-"""Command lines, mount script, rlimits and output capping of the sandbox runner (no server)."""
+"""Environment, exposures, rlimits, preexec and output capping of the sandbox runner (no server)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from pathlib import Path
 
 from turnrl.servers.sandbox.isolation import (
     FALLBACK_NOTE,
-    INIT_SCRIPT,
     SETUP_EXIT,
     SETUP_FAILED,
     Isolation,
@@ -24,49 +23,7 @@ from turnrl.servers.sandbox.runner import CappedOutput
 
 
 def full() -> Isolation:
-    return Isolation(
-        uid_base=200_000,
-        net_ns=True,
-        pid_ns=True,
-        mount_ns=True,
-        unshare="/usr/bin/unshare",
-        setpriv="/usr/bin/setpriv",
-        sh="/bin/sh",
-    )
-
-
-def test_argv_puts_the_uid_drop_after_the_pid_namespace() -> None:
-    argv = full().argv(["python", "main.py"], slot=3)
-    assert argv[:6] == ["/usr/bin/unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
-    assert argv[6:10] == ["/bin/sh", "-c", INIT_SCRIPT, "sandbox-init"]  # the program is not pid 1
-    assert argv[10:16] == [
-        "/usr/bin/setpriv",
-        "--reuid=200003",
-        "--regid=200003",
-        "--clear-groups",
-        "--no-new-privs",
-        "--",
-    ]
-    assert argv[16:] == ["python", "main.py"]
-
-
-def test_argv_installs_seccomp_last_with_a_pid_namespace() -> None:
-    # unshare --mount-proc still calls unshare(2) and mount(2) after exec, so the filter comes last
-    iso = full()
-    iso.seccomp, iso.stage_python = b"\x06\x00\x00\x00\x00\x00\xff\x7f", "/venv/bin/python"  # ret ALLOW
-    argv = iso.argv(["python", "main.py"], slot=3)
-    assert argv[:16] == full().argv(["python", "main.py"], slot=3)[:16]  # launchers and uid drop as before
-    assert argv[16:20] == ["/venv/bin/python", "-I", "-S", "-c"]
-    assert argv[21] == iso.seccomp.hex() and argv[22:] == ["python", "main.py"]
-    assert iso.layers()["seccomp"] and not iso.layers()["rootfs"]
-    no_pid = Isolation(net_ns=True, mount_ns=True, seccomp=iso.seccomp, stage_python="/venv/bin/python")
-    assert no_pid.argv(["bash", "main.sh"], 0) == ["bash", "main.sh"]  # installed in preexec instead
-
-
-def test_argv_without_pid_namespace_is_the_program() -> None:
-    # network, mount and user namespaces and the uid drop happen in preexec: nothing to exec
-    no_pid = Isolation(uid_base=5, net_ns=True, mount_ns=True, unshare="/usr/bin/unshare")
-    assert no_pid.argv(["bash", "main.sh"], 0) == ["bash", "main.sh"]
+    return Isolation(uid_base=200_000, net_ns=True, pid_ns=True, mount_ns=True)
 
 
 def test_env_is_minimal_and_points_home_at_the_work_dir() -> None:

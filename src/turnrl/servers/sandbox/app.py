@@ -97,10 +97,14 @@ def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         state["gate"] = Gate(cfg.workers, cfg.queue)  # asyncio objects belong to the serving loop
+        await runner.start()
+        if runner.spawner_note:
+            iso.notes.append(runner.spawner_note)
         try:
             yield
         finally:
             await runner.kill_all()
+            runner.close()
             iso.close()
             shutil.rmtree(work_root, ignore_errors=True)
 
@@ -175,6 +179,7 @@ def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
                 "max_code_bytes": cfg.max_code,
             },
             "work_root": work_root,
+            "zygote": None if runner.zygote is None else runner.zygote.describe(),
         }
 
     return app

@@ -1,4 +1,4 @@
-"""One cgroup per worker slot, capping a run's total memory and process count.
+"""A cgroup per run, capping its total memory and process count.
 
 rlimits are per process: a program that forks 60 children may hold 60 x its address-space
 limit. A memory cgroup bounds the sum (its /tmp tmpfs included), and a pids cgroup bounds the
@@ -60,12 +60,15 @@ def _write(path: Path, value: str) -> None:
 
 
 class CgroupSlots:
-    """Per-slot cgroups under `<server's cgroup>/turnrl-sandbox-<pid>/slot-<i>`."""
+    """Cgroups under `<server's cgroup>/turnrl-sandbox-<pid>/cell-<i>`: two cells per worker slot,
+    used by the slot's runs in turn (isolation.cell_of), so that a sandbox can be made ready in one
+    while the slot's current run uses the other."""
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, cells: int) -> None:
         self.version = 0
         self.parents: list[Path] = []  # one per hierarchy we created a directory in
-        self.slot_dirs: list[list[Path]] = [[] for _ in range(slots)]
+        self.cell_dirs: list[list[Path]] = [[] for _ in range(cells)]
+        self.limits: dict[int, tuple[int, int]] = {}  # cell -> what set_limits last wrote
         own = _own_paths()
         if (ROOT / "memory" / "cgroup.procs").exists() and (ROOT / "pids" / "cgroup.procs").exists():
             self.version = 1
@@ -86,10 +89,10 @@ class CgroupSlots:
                 self.parents.append(parent)
                 if self.version == 2:
                     _write(parent / "cgroup.subtree_control", "+memory +pids")
-                for i in range(slots):
-                    d = parent / f"slot-{i}"
+                for i in range(cells):
+                    d = parent / f"cell-{i}"
                     d.mkdir(exist_ok=True)
-                    self.slot_dirs[i].append(d)
+                    self.cell_dirs[i].append(d)
         except OSError:
             for parent in self.parents:
                 _remove_tree(parent)
@@ -103,12 +106,15 @@ class CgroupSlots:
             if pid.isdigit() and not _pid_alive(int(pid)):
                 _remove_tree(d)
 
-    def procs_files(self, slot: int) -> list[str]:
-        """Files a child writes "0" to (in preexec) to join the slot's cgroups."""
-        return [str(d / "cgroup.procs") for d in self.slot_dirs[slot]]
+    def procs_files(self, cell: int) -> list[str]:
+        """Files a child writes "0" to (launch.join) to join the cell's cgroups."""
+        return [str(d / "cgroup.procs") for d in self.cell_dirs[cell]]
 
-    def set_limits(self, slot: int, memory_bytes: int, pids: int) -> None:
-        for d in self.slot_dirs[slot]:
+    def set_limits(self, cell: int, memory_bytes: int, pids: int) -> None:
+        if self.limits.get(cell) == (memory_bytes, pids):
+            return  # most runs ask for the default: the files hold it already
+        self.limits.pop(cell, None)  # unknown until every write below has gone through
+        for d in self.cell_dirs[cell]:
             if self.version == 2:
                 _write(d / "memory.max", str(memory_bytes))
                 with contextlib.suppress(OSError):
@@ -127,20 +133,21 @@ class CgroupSlots:
                     _write(d / "memory.limit_in_bytes", str(memory_bytes))
             elif (d / "pids.max").exists():
                 _write(d / "pids.max", str(pids))
+        self.limits[cell] = (memory_bytes, pids)
 
-    def pids(self, slot: int) -> set[int]:
+    def pids(self, cell: int) -> set[int]:
         out: set[int] = set()
-        for d in self.slot_dirs[slot]:
+        for d in self.cell_dirs[cell]:
             with contextlib.suppress(OSError):
                 out.update(int(x) for x in (d / "cgroup.procs").read_text().split())
         return out
 
-    def kill(self, slot: int, spare: frozenset[int] = frozenset(), deadline_s: float = 2.0) -> int:
-        """SIGKILL everything in the slot's cgroups but `spare` until none is left; returns the count."""
-        return reaper.kill_until_gone(lambda: [p for p in self.pids(slot) if p not in spare], deadline_s)
+    def kill(self, cell: int, spare: frozenset[int] = frozenset(), deadline_s: float = 2.0) -> int:
+        """SIGKILL everything in the cell's cgroups but `spare` until none is left; returns the count."""
+        return reaper.kill_until_gone(lambda: [p for p in self.pids(cell) if p not in spare], deadline_s)
 
     def close(self) -> None:
-        for i in range(len(self.slot_dirs)):
+        for i in range(len(self.cell_dirs)):
             self.kill(i, deadline_s=1.0)
         for parent in self.parents:
             _remove_tree(parent)

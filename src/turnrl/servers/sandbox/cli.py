@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     serve.add_argument(
         "--no-cgroup",
         action="store_true",
-        help="skip the per-run cgroup (total memory/process cap); saves ~10 ms per run",
+        help="skip the per-run cgroup (total memory/process cap)",
     )
     serve.add_argument(
         "--no-rootfs",
@@ -50,7 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     serve.add_argument(
         "--no-seccomp",
         action="store_true",
-        help="skip the seccomp filter; saves ~20 ms per run with a PID namespace",
+        help="skip the seccomp filter",
+    )
+    serve.add_argument(
+        "--no-zygote",
+        action="store_true",
+        help="fork and set up each run from the server while its request waits (slower)",
     )
     serve.add_argument(
         "--max-run-timeout",
@@ -80,6 +85,7 @@ def serve_command(args: argparse.Namespace) -> int:
         cgroup=not args.no_cgroup,
         rootfs=not args.no_rootfs,
         seccomp=not args.no_seccomp,
+        zygote=not args.no_zygote,
         max_run_timeout=args.max_run_timeout,
         max_output=args.max_output,
         python=args.python,

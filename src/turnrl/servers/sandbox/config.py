@@ -48,14 +48,19 @@ class SandboxConfig:
     scrubbed environment only (for hosts where namespaces misbehave, and for measuring)."""
 
     cgroup: bool = True
-    """Put each run in a per-slot cgroup capping its total memory and process count (root only).
-    Costs about 10 ms per run; without it memory is capped per process only."""
+    """Put each run in a cgroup capping its total memory and process count (root only); without
+    it memory is capped per process only. Joining one waits for an RCU grace period, which the
+    zygote's prepared sandboxes do before the request comes."""
     rootfs: bool = True
     """Run programs in a minimal read-only root (needs the mount namespace): the interpreter and its
     libraries, /usr/bin and /usr/lib, and nothing else of the host's files."""
     seccomp: bool = True
     """Install a seccomp filter denying ptrace, mount, unshare, bpf, kexec, module loading and the
-    like. With a PID namespace it costs a small interpreter start per run (about 20 ms)."""
+    like, in the program's own process right before its exec."""
+    zygote: bool = True
+    """Run each request in a sandbox that a small warm process (the zygote) prepared for its
+    worker slot ahead of time (namespaces, root, init, cgroup), instead of forking the server and
+    setting all of it up while the request waits. Each sandbox serves one request."""
 
     default_run_timeout: float = 10.0
     """Wall-clock seconds a run gets when the request omits run_timeout (SandboxFusion's default)."""

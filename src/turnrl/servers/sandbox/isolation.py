@@ -1,22 +1,17 @@
-"""The isolation layers a run executes under, and how a run's process is spawned.
+"""The isolation layers a run executes under, and the functions that put a process under them.
 
-With every layer on, the server forks and the child (see `preexec`) sets the parent-death
-signal, joins the slot's cgroups, enters new network and mount namespaces and lays out its
-mounts (nsetup.py), sets rlimits, and then execs
+A run's process is forked from a sandbox the zygote prepared for the worker slot ahead of the
+request (zygote.py; `prepare`), or, for the probe's trial runs and where no zygote can run, by the
+server itself (`preexec`). Either way launch.py does the same steps in the child: parent-death
+signal; new network and mount namespaces and their mounts (nsetup.py; with the rootfs layer a
+minimal read-only root entered with pivot_root, rootfs.py); with a PID namespace the split into
 
-    unshare --pid --fork --kill-child --mount-proc --     # own PID namespace and /proc
-        sh -c INIT_SCRIPT sandbox-init                        # the namespace's init (pid 1)
-        setpriv --reuid=U --regid=U --clear-groups --no-new-privs --   # the slot's own uid
-        python -I -S -c STAGE FILTER                          # the seccomp filter (seccomp.py)
-        python main.py
+    launcher (outside the namespace) -> init (pid 1) -> program (pid 2)       see pidns.py
 
-With the rootfs layer the mount set-up builds a minimal read-only root and pivots into it
-(rootfs.py), so the launchers above already run inside it.
-
-Without a PID namespace there is no launcher: the child drops to the slot's uid, installs the
-seccomp filter and execs the program directly; where neither a cgroup nor a uid of its own then
-holds the run together, the child first splits off a per-run reaper (subreaper.py) that catches
-daemons. probe.py decides which layers this host supports.
+and, in the program's process, its cgroup (or init's), rlimits, the drop to the slot's uid with
+no_new_privs, the seccomp filter (seccomp.py) last, and exec. Where neither a PID namespace, a
+cgroup nor a uid of its own holds the run together, the child first splits off a per-run reaper
+(subreaper.py) that catches daemons. probe.py decides which layers this host supports.
 """
 
 from __future__ import annotations
@@ -26,24 +21,18 @@ import functools
 import math
 import os
 import resource
-import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NoReturn
 
-from turnrl.servers.sandbox import nsetup, rootfs, seccomp, subreaper
+from turnrl.servers.sandbox import launch, nsetup, rootfs, seccomp
 from turnrl.servers.sandbox.cgroups import CgroupSlots
+from turnrl.servers.sandbox.launch import SETUP_EXIT, SETUP_FAILED
 from turnrl.servers.sandbox.nsetup import WORK_PATH, Exposure
 from turnrl.servers.sandbox.rootfs import RootPlan
 
-SETUP_FAILED = "turnrl-sandbox: setup failed"
-SETUP_EXIT = 125
-# pid 1 of a namespace ignores every signal it has no handler for (even its own SIGKILL or an
-# alarm), so the program must not be pid 1: a shell runs it in the foreground and passes its
-# status on (128 + N for signal N; the shell also notes "Killed" etc. on stderr, as a terminal
-# would). The trailing `exit` stops the shell from exec'ing the program in its own place.
-INIT_SCRIPT = '"$@"; exit $?'
-
+__all__ = ["SETUP_EXIT", "SETUP_FAILED", "Isolation", "Limits", "cell_of", "cpu_seconds_for"]
 
 FALLBACK_NOTE = "stronger layer sets failed"
 
@@ -93,6 +82,11 @@ class Limits:
         return out
 
 
+def cell_of(slot: int, half: int) -> int:
+    """The cgroup cell of a worker slot's run: each slot has two, used in turn (see `prepare`)."""
+    return 2 * slot + half
+
+
 def cpu_seconds_for(run_timeout: float) -> int:
     # a little above the wall limit: the wall clock is the real limit, this catches runaway
     # CPU in processes that escape it
@@ -111,13 +105,9 @@ class Isolation:
     mount_ns: bool = False
     cgroups: CgroupSlots | None = None
     pdeathsig: bool = False
-    unshare: str | None = None
-    setpriv: str | None = None
-    sh: str | None = None
     expose: list[Exposure] = field(default_factory=list)
     root: RootPlan | None = None  # the rootfs layer (needs mount_ns)
     seccomp: bytes | None = None  # the seccomp layer: the BPF program
-    stage_python: str | None = None  # installs the filter after a PID-namespace launcher
     notes: list[str] = field(default_factory=list)
     fallbacks: list[str] = field(default_factory=list)  # stronger layer sets that failed here, and why
     uid_lock_fd: int | None = None
@@ -172,29 +162,6 @@ class Isolation:
         """The work dir as the program sees it."""
         return WORK_PATH if self.mount_ns else host_dir
 
-    def argv(self, program: list[str], slot: int) -> list[str]:
-        if not self.pid_ns:
-            return program  # the seccomp filter, if any, is installed in preexec
-        assert self.unshare is not None
-        assert self.sh is not None
-        cmd = [self.unshare, "--pid", "--fork", "--kill-child", "--mount-proc", "--"]
-        cmd += [self.sh, "-c", INIT_SCRIPT, "sandbox-init"]
-        uid = self.uid(slot)
-        if uid is not None:  # unshare needs root to create the namespace, so the drop comes after it
-            assert self.setpriv is not None
-            cmd += [
-                self.setpriv,
-                f"--reuid={uid}",
-                f"--regid={uid}",
-                "--clear-groups",
-                "--no-new-privs",
-                "--",
-            ]
-        if self.seccomp is not None:  # last: unshare still needs unshare(2) and mount(2) after exec
-            assert self.stage_python is not None
-            cmd += seccomp.stage_argv(self.stage_python, self.seccomp, SETUP_FAILED, SETUP_EXIT)
-        return cmd + program
-
     def env(self, work_path: str, path_dirs: list[str]) -> dict[str, str]:
         path = ":".join(dict.fromkeys([*path_dirs, "/usr/local/bin", "/usr/bin", "/bin"]))
         return {
@@ -213,50 +180,39 @@ class Isolation:
             "MKL_NUM_THREADS": "1",
         }
 
-    def preexec(self, limits: Limits, slot: int, tmpfs_MB: int) -> Callable[[], None]:
-        """The function run in the forked child before exec. The server is multi-threaded, so
-        it sticks to system calls; a failure is reported on stderr with exit code SETUP_EXIT."""
-        parent = os.getpid()
-        pairs = limits.pairs()
-        cgroup_files = self.cgroups.procs_files(slot) if self.cgroups else []
+    def _steps(self, slot: int, cell: int, tmpfs_MB: int, work_root: str | None = None) -> launch.Steps:
+        """Everything the forked child needs, resolved here in the parent."""
         enter_root = functools.partial(rootfs.enter, self.root) if self.root is not None else None
         setup = nsetup.namespace_setup(
-            self.user_ns, self.net_ns, self.mount_ns, tmpfs_MB, self.expose, enter_root
+            self.user_ns, self.net_ns, self.mount_ns, tmpfs_MB, self.expose, enter_root, work_root
         )
-        install_filter = seccomp.installer(self.seccomp) if self.seccomp and not self.pid_ns else None
-        drop_uid = self.uid(slot) if not self.pid_ns else None  # else setpriv drops it after unshare
-        pdeathsig = self.pdeathsig
-        split = self.run_reaper
+        return launch.Steps(
+            parent=os.getpid(),
+            pdeathsig=self.pdeathsig,
+            cgroup_files=self.cgroups.procs_files(cell) if self.cgroups else [],
+            setup=setup,
+            pid_ns=self.pid_ns,
+            mount_ns=self.mount_ns,
+            split=self.run_reaper,
+            uid=self.uid(slot),
+            install_filter=seccomp.installer(self.seccomp) if self.seccomp else None,
+        )
 
-        def child() -> None:
-            try:
-                if pdeathsig:
-                    nsetup.prctl(nsetup.PR_SET_PDEATHSIG, signal.SIGKILL)
-                    if os.getppid() != parent:  # the server died before prctl took effect
-                        os._exit(SETUP_EXIT)
-                for path in cgroup_files:  # before any user namespace: joining needs host root
-                    fd = os.open(path, os.O_WRONLY)
-                    try:
-                        os.write(fd, b"0")  # "0" = the writing process itself
-                    finally:
-                        os.close(fd)
-                setup()
-                if split:  # before the rlimits: the reaper, a copy of the server, must not hit them
-                    subreaper.split_off_program(pdeathsig, SETUP_EXIT)
-                for res, pair in pairs:
-                    resource.setrlimit(res, pair)
-                if drop_uid is not None:
-                    os.setgroups([])
-                    os.setgid(drop_uid)
-                    os.setuid(drop_uid)
-                    nsetup.prctl(nsetup.PR_SET_NO_NEW_PRIVS, 1)
-                if install_filter is not None:  # last: everything above needs calls it denies
-                    install_filter()
-            except BaseException as err:
-                os.write(2, f"{SETUP_FAILED}: {err}\n".encode(errors="replace"))
-                os._exit(SETUP_EXIT)
+    def preexec(self, limits: Limits, slot: int, tmpfs_MB: int) -> Callable[[], None]:
+        """The function run in the forked child before exec (launch.direct), in the slot's first
+        cgroup cell. It returns in the program's process; a failure is reported on stderr with
+        exit code SETUP_EXIT."""
+        steps = self._steps(slot, cell_of(slot, 0), tmpfs_MB)
+        steps.rlimits = limits.pairs()
+        return launch.direct(steps)
 
-        return child
+    def prepare(
+        self, slot: int, half: int, tmpfs_MB: int, work_root: str, channel: int
+    ) -> Callable[[], NoReturn]:
+        """The function a sandbox prepared ahead of its request runs (launch.prepared) in the
+        zygote's child, in cgroup cell (slot, half): the cell that the slot's previous run did not
+        use, so that the kill sweep after that run cannot touch it."""
+        return launch.prepared(self._steps(slot, cell_of(slot, half), tmpfs_MB, work_root), channel)
 
     def close(self) -> None:
         if self.cgroups is not None:

@@ -30,7 +30,12 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 
 WORK_PATH = "/tmp/sandbox"
+# Where a sandbox made ready before its request (the zygote's) holds the server's whole work root,
+# until `take_work_dir` binds the run's own dir at WORK_PATH and removes this, before any of the
+# program's code runs.
+STAGE_PATH = "/tmp/.turnrl-runs"
 TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+MNT_DETACH = 2  # include/linux/mount.h (umount2 flags)
 
 
 def _load_libc() -> ctypes.CDLL | None:
@@ -52,6 +57,17 @@ def _check(result: int, what: str) -> None:
 def prctl(option: int, arg: int) -> None:
     assert LIBC is not None
     _check(LIBC.prctl(option, arg, 0, 0, 0), f"prctl({option})")
+
+
+def fork() -> int:
+    """libc's fork, not os.fork: in a child between fork and exec (of a multi-threaded server) no
+    interpreter fork hooks or warnings may run. 0 in the child, the child's pid in the parent."""
+    assert LIBC is not None
+    pid = LIBC.fork()
+    if pid < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"fork: {os.strerror(err)}")
+    return int(pid)
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -126,18 +142,50 @@ def _kept_flags(fd: int) -> int:
     return MS_NOEXEC if os.fstatvfs(fd).f_flag & os.ST_NOEXEC else 0
 
 
+def open_work(work_root: str | None) -> int | None:
+    """A handle on the work root for `bind_work`, taken before tmpfs covers /tmp (where it lives)."""
+    return None if work_root is None else os.open(work_root, os.O_PATH | os.O_CLOEXEC)
+
+
+def bind_work(new_root: str, work_root_fd: int | None) -> None:
+    """Bind the cwd (the host-side work dir) at new_root + WORK_PATH; or, for a sandbox prepared
+    before its request, the whole work root at new_root + STAGE_PATH, with an empty WORK_PATH to
+    bind the run's dir on later. new_root + /tmp must be the sandbox's fresh tmpfs."""
+    work = new_root + WORK_PATH
+    os.mkdir(work)
+    if work_root_fd is None:
+        _mount(".", work, None, MS_BIND | MS_REC)  # "." is still the (now hidden) host work dir
+        return
+    os.mkdir(new_root + STAGE_PATH, 0o700)
+    _mount(f"/proc/self/fd/{work_root_fd}", new_root + STAGE_PATH, None, MS_BIND | MS_REC)
+    os.close(work_root_fd)
+
+
+def take_work_dir(run_dir: str) -> None:
+    """In a prepared sandbox, as root: the run's own dir at WORK_PATH, the rest of the work root
+    (other runs' dirs) unmounted, and the cwd there."""
+    assert LIBC is not None
+    _mount(os.path.join(STAGE_PATH, os.path.basename(run_dir)), WORK_PATH, None, MS_BIND | MS_REC)
+    _check(LIBC.umount2(STAGE_PATH.encode(), MNT_DETACH), f"umount2 {STAGE_PATH}")
+    os.rmdir(STAGE_PATH)
+    os.chdir(WORK_PATH)
+
+
 def namespace_setup(
     user: bool,
     net: bool,
     mount: bool,
     tmpfs_MB: int,
     expose: list[Exposure],
-    enter_root: Callable[[str], None] | None = None,
+    enter_root: Callable[[str, int | None], None] | None = None,
+    work_root: str | None = None,
 ) -> Callable[[], None]:
     """A function for the child: enter new user/net/mount namespaces and lay out the mounts, or,
     with `enter_root` (rootfs.py), build a minimal root and pivot into it; `expose` is then unused.
 
-    Its cwd must already be the host-side work dir (Popen changes directory before preexec)."""
+    Without `work_root`, its cwd must already be the host-side work dir (Popen changes directory
+    before preexec), which ends up at WORK_PATH and as the cwd. With it (a sandbox prepared before
+    its request), the work root is staged instead (`bind_work`) and the cwd is /."""
     flags = (CLONE_NEWUSER if user else 0) | (CLONE_NEWNET if net else 0) | (CLONE_NEWNS if mount else 0)
     outer_uid, outer_gid = os.getuid(), os.getgid()
     tmpfs_opts = f"size={tmpfs_MB}m,mode=1777"
@@ -157,15 +205,15 @@ def namespace_setup(
         # keep every mount below private, or a host with shared propagation would see them
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
         if enter_root is not None:
-            enter_root(tmpfs_opts)
+            enter_root(tmpfs_opts, work_root)
             return
         # handles on what must stay reachable once tmpfs covers it or its parents
         fds = [os.open(path, os.O_PATH) for path, _ in expose]
+        work_fd = open_work(work_root)
         for d in TEMP_DIRS:
             if os.path.isdir(d):
                 _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_opts)
-        os.mkdir(WORK_PATH)
-        _mount(".", WORK_PATH, None, MS_BIND | MS_REC)  # "." is still the (now hidden) host work dir
+        bind_work("", work_fd)
         for blocked in covers:
             _mount("tmpfs", blocked, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
         umask = os.umask(0o022)  # mount points made below must be traversable by the slot's uid
@@ -180,6 +228,6 @@ def namespace_setup(
             _mount(None, path, None, remount)
             os.close(fd)
         os.umask(umask)
-        os.chdir(WORK_PATH)
+        os.chdir(WORK_PATH if work_root is None else "/")
 
     return setup

@@ -99,7 +99,6 @@ def _spawn_trial(
         uid = iso.uid(0)
         if uid is not None:
             os.chown(workdir, uid, uid)
-        argv = iso.argv(program, 0)
         limits = Limits(cfg.default_memory_MB << 20, 10, cfg.max_file_size, cfg.max_open_files, 1 << 20)
         if uid is not None:
             limits.processes = cfg.max_processes
@@ -107,7 +106,7 @@ def _spawn_trial(
             iso.cgroups.set_limits(0, cfg.default_memory_MB << 20, cfg.max_processes)
         try:
             proc = subprocess.run(
-                argv,
+                program,
                 cwd=workdir,
                 env=iso.env(iso.work_path(workdir), [os.path.dirname(cfg.python)]),
                 preexec_fn=iso.preexec(limits, 0, cfg.tmpfs_MB),
@@ -152,7 +151,7 @@ def _interpreter_paths(python: str, layout: PythonLayout) -> list[str]:
     return [python, os.path.dirname(os.path.realpath(python)), *prefixes, *path]
 
 
-NS_SETS = [  # strongest first; a PID namespace needs the `unshare` binary, the rest only syscalls
+NS_SETS = [  # strongest first
     {"net_ns": True, "pid_ns": True, "mount_ns": True},
     {"net_ns": False, "pid_ns": True, "mount_ns": True},
     {"net_ns": True, "pid_ns": False, "mount_ns": True},
@@ -191,13 +190,7 @@ def _probe_rootfs(
         return
     prefixes, sys_path = layout
     uids = [] if iso.uid_base is None else [iso.uid_base + i for i in range(cfg.workers)]
-    tools = [
-        cfg.python,
-        *(lang.argv[0] for lang in cfg.languages().values()),
-        iso.unshare,
-        iso.sh,
-        iso.setpriv,
-    ]
+    tools = [cfg.python, *(lang.argv[0] for lang in cfg.languages().values())]
     try:
         iso.root = rootfs.plan_root(prefixes, sys_path, [t for t in tools if t], uids)
         why = _trial(iso, cfg, work_root, prefixes[0] if prefixes else None)
@@ -220,11 +213,11 @@ def _probe_seccomp(
         why = "libc not loadable" if arch is not None else f"no system call table for {platform.machine()!r}"
         iso.notes.append(f"seccomp: {why}; programs may make every system call")
         return
-    iso.seccomp, iso.stage_python = seccomp.build_filter(arch), cfg.python
+    iso.seccomp = seccomp.build_filter(arch)
     why = _trial(iso, cfg, work_root, layout[0][0] if layout[0] else None)
     if why is not None:
         fallbacks.append(f"{_label_of(iso)}: {why}")
-        iso.seccomp = iso.stage_python = None
+        iso.seccomp = None
 
 
 def _note_reaper(iso: Isolation) -> None:
@@ -249,7 +242,6 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
         iso.notes.append("libc not loadable: no namespaces, no parent-death signal")
     iso.pdeathsig = nsetup.LIBC is not None
     root = os.geteuid() == 0
-    iso.unshare, iso.setpriv, iso.sh = shutil.which("unshare"), shutil.which("setpriv"), shutil.which("sh")
 
     uid_base = None
     if root:
@@ -265,16 +257,11 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
     layout = _python_layout(cfg.python)
     needed = _interpreter_paths(cfg.python, layout) + [lang.argv[0] for lang in cfg.languages().values()]
     iso.expose = exposures(needed, uid_drop=uid_base is not None)
-    if iso.unshare is None or iso.sh is None:
-        iso.notes.append("pid_namespace: `unshare` (util-linux) or `sh` not found")
-    elif uid_base is not None and iso.setpriv is None:
-        iso.notes.append("pid_namespace: `setpriv` (util-linux) not found; needed with the uid drop")
 
     candidates: list[tuple[bool, dict[str, bool]]] = []
     for with_uid in ([True] if uid_base is not None else []) + [False]:
-        pid_ok = None not in (iso.unshare, iso.sh) and not (with_uid and iso.setpriv is None)
         if nsetup.LIBC is not None:
-            candidates += [(with_uid, ns) for ns in NS_SETS if pid_ok or not ns["pid_ns"]]
+            candidates += [(with_uid, ns) for ns in NS_SETS]
         candidates.append((with_uid, NO_NS))
     failures: dict[str, list[str]] = {}  # reason -> layer sets that failed for it
     for with_uid, ns in candidates:
@@ -298,7 +285,7 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
         iso.notes.append("cgroup: disabled by --no-cgroup; memory is capped per process only")
     elif root:
         try:
-            iso.cgroups = CgroupSlots(cfg.workers)
+            iso.cgroups = CgroupSlots(2 * cfg.workers)  # two cells per slot
             why = _trial(iso, cfg, work_root)
             if why is not None:
                 raise OSError(why)

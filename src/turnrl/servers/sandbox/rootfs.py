@@ -2,7 +2,7 @@
 
 What a program sees (read-only unless marked):
 
-    /usr/bin /usr/lib /usr/lib64 ...  binds of the host's: bash, sh, the launcher tools, libc, the loader
+    /usr/bin /usr/lib /usr/lib64 ...  binds of the host's: bash, sh, coreutils, libc, the loader
     /bin /lib /lib64 ...              the host's symlinks (usr-merged hosts), or binds of its dirs
     <the interpreter>                 its prefixes (the venv, the pyenv or conda install) and the sys.path
                                       dirs under them (numpy and the rest), bound at their host paths
@@ -20,8 +20,8 @@ Nothing else exists: not /home, /root (beyond an interpreter installed below it)
 sys.path entries outside the interpreter's prefixes are left out on purpose: they are editable
 installs (turnrl itself) or the server's own PYTHONPATH, not the interpreter's libraries.
 
-/proc: with a PID namespace, `unshare --mount-proc` mounts a fresh proc over /proc after exec. In
-a user namespace the kernel allows that only while some proc mount is fully visible in the mount
+/proc: with a PID namespace, the namespace's init mounts a fresh proc over /proc (pidns.py). In a
+user namespace the kernel allows that only while some proc mount is fully visible in the mount
 namespace (fs/namespace.c, mount_too_revealing), and a process outside the new PID namespace may
 not mount one itself; so the host's /proc is bound there and stays covered: only umount2, denied
 by the seccomp layer and needing capabilities the uid layer drops, could uncover it. Without a PID
@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from turnrl.servers.sandbox import nsetup, seccomp
 from turnrl.servers.sandbox.nsetup import (
+    MNT_DETACH,
     MS_BIND,
     MS_NODEV,
     MS_NOSUID,
@@ -48,9 +49,10 @@ from turnrl.servers.sandbox.nsetup import (
     _check,
     _kept_flags,
     _mount,
+    bind_work,
 )
 
-# the host paths bash, sh, the launcher tools and every dynamically linked program need
+# the host paths bash, sh and every dynamically linked program need
 SYSTEM_PATHS = (
     "/bin",
     "/usr/bin",
@@ -81,7 +83,6 @@ LIBRARY_DIRS = ("lib", "lib64", "local/lib")
 # The new root is assembled on a tmpfs mounted over /tmp: the mount namespace's copy of /tmp is
 # about to be hidden anyway, and it exists on every host.
 STAGING = "/tmp"
-MNT_DETACH = 2  # include/linux/mount.h (umount2 flags)
 NOBODY = 65534
 
 
@@ -192,8 +193,7 @@ def _is_char_device(path: str) -> bool:
 
 def plan_root(prefixes: list[str], sys_path: list[str], executables: list[str], uids: list[int]) -> RootPlan:
     """The root for this host: the system paths, the interpreter and the `executables` (the
-    languages' interpreters and the launcher tools, wherever they live). Raises OSError naming
-    what is missing."""
+    languages' interpreters, wherever they live). Raises OSError naming what is missing."""
     arch = seccomp.arch_for(platform.machine())
     if arch is None:
         raise OSError(f"no system call table for {platform.machine()!r} (pivot_root)")
@@ -236,12 +236,13 @@ def _tmpfs(target: str, options: str) -> None:
     _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, options)
 
 
-def enter(plan: RootPlan, tmpfs_opts: str) -> None:
+def enter(plan: RootPlan, tmpfs_opts: str, work_root: str | None = None) -> None:
     """Build the root on a tmpfs over STAGING and pivot into it. Runs in the child, in its new
-    mount namespace with private propagation; its cwd is still the host-side work dir."""
+    mount namespace with private propagation; its cwd is still the host-side work dir, unless the
+    sandbox is prepared before its request (`work_root`: see nsetup.bind_work)."""
     assert nsetup.LIBC is not None
     try:
-        _build(plan, tmpfs_opts, STAGING)
+        _build(plan, tmpfs_opts, STAGING, nsetup.open_work(work_root))
     except OSError as err:  # the paths in it are the staging copies: say so
         raise OSError(err.errno, f"rootfs (assembled under {STAGING}): {err}") from err
     # pivot_root(".", ".") stacks the old root on top of the new one; detaching it leaves the
@@ -249,10 +250,10 @@ def enter(plan: RootPlan, tmpfs_opts: str) -> None:
     os.chdir(STAGING)
     _check(nsetup.LIBC.syscall(plan.pivot_root_nr, b".", b"."), "pivot_root")
     _check(nsetup.LIBC.umount2(b".", MNT_DETACH), "umount2 old root")
-    os.chdir(WORK_PATH)
+    os.chdir(WORK_PATH if work_root is None else "/")
 
 
-def _build(plan: RootPlan, tmpfs_opts: str, new: str) -> None:
+def _build(plan: RootPlan, tmpfs_opts: str, new: str, work_fd: int | None) -> None:
     # handles first: a source under /tmp (a venv in a CI clone) is hidden once `new` covers it
     sources = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in (*plan.binds, *plan.devices)}
     umask = os.umask(0o022)  # dirs made below must be traversable by the run's uid
@@ -276,7 +277,7 @@ def _build(plan: RootPlan, tmpfs_opts: str, new: str) -> None:
         for path, target in DEV_LINKS:
             os.symlink(target, new + path)
         _mount("/proc", _mountpoint(new, "/proc", True), None, MS_BIND | MS_REC)
-        _mount(".", _mountpoint(new, WORK_PATH, True), None, MS_BIND | MS_REC)  # "." = host work dir
+        bind_work(new, work_fd)
         for path, text in plan.files:
             fd = os.open(_mountpoint(new, path, False), os.O_WRONLY | os.O_TRUNC)
             try:

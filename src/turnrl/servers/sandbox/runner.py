@@ -23,39 +23,28 @@ import stat
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
-from turnrl.servers.sandbox import reaper
+from turnrl.servers.sandbox import reaper, zygote_client
 from turnrl.servers.sandbox.config import SandboxConfig
-from turnrl.servers.sandbox.isolation import SETUP_EXIT, SETUP_FAILED, Isolation, Limits, cpu_seconds_for
+from turnrl.servers.sandbox.isolation import (
+    SETUP_EXIT,
+    SETUP_FAILED,
+    Isolation,
+    Limits,
+    cell_of,
+    cpu_seconds_for,
+)
+from turnrl.servers.sandbox.launch import RunRequest
 from turnrl.servers.sandbox.schema import RunSpec, response, run_result
+from turnrl.servers.sandbox.spawn import CappedOutput, RunProtocol, Spawned, spawn_by_zygote, spawn_forked
+
+__all__ = ["CappedOutput", "Runner"]
 
 DRAIN_GRACE_S = 1.0  # after the kill, how long pipes may take to reach EOF
+INLINE_BYTES = 64 << 10  # a request's files up to this size are written without a worker thread
+VALID_SIGNALS = frozenset(int(s) for s in signal.valid_signals())
 LAUNCHER_GRACE_S = 1.0  # how long a spared launcher or run reaper gets to finish on its own
-
-
-@dataclass
-class CappedOutput:
-    """Bytes kept up to `cap`; everything past it is read (so the writer never blocks) and counted."""
-
-    cap: int
-    kept: bytearray = field(default_factory=bytearray)
-    total: int = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.cap - len(self.kept)
-        if room > 0:
-            self.kept += chunk[:room]
-
-    @property
-    def truncated(self) -> bool:
-        return self.total > len(self.kept)
-
-    def text(self) -> str:
-        # binary output must never break the JSON response
-        return self.kept.decode("utf-8", errors="replace")
 
 
 def _signal_name(number: int) -> str:
@@ -63,43 +52,6 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:  # real-time signals have no name of their own
         return f"signal {number}"
-
-
-class RunProtocol(asyncio.SubprocessProtocol):
-    """Collects a run's output as it arrives and tells apart the program's exit from EOF."""
-
-    def __init__(self, out: CappedOutput, err: CappedOutput) -> None:
-        loop = asyncio.get_running_loop()
-        self.streams = {1: out, 2: err}
-        self.exited: asyncio.Future[None] = loop.create_future()
-        self.eof: dict[int, asyncio.Future[None]] = {1: loop.create_future(), 2: loop.create_future()}
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        self.streams[fd].add(data)
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd in self.eof and not self.eof[fd].done():
-            self.eof[fd].set_result(None)
-
-    def process_exited(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(None)
-
-
-@dataclass
-class Spawned:
-    transport: asyncio.SubprocessTransport
-    protocol: RunProtocol
-
-    @property
-    def pid(self) -> int:
-        return self.transport.get_pid()
-
-    async def exit_within(self, seconds: float) -> bool:
-        """Whether the program's process has exited, waiting at most `seconds` for it."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self.protocol.exited), seconds)
-        return self.protocol.exited.done()
 
 
 def _user_tasks(uid: int) -> int:
@@ -123,7 +75,29 @@ def _user_tasks(uid: int) -> int:
 class Runner:
     def __init__(self, cfg: SandboxConfig, iso: Isolation, work_root: str) -> None:
         self.cfg, self.iso, self.work_root = cfg, iso, work_root
-        self.active: dict[int, Spawned] = {}  # slot -> running program
+        self.active: dict[int, tuple[Spawned, int]] = {}  # slot -> running program and its cell
+        self.halves = [0] * cfg.workers  # which of its two cgroup cells a slot's next run uses
+        self.zygote: zygote_client.ZygoteClient | None = None
+        self.spawner_note = ""  # why runs are forked by the server, if they are
+
+    async def start(self) -> None:
+        """Start the zygote (on the event loop's thread), unless disabled or impossible here."""
+        why = zygote_client.supported() if self.cfg.zygote else "disabled by --no-zygote"
+        if why is None:
+            client = zygote_client.ZygoteClient(self.iso, self.cfg.workers, self.cfg.tmpfs_MB, self.work_root)
+            try:
+                client.start()
+                await client.wait_ready()
+                self.zygote = client
+            except (OSError, zygote_client.ZygoteDied) as err:
+                client.close()
+                why = f"did not start ({err})"
+        if why is not None:
+            self.spawner_note = f"zygote: {why}; each run is forked from the server itself (slower)"
+
+    def close(self) -> None:
+        if self.zygote is not None:
+            self.zygote.close()
 
     def _limits(self, spec: RunSpec) -> Limits:
         processes = self.cfg.max_processes
@@ -184,25 +158,25 @@ class Runner:
             files[rel] = base64.b64encode(data).decode("ascii")
         return files, problems
 
-    def _kill_program(self, pid: int, slot: int) -> None:
+    def _kill_program(self, run: Spawned, slot: int, cell: int) -> None:
         """Kill the program and everything it started, escapees included, but spare the process
         that reports its end.
 
-        With a PID namespace, `pid` is the root-owned `unshare` launcher and its child is the
-        namespace's init shell: the shell sees its program die and exits with its status, and the
-        kernel then kills whatever is left in the namespace. (Killing the launcher first would
-        orphan the namespace to the host's init.) With a run reaper, `pid` is the reaper: it
-        kills the daemons re-parented to it, which no sweep here can find, and exits with the
-        program's status.
+        With a PID namespace, `run.pid` is the launcher and its child is the namespace's init:
+        init sees its program die, reports its status and exits, and the kernel then kills
+        whatever is left in the namespace. Both run as root, not as the slot's uid; init waits in
+        the run's cgroup (`run.spare`) when a zygote prepared it, the launcher never does. (Killing
+        the launcher first would orphan the namespace to the host's init.) With a run reaper,
+        `run.pid` is the reaper: it kills the daemons re-parented to it, which no sweep here can
+        find, and exits with the program's status.
         """
-        iso, uid = self.iso, self.iso.uid(slot)
-        inits = reaper.children_of(pid) if iso.pid_ns else []
-        spare = frozenset({pid, *inits}) if iso.pid_ns else frozenset()
+        iso, uid, pid = self.iso, self.iso.uid(slot), run.pid
         if iso.cgroups is not None:  # exact: an unprivileged process cannot leave its cgroup
-            iso.cgroups.kill(slot, spare)
-        elif uid is not None:  # the launcher and the init shell are root, the program is not
+            iso.cgroups.kill(cell, run.spare)
+        elif uid is not None:  # the launcher and init are root, the program is not
             reaper.kill_until_gone(lambda: reaper.pids_with_real_uid({uid}))
-        elif iso.pid_ns:  # orphans are re-parented to the init shell, so its children are all
+        elif iso.pid_ns:  # orphans are re-parented to init, so its children are all
+            inits = list(run.spare) or reaper.children_of(pid)
             reaper.kill_until_gone(lambda: [c for i in inits for c in reaper.children_of(i)])
         elif iso.run_reaper:  # its session, and its children: the program and what it adopted
             reaper.kill_until_gone(lambda: reaper.session_and_children(pid))
@@ -230,62 +204,74 @@ class Runner:
                             else:
                                 os.unlink(entry.path)
 
-    async def _stop(self, run: Spawned, slot: int) -> None:
-        await asyncio.to_thread(self._kill_program, run.pid, slot)
+    def _cell_is_empty(self, run: Spawned, cell: int) -> bool:
+        """With a cgroup, whether nothing of the run is left in its cell: the usual case once
+        the program has exited in a PID namespace, told without a worker thread."""
+        cgroups = self.iso.cgroups
+        return cgroups is not None and not cgroups.pids(cell) - run.spare
+
+    async def _stop(self, run: Spawned, slot: int, cell: int) -> None:
+        if not self._cell_is_empty(run, cell):
+            await asyncio.to_thread(self._kill_program, run, slot, cell)
         if not await run.exit_within(LAUNCHER_GRACE_S) or not self.iso.pid_ns:
             # a session or group id stays taken while any process holds it, and the kernel hands
             # out pids cyclically, so these cannot hit an unrelated process
             await asyncio.to_thread(self._kill_leftovers, run.pid)
         await run.exit_within(LAUNCHER_GRACE_S)
-        await asyncio.to_thread(self._remove_strays, slot)
+        if self.iso.uid(slot) is not None and not self.iso.mount_ns:
+            await asyncio.to_thread(self._remove_strays, slot)
 
     async def run(self, spec: RunSpec, slot: int) -> dict[str, Any]:
         try:
-            workdir = await asyncio.to_thread(self._prepare, spec, slot)
+            if len(spec.code) + sum(len(data) for data in spec.files.values()) <= INLINE_BYTES:
+                workdir = self._prepare(spec, slot)  # a few small writes: a thread costs more
+            else:
+                workdir = await asyncio.to_thread(self._prepare, spec, slot)
         except OSError as err:
             return response("SandboxError", f"could not prepare the work dir: {err}", run_result("Error"))
         try:
             result, ran = await self._execute(spec, slot, workdir)
             if not ran:
                 return result
-            files, problems = await asyncio.to_thread(self._fetch, workdir, spec.fetch_files)
+            files: dict[str, str] = {}
+            problems: list[str] = []
+            if spec.fetch_files:
+                files, problems = await asyncio.to_thread(self._fetch, workdir, spec.fetch_files)
             result["files"] = files
             result["message"] = "; ".join([m for m in [result["message"], *problems] if m])
             return result
         finally:
             await asyncio.to_thread(shutil.rmtree, workdir, True)
 
+    async def _spawn(self, spec: RunSpec, slot: int, workdir: str, protocol: RunProtocol) -> Spawned:
+        cfg, iso = self.cfg, self.iso
+        argv = [*spec.language.argv, spec.language.filename]
+        env = iso.env(iso.work_path(workdir), [os.path.dirname(cfg.python)])
+        limits = self._limits(spec)
+        if self.zygote is not None:
+            request = RunRequest(argv, env, workdir, limits.pairs())
+            return await spawn_by_zygote(self.zygote, slot, self.halves[slot], request, spec.stdin, protocol)
+        preexec = iso.preexec(limits, slot, cfg.tmpfs_MB)
+        return await spawn_forked(argv, env, workdir, preexec, spec.stdin, protocol)
+
     async def _execute(self, spec: RunSpec, slot: int, workdir: str) -> tuple[dict[str, Any], bool]:
         """The response and whether the program ran (False: the sandbox failed to run it)."""
         cfg, iso = self.cfg, self.iso
-        program = [*spec.language.argv, spec.language.filename]
+        cell = cell_of(slot, self.halves[slot])
         if iso.cgroups is not None:
             with contextlib.suppress(OSError):  # a failed update keeps the previous, still finite, limit
-                iso.cgroups.set_limits(slot, spec.memory_MB << 20, cfg.max_processes)
+                iso.cgroups.set_limits(cell, spec.memory_MB << 20, cfg.max_processes)
         out, err = CappedOutput(cfg.max_output), CappedOutput(cfg.max_output)
-        loop = asyncio.get_running_loop()
+        protocol = RunProtocol(out, err)
         start = time.monotonic()
         try:
-            transport, protocol = await loop.subprocess_exec(
-                lambda: RunProtocol(out, err),
-                *iso.argv(program, slot),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=workdir,
-                env=iso.env(iso.work_path(workdir), [os.path.dirname(cfg.python)]),
-                preexec_fn=iso.preexec(self._limits(spec), slot, cfg.tmpfs_MB),
-                start_new_session=True,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
+            spawned = await self._spawn(spec, slot, workdir, protocol)
+        except (OSError, subprocess.SubprocessError, zygote_client.ZygoteDied) as exc:
             return response("SandboxError", f"could not start the program: {exc}", run_result("Error")), False
-        spawned = Spawned(transport, protocol)
-        self.active[slot] = spawned
-        stdin = transport.get_pipe_transport(0)
-        assert isinstance(stdin, asyncio.WriteTransport)
-        if spec.stdin:
-            stdin.write(spec.stdin)  # buffered by the transport; a program that never reads just exits
-        stdin.close()  # after the buffer is flushed
+        finally:
+            if self.zygote is not None:  # the slot's next run: the other cell, prepared meanwhile
+                self.halves[slot] ^= 1
+        self.active[slot] = (spawned, cell)
         timed_out = False
         try:
             timed_out = not await spawned.exit_within(spec.run_timeout)
@@ -293,13 +279,16 @@ class Runner:
             elapsed = time.monotonic() - start
             try:
                 # runs even when the request is cancelled, so no run outlives its request
-                await self._stop(spawned, slot)
+                await self._stop(spawned, slot, cell)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.gather(*protocol.eof.values()), DRAIN_GRACE_S)
             finally:
-                transport.close()
+                spawned.close()
                 self.active.pop(slot, None)
-        return self._result(transport.get_returncode(), timed_out, elapsed, spec, out, err)
+        if spawned.lost is not None:
+            run = run_result("Error", elapsed, None, out.text(), err.text())
+            return response("SandboxError", spawned.lost, run), False
+        return self._result(spawned.returncode(), timed_out, elapsed, spec, out, err)
 
     def _result(
         self,
@@ -315,7 +304,7 @@ class Runner:
             return response("SandboxError", stderr.strip(), run_result("Error", elapsed, code)), False
         notes = []
         if code is not None and code < 0:
-            code = 128 - code  # shell convention, as the namespace's init shell reports it
+            code = 128 - code  # shell convention, as the namespace's init reports it
         if code == 128 + signal.SIGXCPU:
             timed_out = True
             notes.append("CPU time limit exceeded")
@@ -324,7 +313,7 @@ class Runner:
             run = run_result("TimeLimitExceeded", elapsed, None, out.text(), stderr)
         else:
             run = run_result("Finished", elapsed, code, out.text(), stderr)
-            if code is not None and code - 128 in signal.valid_signals():
+            if code is not None and code - 128 in VALID_SIGNALS:
                 notes.append(f"exit status {code}: killed by {_signal_name(code - 128)}")
         for name, stream in (("stdout", out), ("stderr", err)):
             if stream.truncated:
@@ -333,5 +322,5 @@ class Runner:
         return response(status, "; ".join(n for n in notes if n), run), True
 
     async def kill_all(self) -> None:
-        for slot, spawned in list(self.active.items()):
-            await self._stop(spawned, slot)
+        for slot, (spawned, cell) in list(self.active.items()):
+            await self._stop(spawned, slot, cell)

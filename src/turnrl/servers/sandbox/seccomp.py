@@ -18,9 +18,9 @@ no jump skips more than a few instructions:
     jeq clone ? (ld args[0]; jset CLONE_NEW* ? EPERM)   clone may not create namespaces either
     ret ALLOW
 
-Where it is installed: in the forked child right before exec when the run has no PID namespace;
-with one, `unshare --mount-proc` still has to call unshare(2) and mount(2) after exec, so a small
-stage (`python -I -S -c STAGE`) installs it at the end of the launcher chain instead (`stage_argv`).
+Where it is installed: in the program's own process, right before its exec, after everything
+that still needs the denied calls (the namespaces, the mounts, the PID namespace's /proc: see
+isolation.py and pidns.py).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ CLONE_NAMESPACE_FLAGS = (
 # /usr/include/x86_64-linux-gnu/asm/unistd_64.h and /usr/include/asm-generic/unistd.h).
 # None: the call does not exist there.
 DENIED: dict[str, tuple[int | None, int | None]] = {
-    # reading, writing or steering other processes (and the init shell of the run's namespace)
+    # reading, writing or steering other processes (and the init of the run's namespace)
     "ptrace": (101, 117),
     "process_vm_readv": (310, 270),
     "process_vm_writev": (311, 271),
@@ -213,29 +213,3 @@ def installer(program: bytes) -> Callable[[], None]:
             raise OSError(err, f"seccomp filter: {os.strerror(err)}")
 
     return install
-
-
-# The stage that installs the filter when the launcher chain itself still needs the denied calls.
-# It runs in the run's root, where turnrl is not importable, so it is self-contained; -I -S keep its
-# start-up to the interpreter core (about 20 ms). Failures are reported like preexec failures.
-STAGE = """\
-import ctypes, os, sys
-code = bytes.fromhex(sys.argv[1])
-class Prog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
-libc = ctypes.CDLL(None, use_errno=True)
-prog = Prog(len(code) // 8, code)
-if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(prog), 0, 0):
-    sys.stderr.write("{fail}: seccomp filter: " + os.strerror(ctypes.get_errno()) + "\\n")
-    os._exit({code})
-try:
-    os.execv(sys.argv[2], sys.argv[2:])
-except OSError as err:
-    sys.stderr.write("{fail}: exec " + sys.argv[2] + ": " + str(err.strerror) + "\\n")
-    os._exit({code})
-"""
-
-
-def stage_argv(python: str, program: bytes, fail: str, fail_code: int) -> list[str]:
-    """The argv prefix that installs `program` and then execs what follows it."""
-    return [python, "-I", "-S", "-c", STAGE.format(fail=fail, code=fail_code), program.hex()]

@@ -6,17 +6,16 @@ those modes the forked child forks once more before exec: the new child execs th
 the first one stays behind as a child subreaper (PR_SET_CHILD_SUBREAPER). Every process of the
 run that loses its parent is then re-parented to this reaper instead of the host's init, whatever
 its session. Once the program exits, the reaper SIGKILLs whatever it holds, waits for all of it,
-and exits with the program's status (128 + N for death by signal N, like the PID-namespace init
-shell), so the server sees the run end when the program ends, with nothing left running.
+and exits with the program's status (128 + N for death by signal N, like the PID namespace's
+init), so the server sees the run end when the program ends, with nothing left running.
 
-The reaper never execs: it is a forked copy of the server and sticks to system calls. It holds
-no file descriptor, so the run's pipes close as soon as the program's side is gone.
+The reaper never execs: it is a forked copy of the server or of the zygote and sticks to system
+calls. It holds no file descriptor, so the run's pipes close as soon as the program's side is gone.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 from typing import NoReturn
@@ -32,11 +31,7 @@ def split_off_program(parent_death: bool, setup_exit: int) -> None:
     assert nsetup.LIBC is not None
     nsetup.prctl(PR_SET_CHILD_SUBREAPER, 1)
     me = os.getpid()
-    # libc's fork, not os.fork: no interpreter fork hooks or warnings run in this half-made child
-    pid = nsetup.LIBC.fork()
-    if pid < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"fork: {os.strerror(err)}")
+    pid = nsetup.fork()
     if pid == 0:
         if parent_death:  # the death signal is not inherited across fork
             nsetup.prctl(nsetup.PR_SET_PDEATHSIG, signal.SIGKILL)
