@@ -10,9 +10,11 @@ so the only difference is the overlap). Tasks:
 - `default`: the built-in addition task, the default recipe;
 - `search`: `examples/search_agent.yaml` scaled down, its retriever behind a proxy that adds
   `--latency-ms` (300) to every `/retrieve` call, as a remote search service would.
-Printed per run: seconds per 100 trained samples (`timing_s/step` of the steps after the first,
-which pays the start-up), the trainer's idle seconds per step, the mean staleness, and the final validation score
-(`val/test_score/mean`), plus each async run's speed-up over the synchronous one. Quote the
+`--model` should be a policy that searches (e.g. the SFT model of `benchmarks/cold_start.py`,
+`runs/<cold_start>/sft/model`, with `--topk 1` as it was trained): an untrained one never calls the
+tool, so there is no latency to hide. Printed per run: seconds per 100 trained samples (`timing_s/step` of the steps after the first,
+which pays the start-up), the trainer's idle seconds per step, the mean staleness, the final validation score
+(`val/test_score/mean`) and tool calls per episode, plus each async run's speed-up over the synchronous one. Quote the
 numbers with the machine: on a 2-core CPU the server and the trainer share the same two cores.
 """
 
@@ -40,7 +42,7 @@ MODES = {"sync": ["trainer.mode=sync"]} | {
 }
 
 
-def task_overrides(task: str, search_url: str) -> list[str]:
+def task_overrides(task: str, search_url: str, topk: int = 3) -> list[str]:
     if task == "default":
         return []
     return [
@@ -56,6 +58,7 @@ def task_overrides(task: str, search_url: str) -> list[str]:
         "rollout.multi_turn.max_turns=2",
         "rollout.multi_turn.max_obs_length=120",
         f"rollout.multi_turn.search.url={search_url}",
+        f"rollout.multi_turn.search.topk={topk}",
     ]
 
 
@@ -134,6 +137,7 @@ def run(name: str, overrides: list[str], out: Path) -> dict[str, float]:
         "idle_s": statistics.mean(r.get("async/trainer_idle_s", 0.0) for r in later),
         "staleness": statistics.mean(r.get("async/staleness/mean", 0.0) for r in later),
         "val": vals[-1] if vals else float("nan"),
+        "tool_calls": statistics.mean(r.get("agent/tool_calls/mean", 0.0) for r in later),
     }
 
 
@@ -143,6 +147,7 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--latency-ms", type=float, default=300.0)
+    ap.add_argument("--topk", type=int, default=3, help="search task: passages per search")
     ap.add_argument("--threads", type=int, default=0, help="torch threads of the trainer (0 = default)")
     args = ap.parse_args()
     print(
@@ -163,7 +168,7 @@ def main() -> None:
         for task in args.tasks.split(","):
             with slow_retriever(args.latency_ms / 1000) if task == "search" else _nothing() as url:
                 results = {
-                    name: run(f"{task} {name}", common + task_overrides(task, url) + extra, out)
+                    name: run(f"{task} {name}", common + task_overrides(task, url, args.topk) + extra, out)
                     for name, extra in MODES.items()
                 }
             base = results["sync"]
@@ -172,12 +177,12 @@ def main() -> None:
             )
             print(f"\n{label}: {args.steps} steps, mean over steps 2..{args.steps}")
             print(
-                f"{'mode':>10} {'s/100 samples':>14} {'speed-up':>9} {'idle s/step':>12} {'staleness':>10} {'val score':>10}"
+                f"{'mode':>10} {'s/100 samples':>14} {'speed-up':>9} {'idle s/step':>12} {'staleness':>10} {'val score':>10} {'tool calls':>11}"
             )
             for name, r in results.items():
                 print(
                     f"{name:>10} {r['per_100']:>14.1f} {base['per_100'] / r['per_100']:>8.2f}x "
-                    f"{r['idle_s']:>12.1f} {r['staleness']:>10.2f} {r['val']:>10.3f}"
+                    f"{r['idle_s']:>12.1f} {r['staleness']:>10.2f} {r['val']:>10.3f} {r['tool_calls']:>11.2f}"
                 )
 
 
