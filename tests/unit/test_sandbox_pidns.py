@@ -38,7 +38,11 @@ def test_exit_statuses_as_the_shell_reports_them() -> None:
 @pytest.mark.skipif(os.path.realpath("/bin/sh") != "/usr/bin/dash", reason="compares with dash")
 def test_signal_notes_match_dash() -> None:
     for number in (1, 6, 9, 10, 14, 15, 34):  # SIGINT, SIGPIPE, SIGXFSZ: python handles or ignores them
-        die = f"import os, resource; resource.setrlimit(resource.RLIMIT_CORE, (0, 0)); os.kill(os.getpid(), {number})"
+        # SIG_DFL first: a test run started under nohup inherits SIGHUP ignored
+        die = (
+            "import os, resource, signal; resource.setrlimit(resource.RLIMIT_CORE, (0, 0)); "
+            f"signal.signal(signal.SIGHUP, signal.SIG_DFL); os.kill(os.getpid(), {number})"
+        )
         shell = subprocess.run(
             ["sh", "-c", '"$@"; exit $?', "init", sys.executable, "-c", die], capture_output=True, check=False
         )
