@@ -320,7 +320,8 @@ def test_bad_tools_become_error_observations_and_the_step_goes_on(tool_model, tm
         start = time.perf_counter()
         with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id, streaming=streaming) as agent:
             batch, metrics = run(agent, tok, ["Compute 12 * 34."], n=4, budget=64)
-        assert time.perf_counter() - start < 10
+        # Slow sleeps 30 s: ending well before that shows the 0.5 s timeout cut it (loose: loaded CI)
+        assert time.perf_counter() - start < 25
         texts = [tok.decode(batch["responses"][i][batch["attention_mask"][i, -64:].bool()]) for i in range(4)]
         assert any(message in t for t in texts), (cls, texts)
         assert metrics["agent/tool_error_ratio"] == 1.0, (cls, metrics)
