@@ -29,6 +29,7 @@ import httpx
 import pytest
 
 import turnrl.servers.sandbox.app as sandbox_app
+from tests.proc_scan import cmdlines_with, pids_of_uids
 from turnrl.servers.sandbox import seccomp
 from turnrl.servers.sandbox.isolation import FALLBACK_NOTE
 from turnrl.servers.sandbox.process import SandboxProcess
@@ -73,31 +74,6 @@ def run(server: SandboxProcess, code: str, timeout: float = 60.0, **fields: Any)
     return response.json()
 
 
-def _cmdlines_with(marker: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
-
-def _pids_of_uids(lo: int, hi: int) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
-        except (OSError, StopIteration, ValueError):
-            continue
-        if lo <= uid <= hi:
-            found.append(int(pid))
-    return found
-
-
 def assert_clean(server: SandboxProcess, marker: str | None = None) -> None:
     """The server answers normally and the run left nothing behind."""
     ok = run(server, "print(6 * 7)", run_timeout=10)
@@ -107,9 +83,9 @@ def assert_clean(server: SandboxProcess, marker: str | None = None) -> None:
     assert os.listdir(health["work_root"]) == [], "a work dir was left behind"
     uids = health["isolation"]["uids"]
     if uids:
-        assert _pids_of_uids(*uids) == [], "a process of the run survived"
+        assert pids_of_uids(*uids) == [], "a process of the run survived"
     if marker:
-        assert _cmdlines_with(marker) == [], f"a process with {marker!r} survived"
+        assert cmdlines_with(marker) == [], f"a process with {marker!r} survived"
 
 
 def test_infinite_loop_times_out(any_server: SandboxProcess) -> None:
@@ -534,7 +510,7 @@ def test_daemon_outliving_its_response_is_gone(any_server: SandboxProcess, tmp_p
     out = run(any_server, code, run_timeout=10)
     assert out["status"] == "Success" and out["run_result"]["stdout"] == "answered\n", out
     assert out["run_result"]["execution_time"] < 5  # answered when the program ended
-    assert _cmdlines_with(beat.name) == [], "the daemon outlived the response"
+    assert cmdlines_with(beat.name) == [], "the daemon outlived the response"
     if beat.exists():  # no root of its own: the heartbeat landed here, and must have stopped
         size = beat.stat().st_size
         time.sleep(0.5)

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.proc_scan import cmdlines_with, pids_of_uids
 from turnrl.servers.sandbox.isolation import Isolation
 from turnrl.servers.sandbox.launch import RunRequest
 from turnrl.servers.sandbox.process import SandboxProcess
@@ -53,31 +54,6 @@ def zygote_pid(server: SandboxProcess) -> int:
     if zygote is None:
         pytest.skip("no zygote on this host: " + "; ".join(health(server)["isolation"]["notes"]))
     return int(zygote["pid"])
-
-
-def cmdlines_with(marker: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
-
-def pids_of_uids(lo: int, hi: int) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
-        except (OSError, StopIteration, ValueError):
-            continue
-        if lo <= uid <= hi:
-            found.append(int(pid))
-    return found
 
 
 LEAVE_TRACES = (
