@@ -180,8 +180,10 @@ class HFEngine:
         ids, mask = ids.to(device), mask.to(device)
         pos = position_ids_from_mask(mask)
         budget = min(p.max_new_tokens, max(limits))
-        # room for the prompt and the whole budget (the last sampled token is never fed back: one spare)
-        cache = preallocated_cache(self.model, ids.shape[1] + budget) if self.preallocate else None
+        # room for the prompt and the whole budget (the last sampled token is never fed back: one spare);
+        # the compiled path decodes in its own buffers, so its prefill cache holds the prompt only
+        room = ids.shape[1] + (0 if self.compile_decode else budget)
+        cache = preallocated_cache(self.model, room) if self.preallocate else None
         # prefill each prompt once, then copy its KV cache for its n samples (A,A,B,B)
         out = self.model(
             input_ids=ids,
