@@ -1,9 +1,11 @@
 """Time per stage and tokens/s for a few steps of the default recipe, plus two side-by-side ratios.
 
-    python benchmarks/step_breakdown.py [--steps 3] [key=value overrides]
+    python benchmarks/step_breakdown.py [--steps 3] [--before "k=v k=v"] [key=value overrides]
 
 1. The step: each stage's mean wall time over `--steps` steps (the first, warm-up step is
-   reported separately) and throughput in tokens/s.
+   reported separately) and throughput in tokens/s. With `--before`, the same steps first run
+   with those overrides added (e.g. the settings before a change), and the table shows both
+   columns and their ratio, measured one after the other in this process.
 2. Rollout: turnrl's engine (prefill once per prompt, KV cache copied to its n samples) vs
    transformers' `model.generate` on the same prompts and lengths.
 3. Trainer forward+backward: prefix-shared vs plain forward on the same micro-batch.
@@ -15,6 +17,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from typing import Any
 
 import torch
 
@@ -34,41 +37,75 @@ def best_of(fn, repeats: int = 3) -> float:
     return min(times)
 
 
+def make_trainer(overrides: list[str]) -> Trainer:
+    run_dir = tempfile.mkdtemp(prefix="turnrl-bench-")
+    return Trainer(
+        load_config(None, [f"trainer.default_local_dir={run_dir}", "trainer.logger=[jsonl]", *overrides])
+    )
+
+
+def time_steps(trainer: Trainer, steps: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The warm-up step's metrics and those of the `steps` after it."""
+    batches = trainer.loader.epoch_batches()
+    per_step = []
+    for _ in range(steps + 1):
+        trainer.global_step += 1  # as fit() numbers its steps (step 0 would be critic warm-up)
+        per_step.append(trainer.step(next(batches)))
+    return per_step[0], per_step[1:]
+
+
+def mean_of(rows: list[dict[str, Any]], key: str) -> float:
+    return statistics.mean(r.get(key, 0.0) for r in rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("overrides", nargs="*")
+    ap.add_argument("--before", default="", help="overrides added for the 'before' column")
     args = ap.parse_args()
-    run_dir = tempfile.mkdtemp(prefix="turnrl-bench-")
-    cfg = load_config(
-        None, [f"trainer.default_local_dir={run_dir}", "trainer.logger=[jsonl]", *args.overrides]
-    )
-    trainer = Trainer(cfg)
+    columns: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = []
+    if args.before:
+        old = make_trainer([*args.overrides, *args.before.split()])
+        columns.append(("before", *time_steps(old, args.steps)))
+        old.close()
+    trainer = make_trainer(args.overrides)
+    cfg = trainer.cfg
     print(
         f"model={cfg.model.path} prompts/step={cfg.data.train_batch_size} n={cfg.rollout.n} "
         f"max_response_length={cfg.data.max_response_length} threads={torch.get_num_threads()}"
     )
-
-    batches = trainer.loader.epoch_batches()
-    per_step = []
-    for _ in range(args.steps + 1):
-        trainer.global_step += 1  # as fit() numbers its steps (step 0 would be critic warm-up)
-        per_step.append(trainer.step(next(batches)))
-    warm, rest = per_step[0], per_step[1:]
-    keys = [k for k in rest[0] if k.startswith("timing_s/")]
+    columns.append(("after" if args.before else "seconds", *time_steps(trainer, args.steps)))
     print("\n== one training step (mean over steps after the first) ==")
-    print(f"{'stage':28s} {'seconds':>9s} {'share':>7s} {'first step':>11s}")
-    total = statistics.mean(r["timing_s/step"] for r in rest)
-    for k in keys:
-        mean = statistics.mean(r[k] for r in rest)
-        print(f"{k[9:]:28s} {mean:9.2f} {mean / total:7.1%} {warm[k]:11.2f}")
-    print(
-        f"tokens/step {statistics.mean(r['perf/total_num_tokens'] for r in rest):.0f}   "
-        f"throughput {statistics.mean(r['perf/throughput'] for r in rest):.1f} tokens/s"
+    if args.before:
+        print(f"before: {args.before}")
+    keys = sorted(
+        {k for _, _, rest in columns for k in rest[0] if k.startswith("timing_s/")},
+        key=lambda k: (k == "timing_s/step", k),
     )
+    heads = "".join(f"{name:>9s} {'share':>7s} " for name, _, _ in columns)
+    print(f"{'stage':22s} {heads}{'first step':>11s}" + (f" {'after/before':>13s}" if args.before else ""))
+    for k in keys:
+        line = f"{k[9:]:22s} "
+        for _, _, rest in columns:
+            mean = mean_of(rest, k)
+            line += f"{mean:9.2f} {mean / mean_of(rest, 'timing_s/step'):7.1%} "
+        line += f"{columns[-1][1].get(k, 0.0):11.2f}"
+        if args.before:
+            b, a = mean_of(columns[0][2], k), mean_of(columns[-1][2], k)
+            line += f" {a / b:13.2f}" if b else f" {'-':>13s}"
+        print(line)
+    for name, _, rest in columns:
+        print(
+            f"{name}: tokens/step {mean_of(rest, 'perf/total_num_tokens'):.0f}   "
+            f"throughput {mean_of(rest, 'perf/throughput'):.1f} tokens/s"
+        )
+    if args.before:
+        b, a = mean_of(columns[0][2], "timing_s/step"), mean_of(columns[-1][2], "timing_s/step")
+        print(f"step speed-up after/before: x{b / a:.2f}")
 
     # rollout: our engine vs model.generate, same prompts, lengths and sampling
-    prompts = next(batches)
+    prompts = next(trainer.loader.epoch_batches())
     gen_batch = stages.split_generation_input(prompts)
     ids = [
         row[m.bool()].tolist()
@@ -78,8 +115,9 @@ def main() -> None:
         max_new_tokens=cfg.data.max_response_length, n=cfg.rollout.n, temperature=1.0, seed=0
     )
     ours = best_of(lambda: trainer.engine.generate(ids, params), 2)
-    model = trainer.model
-    enc = {k: gen_batch[k].to(trainer.device) for k in ("input_ids", "attention_mask")}
+    actor = trainer.actor.workers[0]  # one process: the Actor itself
+    model = actor.model
+    enc = {k: gen_batch[k].to(actor.device) for k in ("input_ids", "attention_mask")}
 
     def hf_generate() -> None:
         with torch.no_grad():
@@ -98,11 +136,7 @@ def main() -> None:
     print(f"turnrl {ours:.2f}s   generate {theirs:.2f}s   speed-up x{theirs / ours:.2f}")
 
     # trainer forward+backward on one micro-batch: shared prompt pass vs plain
-    batch = stages.group_and_merge(
-        prompts,
-        stages.generate(trainer.rollout, gen_batch, params, trainer.pad_id, cfg.data.max_response_length)[0],
-        cfg.rollout.n,
-    )
+    batch = stages.group_and_merge(prompts, trainer.rollout.generate(gen_batch, params)[0], cfg.rollout.n)
     mb = batch.index(slice(0, cfg.actor.ppo_micro_batch_size))
     argv = (mb["input_ids"], mb["attention_mask"], mb["position_ids"], mb["responses"].shape[1], 1.0)
     model.train()
@@ -117,6 +151,7 @@ def main() -> None:
     model.zero_grad(set_to_none=True)
     print(f"\n== forward+backward on {len(mb)} responses: prefix-shared vs plain ==")
     print(f"shared {shared:.2f}s   plain {plain:.2f}s   speed-up x{plain / shared:.2f}")
+    trainer.close()
 
 
 if __name__ == "__main__":

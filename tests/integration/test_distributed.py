@@ -29,14 +29,26 @@ GRPO = {
     # Adam turns float-rounding differences of near-zero gradients into steps of up to lr: a
     # moderate lr keeps two honest runs within 1e-5 of each other
     "actor.optim.lr": 1e-3,
+    # both runs recompute the old log-probs (one rank would take the engine's): like for like
+    "algorithm.rollout_correction.bypass": "false",
 }
+BUDGET = {"ppo": 220, "forward": 300}  # tokens; a row is ~100 (prompt ~92 + 8): 1-3 rows per pass
 PPO = {
     **GRPO,
     "algorithm.adv_estimator": "gae",
     "algorithm.use_kl_in_reward": True,
     "critic.enable": True,
     "critic.ppo_mini_batch_size": 2,
-    "critic.ppo_micro_batch_size": 3,
+    # every role's passes by token budget: rows sorted by length, each rank its own count of passes
+    "data.max_prompt_length": 128,
+    "actor.use_dynamic_bsz": True,
+    "actor.ppo_max_token_len_per_gpu": BUDGET["ppo"],
+    "actor.log_prob_max_token_len_per_gpu": BUDGET["forward"],
+    "ref.log_prob_use_dynamic_bsz": True,
+    "ref.log_prob_max_token_len_per_gpu": BUDGET["forward"],
+    "critic.use_dynamic_bsz": True,
+    "critic.ppo_max_token_len_per_gpu": BUDGET["ppo"],
+    "critic.forward_max_token_len_per_gpu": BUDGET["forward"],
 }
 
 
@@ -83,7 +95,7 @@ def test_grpo_two_ranks_equal_one(tmp_path):
 
 
 @pytest.mark.timeout(600)
-def test_ppo_gae_two_ranks_equal_one(tmp_path):
+def test_ppo_gae_two_ranks_equal_one(tmp_path):  # with token-budget micro-batches
     one, ckpt1 = run(tmp_path, 1, PPO)
     two, ckpt2 = run(tmp_path, 2, PPO)
     keys = ("actor/pg_loss", "actor/grad_norm", "critic/vf_loss", "critic/grad_norm", "critic/kl")

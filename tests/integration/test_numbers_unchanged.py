@@ -7,7 +7,10 @@ the roles took ownership of their models (timings dropped):
     turnrl train examples/ppo_gae.yaml model.path=tiny-random trainer.total_training_steps=3
     turnrl train examples/calculator_agent.yaml model.path=tiny-random trainer.total_training_steps=3
 
-The same commands must give the same values. On the machine that recorded them they are
+The same commands must give the same values. They were recorded with the trainer recomputing
+the old log-probs, which `auto` now skips for these in-process runs: the commands say
+`algorithm.rollout_correction.bypass=false` (test_rollout_correction_train checks that the
+skipped pass changes the update by rounding only). On the machine that recorded them they are
 bit-for-bit equal; the tolerance only absorbs another CPU's float rounding (a different
 SIMD width sums in a different order), far below any change a refactor could make.
 """
@@ -48,6 +51,7 @@ def test_metrics_equal_the_recorded_run(name, tmp_path):
     cmd = [
         sys.executable, "-m", "turnrl.cli", "train", *RUNS[name], "model.path=tiny-random",
         "trainer.total_training_steps=3", f"trainer.default_local_dir={run}",
+        "algorithm.rollout_correction.bypass=false",
     ]  # fmt: skip
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -54,3 +54,20 @@ def test_mis_that_drops_every_sequence_leaves_the_policy_alone(tmp_path):
     )[0]
     assert m["rollout_corr/masked_frac"] == 1.0
     assert m["actor/pg_loss"] == 0.0 and m["actor/grad_norm"] == 0.0
+
+
+@pytest.mark.timeout(300)
+def test_auto_bypass_skips_the_pass_when_the_engine_is_the_trainers_module(tmp_path):
+    # two mini-batches per step: not on-policy for the second, but the in-process engine sampled
+    # from the step-start weights themselves, so its log-probs are the old ones
+    two = {"actor.ppo_mini_batch_size": 2}
+    auto = run(tmp_path, "auto", **two)
+    recompute = run(tmp_path, "recompute", **two, **{"algorithm.rollout_correction.bypass": "false"})
+    assert auto[0]["actor/grad_norm"] > 0
+    for a, r in zip(auto, recompute, strict=True):
+        assert "timing_s/old_log_prob" not in a and "timing_s/old_log_prob" in r
+        assert r["rollout_corr/abs_diff_max"] < 1e-4  # what auto relies on, measured by the recompute
+        for key in ("critic/score/mean", "response_length/mean"):
+            assert a[key] == r[key], key
+        for key in ("actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "actor/pg_clipfrac"):
+            assert a[key] == pytest.approx(r[key], abs=1e-4), key

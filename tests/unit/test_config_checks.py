@@ -121,7 +121,18 @@ RULES = [
         r"unknown 'algorithm\.rollout_correction\.level' 'seq'",
     ),
     ({"algorithm__rollout_correction__mis_low": 3.0}, r"needs 0 <= mis_low < mis_high, got \[3\.0, 2\.0\]"),
-    ({"algorithm__rollout_correction__bypass": True}, r"bypass=true' is only exact on-policy"),
+    (
+        {"algorithm__rollout_correction__bypass": "sometimes"},
+        r"unknown 'algorithm\.rollout_correction\.bypass' 'sometimes'; valid: auto, true, false",
+    ),
+    (
+        {"actor__use_dynamic_bsz": True, "actor__ppo_max_token_len_per_gpu": 100},
+        r"'actor\.ppo_max_token_len_per_gpu'=100 cannot hold one sequence .* = 280 tokens",
+    ),
+    (
+        {"ref__log_prob_use_dynamic_bsz": True, "ref__log_prob_max_token_len_per_gpu": 279},
+        r"'ref\.log_prob_max_token_len_per_gpu'=279 cannot hold one sequence",
+    ),
     (
         {"algorithm__rollout_correction__bypass": True, "algorithm__rollout_correction__mode": "tis"},
         r"there is no gap to correct: set algorithm\.rollout_correction\.mode=none",

@@ -2,7 +2,7 @@ import torch
 
 from turnrl.batch import Batch
 from turnrl.data.dataset import left_pad
-from turnrl.models.logprobs import prompt_runs, response_log_probs, shared_prefix_log_probs
+from turnrl.models.logprobs import prompt_groups, response_log_probs, shared_prefix_log_probs
 from turnrl.rollout.base import Generation, assemble
 
 
@@ -57,6 +57,22 @@ def test_shared_prefix_matches_plain_forward_values_and_gradients(tiny):
     model.zero_grad()
 
 
-def test_prompt_runs_finds_groups():
-    prompts = torch.tensor([[1, 2], [1, 2], [3, 4], [3, 4], [1, 2]])
-    assert prompt_runs(prompts).tolist() == [0, 2, 4]
+def test_prompt_groups_find_repeats_anywhere_in_order_of_appearance():
+    # rows 0, 1 and 4 share [1, 2]; rows 2 and 3 share [3, 4]; row 5 is alone. unique() would
+    # order [0, 9] first; the prompt pass keeps the order in which prompts appear
+    prompts = torch.tensor([[1, 2], [1, 2], [3, 4], [3, 4], [1, 2], [0, 9]])
+    first, expand = prompt_groups(prompts)
+    assert first.tolist() == [0, 2, 5]
+    assert expand.tolist() == [0, 0, 1, 1, 0, 2]
+
+
+def test_shared_prefix_matches_plain_forward_when_groups_are_interleaved(tiny):
+    # the order length-sorted micro-batches produce: samples of the two prompts alternate
+    model, tok = tiny
+    b = group_batch(tok).index([0, 3, 1, 4, 5, 2])
+    args = (b["input_ids"], b["attention_mask"], b["position_ids"], 6)
+    m = b["response_mask"].bool()
+    with torch.no_grad():
+        plain, _ = response_log_probs(model, *args, temperature=0.9)
+        shared, _ = shared_prefix_log_probs(model, *args, temperature=0.9)
+    assert torch.allclose(plain[m], shared[m], atol=1e-5)

@@ -122,7 +122,7 @@ def _check_async(cfg: Config) -> None:
             "'trainer.mode=async' runs the trainer in one process for now: set trainer.nnodes=1 and "
             "trainer.n_gpus_per_node=1 (the inference servers may live anywhere)"
         )
-    if cfg.algorithm.rollout_correction.bypass and t.max_staleness > 0:
+    if str(cfg.algorithm.rollout_correction.bypass).lower() == "true" and t.max_staleness > 0:
         raise ConfigError(
             "'algorithm.rollout_correction.bypass=true' is exact only on-policy; async samples may be "
             f"{t.max_staleness} versions old: use mode=tis or mis instead"
@@ -132,7 +132,7 @@ def _check_async(cfg: Config) -> None:
 def _check_rollout_correction(cfg: Config) -> None:
     from turnrl.algorithms.rollout_corr import CORRECTION_LEVELS, CORRECTION_MODES
 
-    rc, a = cfg.algorithm.rollout_correction, cfg.actor
+    rc = cfg.algorithm.rollout_correction
     key = "algorithm.rollout_correction"
     _one_of(f"{key}.mode", rc.mode, CORRECTION_MODES)
     _one_of(f"{key}.level", rc.level, CORRECTION_LEVELS)
@@ -140,18 +140,13 @@ def _check_rollout_correction(cfg: Config) -> None:
         raise ConfigError(f"'{key}.tis_cap' must be > 0, got {rc.tis_cap}")
     if not 0 <= rc.mis_low < rc.mis_high:
         raise ConfigError(f"'{key}' needs 0 <= mis_low < mis_high, got [{rc.mis_low}, {rc.mis_high}]")
-    if rc.bypass:
-        if rc.mode != "none":
-            raise ConfigError(
-                f"'{key}.bypass=true' uses the rollout's log-probs as the old ones, so there is no "
-                f"gap to correct: set {key}.mode=none"
-            )
-        if a.ppo_epochs != 1 or a.ppo_mini_batch_size != cfg.data.train_batch_size:
-            raise ConfigError(
-                f"'{key}.bypass=true' is only exact on-policy: needs actor.ppo_epochs=1 and "
-                f"actor.ppo_mini_batch_size=data.train_batch_size ({cfg.data.train_batch_size}), got "
-                f"{a.ppo_epochs} and {a.ppo_mini_batch_size}"
-            )
+    bypass = str(rc.bypass).lower()
+    _one_of(f"{key}.bypass", bypass, ("auto", "true", "false"))
+    if bypass == "true" and rc.mode != "none":
+        raise ConfigError(
+            f"'{key}.bypass=true' uses the rollout's log-probs as the old ones, so there is no "
+            f"gap to correct: set {key}.mode=none"
+        )
 
 
 def _one_of(key: str, value: str, valid: tuple[str, ...]) -> None:
@@ -180,6 +175,7 @@ def _check_sizes_and_sampling(cfg: Config) -> None:
             f"'data.train_batch_size'={d.train_batch_size} prompts does not divide into "
             f"'actor.ppo_mini_batch_size'={a.ppo_mini_batch_size} prompts; pick a divisor"
         )
+    _check_token_budgets(cfg)
     if r.temperature <= 0:
         raise ConfigError(f"'rollout.temperature' must be > 0 for training rollouts, got {r.temperature}")
     if not 0 < r.top_p <= 1:
@@ -193,6 +189,29 @@ def _check_sizes_and_sampling(cfg: Config) -> None:
     bad_loggers = set(cfg.trainer.logger) - set(LOGGERS)
     if bad_loggers:
         raise ConfigError(f"unknown 'trainer.logger' {sorted(bad_loggers)}; valid: {', '.join(LOGGERS)}")
+
+
+def _check_token_budgets(cfg: Config) -> None:
+    """A dynamic micro-batch holds at least one whole sequence: a budget below the longest
+    possible prompt + response could not run that row at all."""
+    longest = cfg.data.max_prompt_length + cfg.data.max_response_length
+    a, ref, c = cfg.actor, cfg.ref, cfg.critic
+    budgets = {
+        "actor.ppo_max_token_len_per_gpu": (a.use_dynamic_bsz, a.ppo_max_token_len_per_gpu),
+        "actor.log_prob_max_token_len_per_gpu": (a.use_dynamic_bsz, a.log_prob_max_token_len_per_gpu),
+        "ref.log_prob_max_token_len_per_gpu": (
+            ref.log_prob_use_dynamic_bsz,
+            ref.log_prob_max_token_len_per_gpu,
+        ),
+        "critic.ppo_max_token_len_per_gpu": (c.use_dynamic_bsz, c.ppo_max_token_len_per_gpu),
+        "critic.forward_max_token_len_per_gpu": (c.use_dynamic_bsz, c.forward_max_token_len_per_gpu),
+    }
+    for key, (on, budget) in budgets.items():
+        if on and budget < longest:
+            raise ConfigError(
+                f"'{key}'={budget} cannot hold one sequence of data.max_prompt_length + "
+                f"data.max_response_length = {longest} tokens; raise it to at least {longest}"
+            )
 
 
 def _check_algorithm(cfg: Config) -> None:

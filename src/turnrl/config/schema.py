@@ -152,9 +152,11 @@ class RolloutCorrectionConfig:
     """MIS: lower bound of the kept ratio range."""
     mis_high: float = 2.0
     """MIS: upper bound of the kept ratio range."""
-    bypass: bool = False
-    """On-policy updates only (actor.ppo_epochs=1, one mini-batch): use the rollout's log-probs as the old
-    log-probs and skip the `old_log_prob` stage."""
+    bypass: str = "auto"
+    """Use the rollout's log-probs as the old log-probs and skip the trainer's `old_log_prob` pass:
+    `true`, `false`, or `auto`: whenever the engine's log-probs are the step-start policy's, i.e. in a
+    synchronous run with `mode=none` that is on-policy (actor.ppo_epochs=1, one mini-batch) or whose
+    engine samples from the trainer's own weights (`rollout.engine=hf` on one rank)."""
 
 
 @dataclass
@@ -227,6 +229,16 @@ class ActorConfig:
     """KL estimator of the loss: k1 (kl), abs, k2 (mse), k3 (low_var_kl)."""
     logprob_chunk_size: int = 1024
     """Tokens per chunk when turning hidden states into log-probs (bounds the vocab-sized buffer)."""
+    use_dynamic_bsz: bool = False
+    """Micro-batches by a token budget instead of a row count: rows sorted by length, so rows of
+    similar length share a pass and little compute goes to padding. Replaces
+    `ppo_micro_batch_size` and `log_prob_micro_batch_size`; the loss is the same (its denominators
+    are the mini-batch's)."""
+    ppo_max_token_len_per_gpu: int = 8192
+    """With `use_dynamic_bsz`: padded tokens (rows x longest prompt + response) per update pass on
+    one rank. Bounds activation memory; must hold the longest sequence."""
+    log_prob_max_token_len_per_gpu: int = 16384
+    """With `use_dynamic_bsz`: padded tokens per log-prob pass (no gradients, so it can be larger)."""
 
 
 @dataclass
@@ -249,6 +261,12 @@ class CriticConfig:
     """Prompts per critic optimizer step (times `rollout.n` responses)."""
     ppo_micro_batch_size: int = 16
     """Responses per critic forward/backward pass."""
+    use_dynamic_bsz: bool = False
+    """Micro-batches by a token budget instead of `ppo_micro_batch_size` rows (as `actor.use_dynamic_bsz`)."""
+    ppo_max_token_len_per_gpu: int = 8192
+    """With `use_dynamic_bsz`: padded tokens per critic update pass on one rank."""
+    forward_max_token_len_per_gpu: int = 16384
+    """With `use_dynamic_bsz`: padded tokens per value pass without gradients."""
     cliprange_value: float = 0.5
     """Value clipping range around the old values (PPO2); 0 = no clipping."""
     loss_agg_mode: str = "token-mean"
@@ -263,6 +281,10 @@ class RefConfig:
     """Responses per reference forward pass."""
     logprob_chunk_size: int = 1024
     """Tokens per chunk when turning hidden states into log-probs (bounds the vocab-sized buffer)."""
+    log_prob_use_dynamic_bsz: bool = False
+    """Reference passes by a token budget instead of a row count (as `actor.use_dynamic_bsz`)."""
+    log_prob_max_token_len_per_gpu: int = 16384
+    """With `log_prob_use_dynamic_bsz`: padded tokens per reference pass on one rank."""
 
 
 @dataclass

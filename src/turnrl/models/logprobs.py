@@ -20,12 +20,20 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 
-def prompt_runs(prompts: torch.Tensor) -> torch.Tensor:
-    """Start row of each run of identical consecutive prompts (a group of samples)."""
-    if prompts.shape[0] == 0:
-        return torch.zeros(0, dtype=torch.long)
-    differs = (prompts[1:] != prompts[:-1]).any(dim=1)
-    return torch.cat([torch.zeros(1, dtype=torch.long), differs.nonzero().flatten().cpu() + 1])
+def prompt_groups(prompts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(first, expand): the row of each distinct prompt's first appearance, in order of appearance,
+    and for every row the index of its prompt among them. Rows of one prompt need not be adjacent:
+    length-sorted micro-batches interleave the samples of different prompts."""
+    n = prompts.shape[0]
+    if n == 0:
+        return torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    _, inverse = torch.unique(prompts.cpu(), dim=0, return_inverse=True)
+    rows = torch.arange(n)
+    first_of = torch.full((int(inverse.max()) + 1,), n).scatter_reduce(0, inverse, rows, "amin")
+    order = torch.argsort(first_of)  # unique() sorts by value; we want order of appearance
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order))
+    return first_of[order], rank[inverse]
 
 
 def response_hidden(
@@ -39,14 +47,13 @@ def response_hidden(
     """(B, R, H): the hidden state that predicts each of the last R tokens (the one before it)."""
     r = response_length
     prompt_ids, prompt_mask = input_ids[:, :-r], attention_mask[:, :-r]
-    starts = prompt_runs(torch.cat([prompt_ids, prompt_mask], dim=1)) if share_prompts else None
-    if starts is None or len(starts) == len(input_ids):
+    groups = prompt_groups(torch.cat([prompt_ids, prompt_mask], dim=1)) if share_prompts else None
+    if groups is None or len(groups[0]) == len(input_ids):
         hidden = trunk(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
         ).last_hidden_state
         return hidden[:, -r - 1 : -1, :]
-    counts = torch.diff(torch.cat([starts, torch.tensor([len(input_ids)])]))
-    first = starts.to(input_ids.device)
+    first, expand = (g.to(input_ids.device) for g in groups)
     p_out = trunk(
         input_ids=prompt_ids[first],
         attention_mask=prompt_mask[first],
@@ -54,7 +61,6 @@ def response_hidden(
         use_cache=True,
     )
     cache = p_out.past_key_values
-    expand = torch.repeat_interleave(torch.arange(len(starts)), counts).to(input_ids.device)
     cache.batch_select_indices(expand)  # index_select: differentiable, one copy per sample
     last_prompt_hidden = p_out.last_hidden_state[:, -1:, :][expand]
     r_out = trunk(

@@ -61,6 +61,7 @@ class Trainer:
         streaming = cfg.trainer.mode == "async" and cfg.trainer.max_staleness > 0
         self.rollout: Rollout = build_rollout(cfg, self.engine, self.tokenizer, self.pad_id, streaming)
         self.reward: RuleReward = build_reward(cfg, self.tokenizer, self.rollout)
+        self.bypass = stages.old_log_probs_from_rollout(cfg)
         self.reward.check({e.data_source for e in data.train_examples + data.val_examples})
         self.kl_ctrl = None
         if cfg.algorithm.use_kl_in_reward:
@@ -130,7 +131,7 @@ class Trainer:
         cfg = self.cfg
         metrics.update(version_metrics(batch, self.policy_version))
         rc = cfg.algorithm.rollout_correction
-        if rc.bypass:  # on-policy: the engine's log-probs are the old ones, no trainer forward pass
+        if self.bypass:  # the engine's log-probs are the step-start policy's: no trainer forward pass
             batch["old_log_probs"] = batch["rollout_log_probs"]
         else:
             with clock("old_log_prob", batch):

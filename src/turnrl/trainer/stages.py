@@ -99,6 +99,22 @@ def score(
     return extras
 
 
+def old_log_probs_from_rollout(cfg: Config) -> bool:
+    """Whether stage 7 takes the rollout's log-probs instead of a trainer forward pass
+    (`algorithm.rollout_correction.bypass`). `auto` does when they are the step-start policy's own:
+    a synchronous step with nothing to correct, that is on-policy (one epoch, one mini-batch: the
+    ratio only has to be ~1) or whose engine samples from the trainer's very module (one rank, `hf`
+    engine: the same weights, so the same numbers up to kernel rounding)."""
+    rc, a, t = cfg.algorithm.rollout_correction, cfg.actor, cfg.trainer
+    choice = str(rc.bypass).lower()
+    if choice != "auto":
+        return choice == "true"
+    synchronous = t.mode == "sync" or t.max_staleness == 0
+    on_policy = a.ppo_epochs == 1 and a.ppo_mini_batch_size == cfg.data.train_batch_size
+    same_module = cfg.rollout.engine == "hf" and t.nnodes * t.n_gpus_per_node == 1
+    return synchronous and rc.mode == "none" and (on_policy or same_module)
+
+
 def correct_off_policy(batch: Batch, rc: RolloutCorrectionConfig) -> dict[str, float]:
     """Stage 7b: the engine's log-probs against the trainer's. With TIS/MIS, adds the policy loss's
     per-token `rollout_is_weights` and `rollout_keep_mask` (MIS drops tokens or whole responses);

@@ -144,18 +144,15 @@ class Actor:
     def compute_log_prob(self, batch: Batch) -> Batch:
         """`log_probs` and `entropys` of the responses at the rollout temperature."""
         self.model.eval()
-        chunk = self.cfg.logprob_chunk_size
-        parts = []
-        for mb, real in parallel.local_micro_batches(batch, self.cfg.log_prob_micro_batch_size):
-            out = self._log_probs(mb, chunk)
-            if real:
-                parts.append(out)
-        return Batch(
-            tensors={
-                "log_probs": torch.cat([p[0] for p in parts]).cpu(),
-                "entropys": torch.cat([p[1] for p in parts]).cpu(),
-            }
+        cfg = self.cfg
+        lp, ent = parallel.map_micro_batches(
+            batch,
+            cfg.log_prob_micro_batch_size,
+            lambda mb: self._log_probs(mb, cfg.logprob_chunk_size),
+            cfg.log_prob_max_token_len_per_gpu if cfg.use_dynamic_bsz else 0,
+            "actor.log_prob_max_token_len_per_gpu",
         )
+        return Batch(tensors={"log_probs": lp.cpu(), "entropys": ent.cpu()})
 
     @dp
     @torch.no_grad()
@@ -171,14 +168,17 @@ class Actor:
             raise RuntimeError("the actor serves reference log-probs only with LoRA (model.lora_rank > 0)")
         was_training = self.model.training
         self.model.eval()
-        parts = []
+        ref = self.ref_cfg
         with self.model.disable_adapter():
-            for mb, real in parallel.local_micro_batches(batch, self.ref_cfg.log_prob_micro_batch_size):
-                lp = self._log_probs(mb, self.ref_cfg.logprob_chunk_size)[0]
-                if real:
-                    parts.append(lp)
+            lp, _ = parallel.map_micro_batches(
+                batch,
+                ref.log_prob_micro_batch_size,
+                lambda mb: self._log_probs(mb, ref.logprob_chunk_size),
+                ref.log_prob_max_token_len_per_gpu if ref.log_prob_use_dynamic_bsz else 0,
+                "ref.log_prob_max_token_len_per_gpu",
+            )
         self.model.train(was_training)
-        return Batch(tensors={"ref_log_prob": torch.cat(parts).cpu()})
+        return Batch(tensors={"ref_log_prob": lp.cpu()})
 
     def update(
         self, batch: Batch, step: int, diagnostics: bool = False
@@ -228,7 +228,9 @@ class Actor:
             ("pg_loss", "pg_clipfrac", "ppo_kl", "pg_clipfrac_lower", "entropy", "kl_loss"), 0.0
         )
         finite = True
-        for mb, real in parallel.my_micro_batches(mini, cfg.ppo_micro_batch_size):
+        budget = cfg.ppo_max_token_len_per_gpu if cfg.use_dynamic_bsz else 0
+        key = "actor.ppo_max_token_len_per_gpu"
+        for mb, real in parallel.my_micro_batches(mini, cfg.ppo_micro_batch_size, budget, key):
             log_prob, entropy = self._log_probs(mb, cfg.logprob_chunk_size)
             mask = mb["response_mask"]
             pg, m = policy_loss(

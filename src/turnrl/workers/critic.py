@@ -79,12 +79,14 @@ class Critic:
     )
     def compute_values(self, batch: Batch) -> Batch:
         self.model.eval()
-        parts = []
-        for mb, real in parallel.local_micro_batches(batch, self.cfg.ppo_micro_batch_size):
-            v = self._values(mb)  # a stand-in's forward too: every rank runs as many
-            if real:
-                parts.append(v)
-        values = torch.cat(parts)
+        cfg = self.cfg
+        (values,) = parallel.map_micro_batches(
+            batch,
+            cfg.ppo_micro_batch_size,
+            lambda mb: (self._values(mb),),
+            cfg.forward_max_token_len_per_gpu if cfg.use_dynamic_bsz else 0,
+            "critic.forward_max_token_len_per_gpu",
+        )
         return Batch(tensors={"values": values.cpu()})
 
     def update(self, batch: Batch, step: int) -> dict[str, float]:
@@ -106,7 +108,9 @@ class Critic:
         tokens = max(mini["response_mask"].sum().item(), 1.0)
         sums = {"vf_loss": 0.0, "vf_clipfrac": 0.0, "vpred_mean": 0.0}
         finite = True
-        for mb, real in parallel.my_micro_batches(mini, cfg.ppo_micro_batch_size):
+        budget = cfg.ppo_max_token_len_per_gpu if cfg.use_dynamic_bsz else 0
+        key = "critic.ppo_max_token_len_per_gpu"
+        for mb, real in parallel.my_micro_batches(mini, cfg.ppo_micro_batch_size, budget, key):
             vpreds = self._values(mb)
             loss, m = value_loss(
                 vpreds=vpreds,

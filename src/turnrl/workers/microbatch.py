@@ -1,4 +1,5 @@
-"""Micro-batches that do not pay for padding: drop columns that are padding in every row."""
+"""Micro-batches that do not pay for padding: drop columns that are padding in every row, and
+(`use_dynamic_bsz`) group rows of similar length under a token budget instead of a row count."""
 
 from __future__ import annotations
 
@@ -52,3 +53,67 @@ def forward_trimmed(
 
 def seq_args(b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return b["input_ids"], b["attention_mask"], b["position_ids"]
+
+
+def row_lengths(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(prompt, response) tokens of each row that a trimmed forward must cover: prompts are
+    left-padded, responses right-padded (an agent's observations are attended, so they count)."""
+    mask = batch["attention_mask"].bool()
+    full_r = batch["responses"].shape[1]
+    prompt = mask[:, :-full_r].sum(1) if mask.shape[1] > full_r else torch.zeros(len(mask), dtype=torch.long)
+    used = mask[:, -full_r:] | batch["response_mask"].bool()
+    cols = torch.arange(1, full_r + 1).expand_as(used)
+    response = (cols * used).max(1).values  # the last used column, 1-based (0: empty)
+    return prompt, response
+
+
+def token_budget_split(batch: Batch, max_tokens: int, key: str) -> tuple[torch.Tensor, list[int]]:
+    """Sort rows longest first and cut them into consecutive micro-batches whose padded size,
+    rows x (longest prompt + longest response) after `trim`, stays within `max_tokens`.
+
+    Returns the row order and the micro-batch sizes in that order. A row longer than the budget
+    is an error naming `key`: it could not be computed at all.
+    """
+    prompt, response = row_lengths(batch)
+    total = prompt + response
+    longest = int(total.max()) if len(total) else 0
+    if longest > max_tokens:
+        raise ValueError(
+            f"{key}={max_tokens} is smaller than one sequence of the batch ({longest} tokens): "
+            f"raise it to at least the longest prompt + response"
+        )
+    order = torch.sort(total, descending=True, stable=True).indices
+    sizes: list[int] = []
+    rows = p_max = r_max = 0
+    for i in order.tolist():
+        p, r = max(p_max, int(prompt[i])), max(r_max, int(response[i]))
+        if rows and (rows + 1) * (p + r) > max_tokens:
+            sizes.append(rows)
+            rows, p, r = 0, int(prompt[i]), int(response[i])
+        rows, p_max, r_max = rows + 1, p, r
+    if rows:
+        sizes.append(rows)
+    return order, sizes
+
+
+def split_rows(
+    batch: Batch, size: int, max_tokens: int = 0, key: str = ""
+) -> tuple[list[Batch], torch.Tensor | None]:
+    """Micro-batches of `size` rows, or with `max_tokens` > 0 of similar-length rows under that
+    token budget. The second value is the row order of the micro-batches' concatenation (None:
+    the batch's own order); `restore_order` undoes it."""
+    if not max_tokens or not len(batch):
+        return batch.split(size) if len(batch) else [], None
+    order, sizes = token_budget_split(batch, max_tokens, key)
+    ordered = batch.index(order)
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [ordered.index(slice(s, s + n)) for s, n in zip(starts, sizes, strict=True)], order
+
+
+def restore_order(x: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
+    """Rows computed in `order` back to the batch's own order."""
+    if order is None:
+        return x
+    out = torch.empty_like(x)
+    out[order.to(x.device)] = x
+    return out

@@ -10,6 +10,7 @@ the root are wrapped with `fully_shard`; the optimizer is created on the sharded
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ import torch.distributed as dist
 
 from turnrl.batch import Batch
 from turnrl.workers.dispatch import shard_rows
+from turnrl.workers.microbatch import restore_order, split_rows
 
 
 def distributed() -> bool:
@@ -46,10 +48,9 @@ def global_count(n: int) -> int:
     return int(all_reduce([float(n)], "max")[0])
 
 
-def local_micro_batches(batch: Batch, size: int) -> list[tuple[Batch, bool]]:
-    """This rank's own batch (a data-parallel shard) in micro-batches of `size` rows, padded
-    with stand-ins (`real` False, results to be dropped) to the count of the busiest rank."""
-    parts = batch.split(size) if len(batch) else []
+def _with_stand_ins(parts: list[Batch], batch: Batch) -> list[tuple[Batch, bool]]:
+    """`parts` padded with stand-ins (`real` False, results to be dropped) to the busiest rank's
+    count: every rank must join the same number of forward passes (each is a collective)."""
     stand_in = batch.index([0]) if len(batch) else None
     count = global_count(len(parts))
     if count > len(parts) and stand_in is None:
@@ -57,15 +58,42 @@ def local_micro_batches(batch: Batch, size: int) -> list[tuple[Batch, bool]]:
     return [(p, True) for p in parts] + [(stand_in, False)] * (count - len(parts))  # type: ignore[list-item]
 
 
-def my_micro_batches(mini: Batch, size: int) -> list[tuple[Batch, bool]]:
+def local_micro_batches(
+    batch: Batch, size: int, max_tokens: int = 0, key: str = ""
+) -> list[tuple[Batch, bool]]:
+    """This rank's own batch (a data-parallel shard) in micro-batches of `size` rows, or of
+    similar-length rows within `max_tokens` (named `key` in errors) when that is > 0, padded
+    with stand-ins to the count of the busiest rank."""
+    return _with_stand_ins(split_rows(batch, size, max_tokens, key)[0], batch)
+
+
+def map_micro_batches(
+    batch: Batch,
+    size: int,
+    fn: Callable[[Batch], tuple[torch.Tensor, ...]],
+    max_tokens: int = 0,
+    key: str = "",
+) -> list[torch.Tensor]:
+    """`fn` on each of this rank's micro-batches (as `local_micro_batches`); the real results'
+    outputs concatenated, each back in the batch's own row order."""
+    parts, order = split_rows(batch, size, max_tokens, key)
+    outs = []
+    for mb, real in _with_stand_ins(parts, batch):
+        out = fn(mb)  # a stand-in runs too: the other ranks' collectives wait for it
+        if real:
+            outs.append(out)
+    return [restore_order(torch.cat(col), order) for col in zip(*outs, strict=True)]
+
+
+def my_micro_batches(mini: Batch, size: int, max_tokens: int = 0, key: str = "") -> list[tuple[Batch, bool]]:
     """This rank's share of a mini-batch that every rank holds whole: the same token-balanced,
     uid-whole partition on every rank (it is deterministic), then `local_micro_batches`.
-    With one rank: `mini.split(size)`, exactly."""
+    With one rank and no token budget: `mini.split(size)`, exactly."""
     if world_size() == 1:
-        return [(p, True) for p in mini.split(size)]
+        return [(p, True) for p in split_rows(mini, size, max_tokens, key)[0]]
     mine = mini.index(shard_rows(mini, world_size())[rank()])
     if len(mine):
-        return local_micro_batches(mine, size)
+        return local_micro_batches(mine, size, max_tokens, key)
     return [(mini.index([0]), False)] * global_count(0)
 
 

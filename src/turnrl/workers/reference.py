@@ -48,21 +48,20 @@ class Reference:
         "ref.logprob_chunk_size",
     )
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
-        parts = []
-        for mb, real in parallel.local_micro_batches(batch, self.cfg.log_prob_micro_batch_size):
-            lp, _ = forward_trimmed(
+        cfg = self.cfg
+        lp, _ = parallel.map_micro_batches(
+            batch,
+            cfg.log_prob_micro_batch_size,
+            lambda mb: forward_trimmed(
                 mb.to(self.device),
                 lambda b, r: self.model.response_log_probs(
-                    *seq_args(b),
-                    r,
-                    self.temperature,
-                    self.cfg.logprob_chunk_size,
-                    self.share_prompts,
+                    *seq_args(b), r, self.temperature, cfg.logprob_chunk_size, self.share_prompts
                 ),
-            )
-            if real:
-                parts.append(lp)
-        return Batch(tensors={"ref_log_prob": torch.cat(parts).cpu()})
+            ),
+            cfg.log_prob_max_token_len_per_gpu if cfg.log_prob_use_dynamic_bsz else 0,
+            "ref.log_prob_max_token_len_per_gpu",
+        )
+        return Batch(tensors={"ref_log_prob": lp.cpu()})
 
     def save(self, directory: Path) -> None:
         """Nothing trains here: the record of which start policy this is, and the RNG streams."""
