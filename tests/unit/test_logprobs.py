@@ -76,3 +76,22 @@ def test_shared_prefix_matches_plain_forward_when_groups_are_interleaved(tiny):
         plain, _ = response_log_probs(model, *args, temperature=0.9)
         shared, _ = shared_prefix_log_probs(model, *args, temperature=0.9)
     assert torch.allclose(plain[m], shared[m], atol=1e-5)
+
+
+def test_recomputing_chunk_logits_gives_the_same_gradient(tiny, monkeypatch):
+    # small batches keep their logits for backward; large ones recompute them chunk by chunk
+    import turnrl.models.logprobs as lp_mod
+
+    model, tok = tiny
+    b = group_batch(tok)
+    args = (b["input_ids"], b["attention_mask"], b["position_ids"], 6)
+    mask = b["response_mask"]
+    grads = []
+    for limit in (0, 2**40):  # 0: always recompute
+        monkeypatch.setattr(lp_mod, "KEEP_LOGITS_BYTES", limit)
+        model.zero_grad()
+        lp, _ = response_log_probs(model, *args, temperature=0.9, chunk_size=5)
+        (lp * mask).sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert torch.equal(grads[0], grads[1])
+    model.zero_grad()

@@ -1,9 +1,10 @@
 """Per-token log-probabilities (and values) without a full-vocabulary float32 log-softmax.
 
 The trunk gives hidden states; a head is applied to the positions that predict response
-tokens only. The vocabulary head runs in chunks of `chunk_size` tokens; with gradients
-each chunk is checkpointed so backward recomputes its logits instead of keeping
-(tokens x vocab) floats alive: peak memory is one chunk's logits, whatever the batch.
+tokens only. The vocabulary head runs in chunks of `chunk_size` tokens; with gradients and
+more than `KEEP_LOGITS_BYTES` of them, each chunk is checkpointed so backward recomputes its
+logits instead of keeping (tokens x vocab) floats alive: peak memory is one chunk's logits,
+whatever the batch.
 
 Samples of one prompt share it: with `share_prompts`, each distinct prompt goes through
 the trunk once and its KV cache is copied to its samples, so a group of n responses costs
@@ -73,6 +74,11 @@ def response_hidden(
     return torch.cat([last_prompt_hidden, r_out.last_hidden_state[:, :-1, :]], dim=1)
 
 
+KEEP_LOGITS_BYTES = 512 * 2**20
+"""Below this, a backward keeps the vocabulary-sized buffers instead of recomputing them (the default
+step's micro-batch of 16 x 24 tokens needs ~230 MB)."""
+
+
 def _chunk_stats(
     hidden: torch.Tensor,
     weight: torch.Tensor,
@@ -94,10 +100,14 @@ def head_log_probs(
     """(log_probs, entropy) of labels (B, R) under the vocabulary head applied to h (B, R, H)."""
     shape = labels.shape
     h, labels = h.reshape(-1, h.shape[-1]), labels.reshape(-1)
+    # recomputing each chunk's logits in backward costs one more head matmul; worth it only when
+    # keeping every chunk's (logits, probabilities) alive would take real memory
+    kept_bytes = 3 * h.shape[0] * head.weight.shape[0] * 4
+    recompute = torch.is_grad_enabled() and kept_bytes > KEEP_LOGITS_BYTES
     out_lp, out_ent = [], []
     for start in range(0, h.shape[0], chunk_size):
         hs, ls = h[start : start + chunk_size], labels[start : start + chunk_size]
-        if torch.is_grad_enabled():
+        if recompute:
             lp, ent = checkpoint(
                 _chunk_stats, hs, head.weight, head.bias, ls, temperature, use_reentrant=False
             )
