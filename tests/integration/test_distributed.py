@@ -84,6 +84,7 @@ def assert_same_weights(one: Path, two: Path) -> None:
     assert worst <= 1e-5, worst
 
 
+@pytest.mark.slow  # the default run keeps the PPO test (actor, critic and reference on 2 ranks)
 @pytest.mark.timeout(600)
 def test_grpo_two_ranks_equal_one(tmp_path):
     one, ckpt1 = run(tmp_path, 1, GRPO)

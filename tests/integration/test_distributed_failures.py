@@ -97,6 +97,7 @@ def test_rank_error_is_one_line_and_input_errors_stay_input_errors():
     assert type(bug) is RankError and str(bug) == "critic rank 0 failed: KeyError: 'values'"
 
 
+@pytest.mark.slow  # the default run keeps the killed-rank test
 @pytest.mark.timeout(240)
 def test_rank_that_raises_mid_step_ends_the_run(tmp_path):
     trainer = make_trainer(tmp_path, steps=3)

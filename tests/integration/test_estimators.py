@@ -59,8 +59,14 @@ CASES = {
 }
 
 
+# advantage-only variants: their math is unit-tested (tests/unit/test_algo_adv_outcome.py); slow here
+SLOW_CASES = ("dr_grpo", "rloo", "reinforce_plus_plus_baseline")
+
+
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_CASES else n for n in CASES]
+)
 def test_two_steps(tmp_path, name):
     overrides = {**COMMON, "trainer.default_local_dir": str(tmp_path / "run"), **CASES[name]}
     if name != "reward_model":

@@ -29,6 +29,7 @@ def steady(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith(VARYING)}
 
 
+@pytest.mark.slow  # the default run keeps the SIGKILL resume test
 @pytest.mark.timeout(400)
 def test_calculator_agent_resumes_exactly(tmp_path):
     """Multi-turn episodes with tool calls: the agent loop's sampling, the calculator's answers
@@ -77,6 +78,7 @@ def test_calculator_agent_resumes_exactly(tmp_path):
         assert torch.equal(a, b)
 
 
+@pytest.mark.slow  # the default run keeps the SIGKILL resume test
 @pytest.mark.timeout(300)
 def test_steps_replayed_after_a_resume_are_logged_once(tmp_path):
     """A run that logged step 3 and died before checkpointing it replays step 3 from the step-2
@@ -112,6 +114,7 @@ def test_steps_replayed_after_a_resume_are_logged_once(tmp_path):
     assert steady(new3) == {k: v for k, v in steady(old3).items() if k != "replayed_after_resume_from"}
 
 
+@pytest.mark.slow  # determinism: test_numbers_unchanged compares against recorded runs
 @pytest.mark.timeout(300)
 def test_two_runs_with_the_same_seed_are_identical(tmp_path):
     """The second run also switches on `trainer.deterministic`: on CPU it changes nothing, and no

@@ -18,6 +18,7 @@ def metrics(run) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # the default run keeps the every-role resume and test_exact_resume's SIGKILL test
 @pytest.mark.timeout(300)
 def test_resume_matches_uninterrupted_run(tmp_path):
     # 4 prompts, batch 2 -> 2 steps per epoch: stopping at step 2 stops at an epoch boundary,
@@ -116,6 +117,7 @@ def test_resume_restores_every_role_ppo_with_critic_reference_and_kl(tmp_path):
     }
 
 
+@pytest.mark.slow  # the default run keeps the every-role resume and test_exact_resume's SIGKILL test
 @pytest.mark.timeout(300)
 def test_resume_with_lora_where_the_actor_serves_the_reference(tmp_path):
     overrides = {"model.lora_rank": 4, "actor.use_kl_loss": True, "trainer.save_freq": 1, "rollout.n": 4}

@@ -19,6 +19,7 @@ def run(tmp_path, name, **extra):
     return read_metrics(Trainer(cfg).fit())
 
 
+@pytest.mark.slow  # the default run keeps the auto-bypass comparison below
 @pytest.mark.timeout(300)
 def test_engine_and_trainer_log_probs_agree_and_bypass_matches(tmp_path):
     base = run(tmp_path, "recompute", **{"algorithm.rollout_correction.mode": "tis"})
