@@ -10,7 +10,8 @@ the roles took ownership of their models (timings dropped):
 The same commands must give the same values. They were recorded with the trainer recomputing
 the old log-probs, which `auto` now skips for these in-process runs: the commands say
 `algorithm.rollout_correction.bypass=false` (test_rollout_correction_train checks that the
-skipped pass changes the update by rounding only). On the machine that recorded them they are
+skipped pass changes the update by rounding only), and the addition runs get the task's
+earlier 160 training rows as data files (the default job now trains on 80). On the machine that recorded them they are
 bit-for-bit equal; the tolerance only absorbs another CPU's float rounding (a different
 SIMD width sums in a different order), far below any change a refactor could make.
 """
@@ -22,6 +23,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from turnrl.config.schema import Config
+from turnrl.data.tasks import addition
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "refactor"
@@ -53,6 +57,9 @@ def test_metrics_equal_the_recorded_run(name, tmp_path):
         "trainer.total_training_steps=3", f"trainer.default_local_dir={run}",
         "algorithm.rollout_correction.bypass=false",
     ]  # fmt: skip
+    if name != "calc":  # recorded on the addition task's earlier 160 training rows (now 80)
+        train, val = addition.write(tmp_path / "data", Config().trainer.seed, n_train=160)
+        cmd += [f"data.train_files=[{train}]", f"data.val_files=[{val}]"]
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     got = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
