@@ -14,12 +14,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import torch
-from safetensors.torch import load_file
-
 from turnrl.config import load_config
 from turnrl.rollout.base import SamplingParams
-from turnrl.trainer import checkpoint
 from turnrl.trainer.ppo import Trainer
 from turnrl.trainer.validation import validate
 
@@ -36,7 +32,6 @@ def evaluate(trainer: Trainer, temperature: float, seed: int) -> tuple[float, fl
         params,
         cfg.data.val_batch_size,
         trainer.pad_id,
-        cfg.data.max_response_length,
     )
     return metrics["val/test_score/mean"], metrics.get("val/acc/mean", float("nan"))
 
@@ -59,21 +54,20 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
-    scratch = tempfile.mkdtemp(prefix="turnrl-eval-")
-    cfg = load_config(None, [f"trainer.default_local_dir={scratch}", "trainer.logger=[]", *args.overrides])
-    trainer = Trainer(cfg)
+
+    def build(*extra: str) -> Trainer:
+        scratch = tempfile.mkdtemp(prefix="turnrl-eval-")
+        overrides = [f"trainer.default_local_dir={scratch}", "trainer.logger=[]", *extra, *args.overrides]
+        return Trainer(load_config(None, overrides))
+
+    trainer = build()
     print(f"val prompts: {len(trainer.val_examples)}")
     report("untrained", trainer, args.repeats)
-    if args.run_dir:
-        path = checkpoint.latest(Path(args.run_dir))
-        if path is None:
-            raise SystemExit(f"no checkpoint in {args.run_dir}")
-        weights = load_file(str(path / "weights.safetensors"))
-        with torch.no_grad():
-            for name, p in trainer.model.named_parameters():
-                if name in weights:
-                    p.copy_(weights[name])
-        report(path.name, trainer, args.repeats)
+    trainer.close()
+    if args.run_dir:  # a run directory is a model.path: its latest checkpoint's policy
+        trained = build(f"model.path={args.run_dir}")
+        report(Path(args.run_dir).name, trained, args.repeats)
+        trained.close()
 
 
 if __name__ == "__main__":
