@@ -38,6 +38,7 @@ def test_first_on_policy_mini_batch_has_ratio_exactly_one(tmp_path):
         "actor.log_prob_micro_batch_size": 5,
         "rollout.n": 2,
         "data.max_response_length": 16,
+        "algorithm.rollout_correction.bypass": "false",  # the trainer's own old log-probs
     }
     keep = Keep()
     trainer = Trainer(load_config(None, tiny_overrides(tmp_path, **over)), recorder=keep)
@@ -52,7 +53,11 @@ def test_first_on_policy_mini_batch_has_ratio_exactly_one(tmp_path):
 @pytest.mark.timeout(300)
 def test_log_probs_do_not_depend_on_micro_batch_size_padding_or_prefix_sharing(tmp_path):
     keep = Keep()
-    over = {"trainer.total_training_steps": 1, "data.max_response_length": 16}
+    over = {
+        "trainer.total_training_steps": 1,
+        "data.max_response_length": 16,
+        "algorithm.rollout_correction.bypass": "false",  # the trainer's old_log_prob pass is the subject
+    }
     trainer = Trainer(load_config(None, tiny_overrides(tmp_path, **over)), recorder=keep)
     trainer.fit()
     batch = keep.batches["old_log_prob"]
@@ -112,6 +117,7 @@ def test_multi_turn_rollout_log_probs_equal_the_trainers(tmp_path):
         "model.path=tiny-random", "trainer.total_training_steps=1", "trainer.test_freq=0",
         "trainer.val_before_train=false", "trainer.rollout_dump_freq=0", "trainer.logger=[jsonl]",
         "data.train_batch_size=4", "rollout.n=2", f"trainer.default_local_dir={tmp_path}",
+        "algorithm.rollout_correction.bypass=false",  # recompute, to compare with the engine's
     ]  # fmt: skip
     keep = Keep()
     trainer = Trainer(load_config(recipe, overrides), recorder=keep)

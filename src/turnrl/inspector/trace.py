@@ -33,6 +33,8 @@ TRACE_DEFAULTS: dict[str, str] = {
     "actor.ppo_mini_batch_size": "2",
     "critic.ppo_mini_batch_size": "2",  # a recipe with a critic must divide the same 2 prompts
     "trainer.val_before_train": "false",
+    # the trainer's own old log-probs, shown next to the engine's (a run may skip that pass: bypass=auto)
+    "algorithm.rollout_correction.bypass": "false",
 }
 # always, whatever the recipe or the command line says: the trace's output is its page, so it opens no
 # metrics file, no wandb run and writes no rollout dump (in a given run directory those would be strays)
