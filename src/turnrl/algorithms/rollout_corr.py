@@ -24,6 +24,14 @@ from torch import Tensor
 from turnrl.algorithms.core import check_same_shape, masked_fill_zero, masked_mean
 
 CORRECTION_MODES: tuple[str, ...] = ("none", "tis", "mis")
+BYPASS_CHOICES: tuple[str, ...] = ("auto", "true", "false")
+
+
+def bypass_choice(value: object) -> str:
+    """`algorithm.rollout_correction.bypass` as one of BYPASS_CHOICES (YAML and the CLI may give a bool)."""
+    return str(value).lower()
+
+
 CORRECTION_LEVELS: tuple[str, ...] = ("token", "sequence", "geometric")
 
 # exp() of a log-ratio beyond ~88 overflows float32; 20 (rho ~ 4.9e8) is far outside any useful ratio.

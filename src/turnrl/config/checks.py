@@ -122,7 +122,9 @@ def _check_async(cfg: Config) -> None:
             "'trainer.mode=async' runs the trainer in one process for now: set trainer.nnodes=1 and "
             "trainer.n_gpus_per_node=1 (the inference servers may live anywhere)"
         )
-    if str(cfg.algorithm.rollout_correction.bypass).lower() == "true" and t.max_staleness > 0:
+    from turnrl.algorithms.rollout_corr import bypass_choice
+
+    if bypass_choice(cfg.algorithm.rollout_correction.bypass) == "true" and t.max_staleness > 0:
         raise ConfigError(
             "'algorithm.rollout_correction.bypass=true' is exact only on-policy; async samples may be "
             f"{t.max_staleness} versions old: use mode=tis or mis instead"
@@ -130,7 +132,12 @@ def _check_async(cfg: Config) -> None:
 
 
 def _check_rollout_correction(cfg: Config) -> None:
-    from turnrl.algorithms.rollout_corr import CORRECTION_LEVELS, CORRECTION_MODES
+    from turnrl.algorithms.rollout_corr import (
+        BYPASS_CHOICES,
+        CORRECTION_LEVELS,
+        CORRECTION_MODES,
+        bypass_choice,
+    )
 
     rc = cfg.algorithm.rollout_correction
     key = "algorithm.rollout_correction"
@@ -140,8 +147,8 @@ def _check_rollout_correction(cfg: Config) -> None:
         raise ConfigError(f"'{key}.tis_cap' must be > 0, got {rc.tis_cap}")
     if not 0 <= rc.mis_low < rc.mis_high:
         raise ConfigError(f"'{key}' needs 0 <= mis_low < mis_high, got [{rc.mis_low}, {rc.mis_high}]")
-    bypass = str(rc.bypass).lower()
-    _one_of(f"{key}.bypass", bypass, ("auto", "true", "false"))
+    bypass = bypass_choice(rc.bypass)
+    _one_of(f"{key}.bypass", bypass, BYPASS_CHOICES)
     if bypass == "true" and rc.mode != "none":
         raise ConfigError(
             f"'{key}.bypass=true' uses the rollout's log-probs as the old ones, so there is no "

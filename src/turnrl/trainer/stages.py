@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import torch
 
 from turnrl.algorithms.advantages import compute_advantage
-from turnrl.algorithms.rollout_corr import rollout_correction
+from turnrl.algorithms.rollout_corr import bypass_choice, rollout_correction
 from turnrl.batch import Batch
 from turnrl.config.schema import Config, RolloutCorrectionConfig
 
@@ -106,7 +106,7 @@ def old_log_probs_from_rollout(cfg: Config) -> bool:
     ratio only has to be ~1) or whose engine samples from the trainer's very module (one rank, `hf`
     engine: the same weights, so the same numbers up to kernel rounding)."""
     rc, a, t = cfg.algorithm.rollout_correction, cfg.actor, cfg.trainer
-    choice = str(rc.bypass).lower()
+    choice = bypass_choice(rc.bypass)
     if choice != "auto":
         return choice == "true"
     synchronous = t.mode == "sync" or t.max_staleness == 0

@@ -24,7 +24,7 @@ from turnrl.rollout.engines import build_engine
 from turnrl.workers import parallel
 from turnrl.workers.group import dp
 from turnrl.workers.memory import names_key_on_oom
-from turnrl.workers.microbatch import forward_trimmed, seq_args
+from turnrl.workers.microbatch import trimmed_log_probs
 from turnrl.workers.optim import Optimizer, epochs_of_mini_batches
 from turnrl.workers.state import load_role, save_role
 
@@ -124,14 +124,18 @@ class Actor:
         if parallel.rank() == 0:
             parallel.load_full_state_dict(self.engine_model, state)
 
-    def _log_probs(self, mb: Batch, chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        def fn(b: Batch, r: int) -> tuple[torch.Tensor, ...]:
-            return self.model.response_log_probs(
-                *seq_args(b), r, self.temperature, chunk_size, self.share_prompts
-            )
+    def _log_probs(self, mb: Batch, chunk_size: int) -> tuple[torch.Tensor, ...]:
+        return trimmed_log_probs(
+            self.model, mb, self.device, self.temperature, chunk_size, self.share_prompts
+        )
 
-        lp, ent = forward_trimmed(mb.to(self.device), fn)
-        return lp, ent
+    def _log_prob_passes(
+        self, batch: Batch, micro: int, chunk_size: int, budget: int, key: str
+    ) -> list[torch.Tensor]:
+        """(log_probs, entropy) of a whole batch, in micro-batches of `micro` rows or `budget` tokens."""
+        return parallel.map_micro_batches(
+            batch, micro, lambda mb: self._log_probs(mb, chunk_size), budget, key
+        )
 
     @dp
     @torch.no_grad()
@@ -145,10 +149,10 @@ class Actor:
         """`log_probs` and `entropys` of the responses at the rollout temperature."""
         self.model.eval()
         cfg = self.cfg
-        lp, ent = parallel.map_micro_batches(
+        lp, ent = self._log_prob_passes(
             batch,
             cfg.log_prob_micro_batch_size,
-            lambda mb: self._log_probs(mb, cfg.logprob_chunk_size),
+            cfg.logprob_chunk_size,
             cfg.log_prob_max_token_len_per_gpu if cfg.use_dynamic_bsz else 0,
             "actor.log_prob_max_token_len_per_gpu",
         )
@@ -170,10 +174,10 @@ class Actor:
         self.model.eval()
         ref = self.ref_cfg
         with self.model.disable_adapter():
-            lp, _ = parallel.map_micro_batches(
+            lp, _ = self._log_prob_passes(
                 batch,
                 ref.log_prob_micro_batch_size,
-                lambda mb: self._log_probs(mb, ref.logprob_chunk_size),
+                ref.logprob_chunk_size,
                 ref.log_prob_max_token_len_per_gpu if ref.log_prob_use_dynamic_bsz else 0,
                 "ref.log_prob_max_token_len_per_gpu",
             )

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -53,6 +55,17 @@ def forward_trimmed(
 
 def seq_args(b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return b["input_ids"], b["attention_mask"], b["position_ids"]
+
+
+def trimmed_log_probs(
+    model: Any, mb: Batch, device: torch.device, temperature: float, chunk_size: int, share_prompts: bool
+) -> tuple[torch.Tensor, ...]:
+    """(log_probs, entropy) of one micro-batch's responses through `model.response_log_probs`,
+    on its trimmed columns, padded back to the full response width."""
+    return forward_trimmed(
+        mb.to(device),
+        lambda b, r: model.response_log_probs(*seq_args(b), r, temperature, chunk_size, share_prompts),
+    )
 
 
 def row_lengths(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,8 +119,8 @@ def split_rows(
         return batch.split(size) if len(batch) else [], None
     order, sizes = token_budget_split(batch, max_tokens, key)
     ordered = batch.index(order)
-    starts = [sum(sizes[:i]) for i in range(len(sizes))]
-    return [ordered.index(slice(s, s + n)) for s, n in zip(starts, sizes, strict=True)], order
+    ends = list(itertools.accumulate(sizes))
+    return [ordered.index(slice(e - n, e)) for e, n in zip(ends, sizes, strict=True)], order
 
 
 def restore_order(x: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:

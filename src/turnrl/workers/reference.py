@@ -16,7 +16,7 @@ from turnrl.models.policy import frozen_copy_of_start
 from turnrl.workers import parallel
 from turnrl.workers.group import dp
 from turnrl.workers.memory import names_key_on_oom
-from turnrl.workers.microbatch import forward_trimmed, seq_args
+from turnrl.workers.microbatch import trimmed_log_probs
 from turnrl.workers.state import CheckpointError, load_role, save_role
 
 
@@ -52,11 +52,8 @@ class Reference:
         lp, _ = parallel.map_micro_batches(
             batch,
             cfg.log_prob_micro_batch_size,
-            lambda mb: forward_trimmed(
-                mb.to(self.device),
-                lambda b, r: self.model.response_log_probs(
-                    *seq_args(b), r, self.temperature, cfg.logprob_chunk_size, self.share_prompts
-                ),
+            lambda mb: trimmed_log_probs(
+                self.model, mb, self.device, self.temperature, cfg.logprob_chunk_size, self.share_prompts
             ),
             cfg.log_prob_max_token_len_per_gpu if cfg.log_prob_use_dynamic_bsz else 0,
             "ref.log_prob_max_token_len_per_gpu",
