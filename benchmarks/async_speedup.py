@@ -70,10 +70,10 @@ def slow_retriever(latency_s: float) -> Iterator[str]:
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
 
-    from turnrl.agent.tools.search import builtin_index
     from turnrl.models.loader import cache_root
+    from turnrl.runtime import free_port
     from turnrl.servers.retriever.launcher import LocalRetriever
-    from turnrl.servers.sandbox.process import free_port
+    from turnrl.tasks.search.corpus import builtin_index
 
     with LocalRetriever(builtin_index(cache_root())) as real:
         app = FastAPI()

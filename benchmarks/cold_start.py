@@ -130,9 +130,9 @@ def validation_subset(k: int, out: Path) -> Path | None:
     """The first `k` of the task's validation questions as a file (None: all of them, the task's own)."""
     if not k:
         return None
-    from turnrl.data.tasks import write_task
+    from turnrl.tasks import write_task
 
-    _, val = write_task("search", out / "task", 0)
+    val = write_task("search", out / "task", 0).val
     path = out / f"val_{k}.jsonl"
     path.write_text("".join(val.read_text().splitlines(keepends=True)[:k]))
     return path

@@ -105,8 +105,8 @@ def cpu_seconds(pid: int | str) -> float:
 def processes(trainer: Any) -> dict[str, list[int | str]]:
     """The processes each role runs in, by rank: the rank workers, or this very process."""
     out: dict[str, list[int | str]] = {}
-    for name, group in trainer.roles.owned().items():
-        out[name] = list(vars(group).get("pids", ["self"]))  # groups answer any getattr: look in vars
+    for name, handle in trainer.roles.owned().items():
+        out[name] = list(getattr(handle.group, "pids", ["self"]))  # a RayGroup has one per rank
     return out
 
 
@@ -115,8 +115,9 @@ def measure(trainer: Any) -> dict[str, Any]:
     import ray
 
     ranks: dict[int, dict[str, Any]] = {}
-    for name, group in trainer.roles.owned().items():
-        if "pids" in vars(group):  # a RayGroup: one process per rank
+    for name, handle in trainer.roles.owned().items():
+        group = handle.group
+        if hasattr(group, "pids"):  # a RayGroup: one process per rank
             sizes = ray.get([w.__ray_call__.remote(_remote_role_bytes) for w in group.workers])
             for r, (pid, sz) in enumerate(zip(group.pids, sizes, strict=True)):
                 ranks.setdefault(r, {})[name] = {**sz, **proc_status(pid), "pid": pid}

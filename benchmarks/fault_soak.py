@@ -4,8 +4,8 @@
 
 Each rate runs N calculator-agent episodes through the real rollout path (`AgentRollout` built from
 `examples/calculator_agent.yaml`, episode loop, executor, observation builder, metrics) with
-`tests/faulty_tools.py:FaultyCalculator` registered as a custom tool; the policy is the scripted
-engine of `tests/scripted_engine.py` (tiny-random's tokenizer), which calls the calculator once per
+`tests/support/faulty_tools.py:FaultyCalculator` registered as a custom tool; the policy is the scripted
+engine of `tests/support/scripted_engine.py` (tiny-random's tokenizer), which calls the calculator once per
 episode and then answers, so the time measured is the loop's and the tools', not a model's.
 
 Printed side by side: episodes/s, crashes (must be 0), and per fault kind what the tool injected
@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))  # the faulty tool and the scripted engine live wi
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tests.fault_episodes import SoakReport, accounting_problems, soak  # noqa: E402
-from tests.faulty_tools import ERROR_KIND, FAULT_KINDS  # noqa: E402
+from tests.support.fault_episodes import SoakReport, accounting_problems, soak  # noqa: E402
+from tests.support.faulty_tools import ERROR_KIND, FAULT_KINDS  # noqa: E402
 
 from turnrl.models.loader import load_tokenizer  # noqa: E402
 

@@ -22,16 +22,16 @@ import torch
 
 from turnrl.batch import Batch
 from turnrl.config.schema import ActorConfig, ModelConfig, OptimConfig, RolloutConfig
-from turnrl.data.dataset import left_pad
-from turnrl.data.tasks import write_task
 from turnrl.rollout.base import Generation, assemble
+from turnrl.tasks import write_task
+from turnrl.tensors import left_pad
 from turnrl.workers.actor import Actor
 from turnrl.workers.microbatch import row_lengths, split_rows
 
 
 def make_batch(actor: Actor, rows: int, n: int, lo: int, hi: int, seed: int) -> Batch:
     tok = actor.tokenizer
-    train, _ = write_task("addition", tempfile.mkdtemp(prefix="turnrl-bench-"), seed)
+    train = write_task("addition", tempfile.mkdtemp(prefix="turnrl-bench-"), seed).train
     rows_json = [json.loads(line) for line in train.read_text().splitlines()[: rows // n]]
     prompts = [
         tok.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows_json

@@ -180,10 +180,8 @@ def _timed(fn: object, *args: object) -> float:
 class Bm25sServer(LocalRetriever):
     """`turnrl retriever serve`'s app with the bm25s searcher, run by this script (--serve-bm25s)."""
 
-    def _spawn(self, port: int, log_path: Path) -> subprocess.Popen[bytes]:
-        command = [sys.executable, __file__, "--serve-bm25s", str(self.index_dir), "--port", str(port)]
-        with log_path.open("ab") as log:
-            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    def command(self, port: int) -> list[str]:
+        return [sys.executable, __file__, "--serve-bm25s", str(self.index_dir), "--port", str(port)]
 
 
 def serve_bm25s(index_dir: Path, port: int) -> None:

@@ -44,7 +44,7 @@ def distinct_chars(completions: list[Any], **kwargs: Any) -> list[float]:
 
 def prompts(k: int) -> list[list[dict[str, str]]]:
     """The default task's prompts (one worked example, then a sum), k of them."""
-    from turnrl.data.tasks.addition import make_row
+    from turnrl.tasks.addition import make_row
 
     return [make_row(1 + i % 9, 1 + (i * 7) % 9, "train", i)["prompt"] for i in range(k)]
 
@@ -52,8 +52,9 @@ def prompts(k: int) -> list[list[dict[str, str]]]:
 def model_dir(args: argparse.Namespace, work: Path) -> Path:
     if not args.shape:
         from turnrl.models.loader import model_directory
+        from turnrl.trainer.run_dirs import resolve_model_path
 
-        return model_directory(args.model)
+        return model_directory(resolve_model_path(args.model))
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     sys.path.insert(0, str(Path(__file__).parent))

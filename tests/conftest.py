@@ -1,11 +1,15 @@
-"""Shared fixtures: the tiny random model (same family and tokenizer as the embedded one)."""
+"""Shared fixtures: the tiny random model (same family and tokenizer as the embedded one), and
+`turnrl` commands run in-process."""
 
+import functools
 import os
 
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# a batch field that turnrl/fields.py does not declare fails (in this process and in the runs it starts)
+os.environ.setdefault("TURNRL_STRICT_FIELDS", "1")
 
 
 @pytest.fixture(scope="session")
@@ -16,3 +20,32 @@ def tiny():
 
     model, tokenizer = load_model("tiny-random", torch.device("cpu"), seed=0)
     return model, tokenizer
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """`cli("train", "key=value", ..., cwd=..., env=...)`: a `turnrl` command run in-process through
+    `turnrl.cli.main`; returns its exit code, stdout and stderr (tests/support/cli.py)."""
+    from tests.support.cli import run_cli
+
+    return functools.partial(run_cli, capsys, monkeypatch)
+
+
+@pytest.fixture
+def keep_torch_threads():
+    """Put back torch's thread count and deterministic mode after a test that trains in-process."""
+    from tests.support.cli import process_state
+
+    with process_state():
+        yield
+
+
+@pytest.fixture(scope="session")
+def server_run(tmp_path_factory):
+    """One synchronous 3-step tiny run through a child `turnrl serve`, made once for the session:
+    test_train_server checks its server side, test_async compares async with max_staleness=0 to it."""
+    from tests.support.cli import process_state
+    from tests.support.tiny_runs import server_run as run
+
+    with process_state():
+        return run(tmp_path_factory.mktemp("server_run"))

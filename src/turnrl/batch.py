@@ -3,7 +3,8 @@
 Tensor fields share the first dimension; non-tensor fields are numpy object arrays of the
 same length (strings, dicts, ground truths); `meta` holds step-level facts (temperature,
 metrics). Every operation returns a new Batch, except `pop` and `union`, which say in
-their names that they change it.
+their names that they change it. The fields a step writes are declared in `turnrl/fields.py`;
+in strict mode (the test suite) a field it does not declare cannot be written.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from turnrl.fields import check_names
 
 
 def _as_object_array(values: Any) -> np.ndarray:
@@ -32,6 +35,7 @@ class Batch:
 
     def __post_init__(self) -> None:
         self.non_tensors = {k: _as_object_array(v) for k, v in self.non_tensors.items()}
+        check_names([*self.tensors, *self.non_tensors])
         self._check()
 
     def _check(self) -> None:
@@ -58,6 +62,7 @@ class Batch:
         raise KeyError(f"batch has no field '{key}'; it has {sorted(self.keys())}")
 
     def __setitem__(self, key: str, value: Any) -> None:
+        check_names([key])
         if isinstance(value, torch.Tensor):
             self.non_tensors.pop(key, None)
             self.tensors[key] = value

@@ -21,7 +21,7 @@ COMMANDS: dict[str, str] = {
     "trace": "turnrl.inspector.cli",
     "report": "turnrl.tracking.cli",
     "export": "turnrl.export",
-    "serve": "turnrl.serve.cli",
+    "serve": "turnrl.servers.inference.cli",
     "sft": "turnrl.supervised.cli",
     "rm": "turnrl.supervised.cli",
     "data": "turnrl.data.prepare.cli",
@@ -47,6 +47,24 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def resolve_served_model(args: argparse.Namespace) -> str | None:
+    """`turnrl serve --model RUN_DIR`: the inference server sits below the trainer and loads what it
+    is handed, so a training run or checkpoint named there is exported here, above every command,
+    as the other commands do for `model.path`; clients still see the path as given. Returns the
+    error line, or None."""
+    from turnrl.errors import TurnrlInputError
+    from turnrl.trainer.run_dirs import resolve_model_path
+
+    try:
+        path = resolve_model_path(args.model, args.cache_dir)
+    except TurnrlInputError as err:
+        return f"turnrl serve: error: {' '.join(str(err).split())}"
+    if path != args.model:
+        args.served_model_name = args.served_model_name or args.model
+        args.model = path
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
@@ -54,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if args.command == "serve" and (error := resolve_served_model(args)):
+        print(error, file=sys.stderr)
+        return 1
     return int(args.func(args) or 0)
 
 

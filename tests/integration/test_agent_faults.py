@@ -1,5 +1,5 @@
 """Reliability under a faulty tool: calculator-agent episodes on `tiny-random`'s tokenizer through the
-real rollout path, with `tests/faulty_tools.py` failing 10 % of the calls (raise, time out, 10 MB of
+real rollout path, with `tests/support/faulty_tools.py` failing 10 % of the calls (raise, time out, 10 MB of
 output, no output, non-UTF-8 bytes).
 
 No episode may crash the step or hang it; every injected fault must reach its episode as an error
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.fault_episodes import accounting_problems, soak
+from tests.support.fault_episodes import accounting_problems, soak
 from turnrl.models.loader import load_tokenizer
 
 TIMEOUT = 0.5

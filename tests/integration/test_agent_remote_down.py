@@ -10,10 +10,12 @@ import pytest
 
 from turnrl.agent.executor import ToolCall, ToolExecutor
 from turnrl.agent.tools.python import PythonTool
-from turnrl.agent.tools.search import SearchTool, builtin_index
+from turnrl.agent.tools.search import SearchTool
 from turnrl.agent.tools.toolset import ToolSet
 from turnrl.config.agent_schema import MultiTurnConfig
-from turnrl.servers.retriever.launcher import LocalRetriever, free_port
+from turnrl.runtime import free_port
+from turnrl.servers.retriever.launcher import LocalRetriever
+from turnrl.tasks.search.corpus import builtin_index
 
 # the tools' default 2 retries: backoff 0.5 s then 1 s, jittered (sandbox x0.5-1, retriever x0.8-1.2)
 CASES = {

@@ -13,10 +13,8 @@ import time
 import pytest
 import torch
 
+from tests.support.agent_batches import agent_cfg, chat_prompt, encode, gen_batch, segments, unpadded
 from turnrl.agent.rollout import AgentRollout
-from turnrl.batch import Batch
-from turnrl.config import load_config
-from turnrl.data.dataset import left_pad, position_ids_from_mask
 from turnrl.models.loader import load_model
 from turnrl.models.logprobs import response_log_probs
 from turnrl.rollout.base import Generation, SamplingParams
@@ -25,19 +23,6 @@ from turnrl.rollout.hf import HFEngine
 BUDGET = 48
 # every behaviour below holds in both schedules: all episodes turn by turn, or each on its own (async RL)
 both_schedules = pytest.mark.parametrize("streaming", [False, True], ids=["turn-locked", "streaming"])
-
-
-def encode(tok, text: str) -> list[int]:
-    return tok(text, add_special_tokens=False)["input_ids"]
-
-
-def chat_prompt(tok, text: str) -> list[int]:
-    return encode(
-        tok,
-        tok.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
-        ),
-    )
 
 
 def teach(target: list[int], steps: int = 60):
@@ -93,6 +78,7 @@ class BudgetIgnoringEngine:
     def __init__(self, inner: HFEngine):
         self.inner = inner
         self.eos_ids = inner.eos_ids
+        self.max_lag = 0
 
     def generate(self, prompt_ids, params, max_new_tokens_per_row=None):
         return self.inner.generate(prompt_ids, params)
@@ -104,45 +90,9 @@ class BudgetIgnoringEngine:
         pass
 
 
-def gen_batch(tok, texts: list[str]) -> Batch:
-    ids, mask = left_pad([chat_prompt(tok, t) for t in texts], tok.pad_token_id)
-    return Batch({"input_ids": ids, "attention_mask": mask, "position_ids": position_ids_from_mask(mask)})
-
-
-def agent_cfg(tmp_path, **extra):
-    base = {
-        "rollout.multi_turn.enable": True,
-        "rollout.multi_turn.tools": "[calculator]",
-        "rollout.multi_turn.max_turns": 2,
-        "model.cache_dir": str(tmp_path),
-    }
-    base.update(extra)
-    return load_config(None, [f"{k}={v}" for k, v in base.items()])
-
-
 def run(agent, tok, texts, n=2, budget=BUDGET, seed=1, temperature=1.0):
     params = SamplingParams(max_new_tokens=budget, n=n, temperature=temperature, seed=seed)
     return agent.generate(gen_batch(tok, texts), params)
-
-
-def unpadded(batch: Batch, i: int) -> tuple[list[int], list[int], list[float]]:
-    r = batch["responses"].shape[1]
-    full = batch["input_ids"][i][batch["attention_mask"][i].bool()].tolist()
-    k = int(batch["attention_mask"][i, -r:].sum())
-    return full, batch["response_mask"][i, :k].tolist(), batch["rollout_log_probs"][i, :k].tolist()
-
-
-def segments(batch: Batch, i: int) -> list[tuple[int, list[int]]]:
-    """The response of row i as runs of (response_mask value, ids): model turns and observations."""
-    _, mask, _ = unpadded(batch, i)
-    ids = batch["responses"][i, : len(mask)].tolist()
-    runs: list[tuple[int, list[int]]] = []
-    for m, t in zip(mask, ids, strict=True):
-        if runs and runs[-1][0] == int(m):
-            runs[-1][1].append(t)
-        else:
-            runs.append((int(m), [t]))
-    return runs
 
 
 @both_schedules
@@ -331,6 +281,7 @@ def test_bad_tools_become_error_observations_and_the_step_goes_on(tool_model, tm
 def test_trainer_stages_run_on_agent_batches(tool_model, tmp_path, streaming):
     """Rollout -> group -> reward -> old log-prob (the actor's shared-prefix path) -> GRPO -> update."""
     from turnrl.rewards.scorer import RuleReward
+    from turnrl.tasks import scorers
     from turnrl.trainer import stages
     from turnrl.workers.actor import Actor
 
@@ -346,7 +297,7 @@ def test_trainer_stages_run_on_agent_batches(tool_model, tmp_path, streaming):
     with AgentRollout(HFEngine(model, tok), tok, cfg, tok.pad_token_id, streaming=streaming) as agent:
         rollout, _ = agent.generate(g, SamplingParams(max_new_tokens=BUDGET, n=4, seed=5))
     batch = stages.group_and_merge(prompts, rollout, 4)
-    stages.score(RuleReward(tok), batch)
+    stages.score(RuleReward(tok, scorers=scorers()), batch)  # with the tasks' scorers, as a run
     assert batch["token_level_scores"][:4].sum(-1).max() == 1.0  # the memorised answer 408 is right
     actor = Actor(cfg.actor, cfg.model.__class__(path="tiny-random"), cfg.rollout)
     actor.model.load_state_dict(model.state_dict())  # the role builds its own module; give it these weights

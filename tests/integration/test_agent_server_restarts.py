@@ -15,15 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.fault_episodes import observation_text
-from tests.scripted_engine import ScriptedEngine
+from tests.support.fault_episodes import observation_text
+from tests.support.scripted_engine import ScriptedEngine
 from turnrl.agent.rollout import AgentRollout
 from turnrl.agent.tools.base import FatalToolError
 from turnrl.batch import Batch
 from turnrl.config import load_config
-from turnrl.data.dataset import left_pad, position_ids_from_mask
 from turnrl.models.loader import load_tokenizer
 from turnrl.rollout.base import SamplingParams
+from turnrl.tasks.search.corpus import builtin_index
+from turnrl.tensors import left_pad, position_ids_from_mask
 
 CASES = {  # tool: (action, what its observation shows, the server's name in messages)
     "python": ("<code>print(6 * 7)</code>", "42", "code sandbox"),
@@ -66,7 +67,7 @@ def test_killed_child_is_restarted_once_then_the_run_stops(tool, tmp_path, caplo
     }
     cfg = load_config(None, [f"{k}={v}" for k, v in overrides.items()])
     log_file: Path | None = None
-    with AgentRollout(engine, tok, cfg, tok.pad_token_id) as agent:
+    with AgentRollout(engine, tok, cfg, tok.pad_token_id, default_index=builtin_index) as agent:
         (child,) = agent.toolset._children
         url = child.url
         text, metrics = episode(agent, tok, prompt)

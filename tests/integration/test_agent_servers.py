@@ -12,7 +12,9 @@ from turnrl.agent.tools.base import ToolError
 from turnrl.agent.tools.toolset import ToolSet
 from turnrl.config.agent_schema import MultiTurnConfig
 from turnrl.rewards.registry import registered
-from turnrl.servers.sandbox.process import free_port
+from turnrl.runtime import free_port
+from turnrl.tasks import scorers
+from turnrl.tasks.search.corpus import ENTITIES, SEED, builtin_index, builtin_qa
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +22,7 @@ def tools(tmp_path_factory):
     cfg = MultiTurnConfig(enable=True, tools=["search", "python", "calculator"], tool_timeout=30)
     cfg.python.workers = 2
     cfg.python.run_timeout = 2
-    toolset = ToolSet(cfg, tmp_path_factory.mktemp("cache")).start()
+    toolset = ToolSet(cfg, tmp_path_factory.mktemp("cache"), builtin_index).start()  # as a run passes it
     executor = ToolExecutor(toolset.tools, timeout=30)
     yield toolset, executor
     executor.close()
@@ -31,11 +33,8 @@ def tools(tmp_path_factory):
 
 
 def test_search_answers_from_the_builtin_corpus(tools):
-    from turnrl.agent.tools.search import BUILTIN_ENTITIES, BUILTIN_SEED
-    from turnrl.servers.retriever.builtin_corpus import builtin_qa
-
     _, executor = tools
-    qa = builtin_qa(BUILTIN_ENTITIES, BUILTIN_SEED)[:6]
+    qa = builtin_qa(ENTITIES, SEED)[:6]
     out = executor.run(
         [ToolCall("search", {"query": q.question}) for q in qa] + [ToolCall("search", {"query": " "})]
     )
@@ -69,7 +68,7 @@ def test_python_runs_in_the_sandbox(tools):
 
 def test_code_reward_runs_hidden_tests_in_the_same_sandbox(tools):
     toolset, _ = tools
-    score = registered(toolset.sandbox_url)["turnrl/code"]  # the table RuleReward(sandbox_url=...) uses
+    score = registered(toolset.sandbox_url, scorers())["turnrl/code"]  # RuleReward(sandbox_url=...)'s table
     truth = {"inputs": ["abc\n", "hello\n"], "outputs": ["cba\n", "olleh\n"]}
     good = "<answer>\n```python\nprint(input()[::-1])\n```\n</answer>"
     half = "<answer>\n```python\ns = input()\nprint('cba' if s == 'abc' else s)\n```\n</answer>"

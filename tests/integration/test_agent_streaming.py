@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.integration.test_agent_rollout import agent_cfg, chat_prompt, encode, gen_batch, segments, unpadded
-from tests.scripted_engine import Row, ScriptedEngine
+from tests.support.agent_batches import agent_cfg, chat_prompt, encode, gen_batch, segments, unpadded
+from tests.support.scripted_engine import Row, ScriptedEngine
 from turnrl.agent.executor import ToolCall, ToolExecutor
 from turnrl.agent.rollout import AgentRollout
 from turnrl.rollout.base import SamplingParams

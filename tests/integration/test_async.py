@@ -12,17 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.tiny_runs import SERVER_RUN, tiny_overrides
 from turnrl.config import load_config
 from turnrl.trainer.ppo import Trainer
-
-from .test_train_tiny import tiny_overrides
 
 VOLATILE = ("timing_s/", "perf/throughput", "async/")
 
 
 def run(tmp_path: Path, name: str, **extra: object) -> Path:
-    over = {"rollout.engine": "server", "trainer.total_training_steps": 3, "trainer.rollout_dump_freq": 1}
-    return Trainer(load_config(None, tiny_overrides(tmp_path / name, **{**over, **extra}))).fit()
+    """The shared server run's settings (SERVER_RUN) and `extra`."""
+    return Trainer(load_config(None, tiny_overrides(tmp_path / name, **{**SERVER_RUN, **extra}))).fit()
 
 
 def steps_of(run_dir: Path) -> list[dict]:
@@ -40,8 +39,8 @@ def prompts_per_step(run_dir: Path) -> dict[int, list[str]]:
 
 
 @pytest.mark.timeout(600)
-def test_staleness_zero_is_the_synchronous_run(tmp_path):
-    sync = steps_of(run(tmp_path, "sync"))
+def test_staleness_zero_is_the_synchronous_run(tmp_path, server_run):
+    sync = steps_of(server_run.run_dir)  # the synchronous run, shared with test_train_server
     async0 = steps_of(run(tmp_path, "async0", **{"trainer.mode": "async", "trainer.max_staleness": 0}))
     assert len(sync) == len(async0) == 3
     for want, got in zip(sync, async0, strict=True):
@@ -101,7 +100,7 @@ def test_agent_episodes_stream_in_async_mode(tmp_path):
         "trainer.default_local_dir": str(tmp_path / "run"),
     }
     trainer = Trainer(load_config(recipe, [f"{k}={v}" for k, v in overrides.items()]))
-    assert trainer.rollout.streaming and trainer.sampling(1).seed is None
+    assert trainer.rollout.streaming and trainer.sampler.params(1).seed is None
     trainer.val_examples = trainer.val_examples[:4]
     steps = steps_of(trainer.fit())
     assert len(steps) == 3

@@ -8,13 +8,11 @@ import re
 
 import pytest
 
-from turnrl.agent.tools.search import BUILTIN_ENTITIES, BUILTIN_SEED
 from turnrl.cli import main
-from turnrl.data.prepare import search_sft
-from turnrl.data.tasks import write_task
-from turnrl.data.tasks.search import N_VAL, split_questions
 from turnrl.rewards.qa import compute_score
-from turnrl.servers.retriever import builtin_corpus
+from turnrl.tasks import write_task
+from turnrl.tasks.search import N_VAL, demos, split_questions
+from turnrl.tasks.search.corpus import ENTITIES, SEED, builtin_qa
 
 ANSWER = re.compile(r"<answer> (.*) </answer>$")
 
@@ -39,14 +37,14 @@ def full(tmp_path_factory):
 
 def test_only_training_questions_and_the_task_rows_prompt(full, tmp_path):
     rows, _ = full
-    qa = builtin_corpus.builtin_qa(BUILTIN_ENTITIES, BUILTIN_SEED)
+    qa = builtin_qa(ENTITIES, SEED)
     val, train = split_questions(qa)
     held_out = {q.question for q in val}
     asked = [r["prompt"][0]["content"].rsplit("Question: ", 1)[1].strip() for r in rows]
     assert not held_out & set(asked)
     assert len(rows) == len(train) == len(set(asked))  # every training question once, none skipped
     # each row is the task's own training row (the prompt RL samples from), plus its episode
-    task_train, _ = write_task("search", tmp_path, 0)
+    task_train = write_task("search", tmp_path, 0).train
     task = {r["extra_info"]["index"]: r for r in map(json.loads, task_train.read_text().splitlines())}
     for r in rows:
         assert r["extra_info"]["index"] >= N_VAL
@@ -89,9 +87,9 @@ def test_seeded_and_independent_of_n(full, tmp_path, capsys):
 
 
 def test_a_training_question_equal_to_a_validation_one_is_excluded(tmp_path, capsys, monkeypatch):
-    qa = builtin_corpus.builtin_qa(BUILTIN_ENTITIES, BUILTIN_SEED)
+    qa = builtin_qa(ENTITIES, SEED)
     twin = qa[N_VAL + 5] = qa[3]  # a training slot now asks a held-out question
-    monkeypatch.setattr(builtin_corpus, "builtin_qa", lambda n, seed: list(qa))
+    monkeypatch.setattr(demos, "builtin_qa", lambda n, seed: list(qa))
     rows, out = generate(tmp_path, capsys, "dup", "--retry-fraction", "0")
     assert twin.question not in {r["prompt"][0]["content"].rsplit("Question: ", 1)[1].strip() for r in rows}
     assert "(1 excluded as identical to a validation question)" in out
@@ -128,8 +126,8 @@ def test_generator_flags_are_refused_for_converters(tmp_path, capsys):
 
 
 def test_every_relation_has_phrasing():
-    relations = {q.relation for q in builtin_corpus.builtin_qa(BUILTIN_ENTITIES, BUILTIN_SEED)}
-    assert relations == set(search_sft.RELATIONS)
+    relations = {q.relation for q in builtin_qa(ENTITIES, SEED)}
+    assert relations == set(demos.RELATIONS)
 
 
 class FakeSearch:
@@ -151,14 +149,14 @@ class FakeSearch:
 
 
 def test_a_missed_named_query_is_searched_again_and_a_question_never_found_is_skipped():
-    q = builtin_corpus.builtin_qa(BUILTIN_ENTITIES, BUILTIN_SEED)[N_VAL]
-    report = search_sft.Report()
+    q = builtin_qa(ENTITIES, SEED)[N_VAL]
+    report = demos.Report()
     search = FakeSearch(q, hit_at=1)
-    row = search_sft.demonstration(q, N_VAL, 0, search, 0.0, report)
+    row = demos.demonstration(q, N_VAL, 0, search, 0.0, report)
     assert row["extra_info"]["searches"] == 2 and len(search.queries) == 2
     assert "The results do not say" in row["episode"][2]["content"]
     assert sum(report.missed.values()) == 1 and not report.skipped
     search = FakeSearch(q, hit_at=None)
-    assert search_sft.demonstration(q, N_VAL, 0, search, 0.0, report) is None
-    assert len(search.queries) == search_sft.MAX_SEARCHES
+    assert demos.demonstration(q, N_VAL, 0, search, 0.0, report) is None
+    assert len(search.queries) == demos.MAX_SEARCHES
     assert len(report.skipped) == 1 and sum(report.missed.values()) == 2  # + the first of the two misses

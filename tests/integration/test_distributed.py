@@ -10,46 +10,13 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
-from safetensors.torch import load_file
 
+from tests.support.ranks import GRPO, PPO, assert_same
+from tests.support.tiny_runs import assert_same_weights, tiny_overrides
 from turnrl.config import load_config
 from turnrl.trainer.ppo import Trainer
 
-from .test_train_tiny import tiny_overrides
-
 pytest.importorskip("ray")
-
-GRPO = {
-    "data.train_batch_size": 4,
-    "actor.ppo_mini_batch_size": 2,
-    "actor.ppo_micro_batch_size": 3,  # uneven micro-batches on each rank
-    "rollout.n": 4,
-    "trainer.save_freq": 0,
-    # Adam turns float-rounding differences of near-zero gradients into steps of up to lr: a
-    # moderate lr keeps two honest runs within 1e-5 of each other
-    "actor.optim.lr": 1e-3,
-    # both runs recompute the old log-probs (one rank would take the engine's): like for like
-    "algorithm.rollout_correction.bypass": "false",
-}
-BUDGET = {"ppo": 220, "forward": 300}  # tokens; a row is ~100 (prompt ~92 + 8): 1-3 rows per pass
-PPO = {
-    **GRPO,
-    "algorithm.adv_estimator": "gae",
-    "algorithm.use_kl_in_reward": True,
-    "critic.enable": True,
-    "critic.ppo_mini_batch_size": 2,
-    # every role's passes by token budget: rows sorted by length, each rank its own count of passes
-    "data.max_prompt_length": 128,
-    "actor.use_dynamic_bsz": True,
-    "actor.ppo_max_token_len_per_gpu": BUDGET["ppo"],
-    "actor.log_prob_max_token_len_per_gpu": BUDGET["forward"],
-    "ref.log_prob_use_dynamic_bsz": True,
-    "ref.log_prob_max_token_len_per_gpu": BUDGET["forward"],
-    "critic.use_dynamic_bsz": True,
-    "critic.ppo_max_token_len_per_gpu": BUDGET["ppo"],
-    "critic.forward_max_token_len_per_gpu": BUDGET["forward"],
-}
 
 
 def run(tmp_path: Path, ranks: int, extra: dict, steps: int = 2) -> tuple[list[dict], Path]:
@@ -59,29 +26,6 @@ def run(tmp_path: Path, ranks: int, extra: dict, steps: int = 2) -> tuple[list[d
     run_dir = trainer.fit()
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [r for r in rows if "critic/score/mean" in r], run_dir / "checkpoints" / f"step_{steps}"
-
-
-def assert_same(one: list[dict], two: list[dict], keys: tuple[str, ...]) -> None:
-    for a, b in zip(one, two, strict=True):
-        for k in keys:
-            assert b[k] == pytest.approx(a[k], abs=1e-5, rel=1e-5), (a["step"], k, a[k], b[k])
-
-
-def role_weights(role_dir: Path) -> dict[str, torch.Tensor]:
-    """A role's saved weights: one file from one rank, shards from N (read back whole here)."""
-    if (role_dir / "weights.safetensors").is_file():
-        return load_file(str(role_dir / "weights.safetensors"))
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    dcp_to_torch_save(role_dir / "shards", role_dir.parent / f"{role_dir.name}.pt")
-    return torch.load(role_dir.parent / f"{role_dir.name}.pt", weights_only=False)["model"]
-
-
-def assert_same_weights(one: Path, two: Path) -> None:
-    a, b = role_weights(one), role_weights(two)
-    assert a.keys() == b.keys()
-    worst = max((a[k] - b[k]).abs().max().item() for k in a)
-    assert worst <= 1e-5, worst
 
 
 @pytest.mark.slow  # the default run keeps the PPO test (actor, critic and reference on 2 ranks)

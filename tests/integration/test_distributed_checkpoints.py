@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support.ranks import PPO
+from tests.support.tiny_runs import assert_same_weights, role_weights, tiny_overrides
 from turnrl.config import load_config
 from turnrl.trainer.ppo import Trainer
-
-from .test_distributed import PPO, assert_same_weights, role_weights
-from .test_train_tiny import tiny_overrides
 
 pytest.importorskip("ray")
 

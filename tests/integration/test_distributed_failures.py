@@ -26,14 +26,13 @@ psutil = pytest.importorskip("psutil")
 
 from ray.exceptions import RayTaskError  # noqa: E402
 
+from tests.support.tiny_runs import tiny_overrides  # noqa: E402
 from turnrl import cli  # noqa: E402
 from turnrl.config import load_config  # noqa: E402
 from turnrl.errors import TurnrlInputError  # noqa: E402
 from turnrl.trainer.ppo import Trainer  # noqa: E402
 from turnrl.workers.ray_group import RankError, RankInputError, rank_error  # noqa: E402
 from turnrl.workers.state import CheckpointError  # noqa: E402
-
-from .test_train_tiny import tiny_overrides  # noqa: E402
 
 TWO_RANKS = {
     "data.train_batch_size": 2,
@@ -110,7 +109,7 @@ def test_rank_that_raises_mid_step_ends_the_run(tmp_path):
 
         worker.role.model.get_decoder().register_forward_pre_hook(fail)  # the trunk: log-probs, update
 
-    ray.get(trainer.actor.workers[1].__ray_call__.remote(break_rank))
+    ray.get(trainer.actor.group.workers[1].__ray_call__.remote(break_rank))
     start = time.monotonic()
     with pytest.raises(
         RankError, match=rf"^actor rank 1 \(pid {pids[1]}\) failed: RuntimeError: rank 1 cannot"

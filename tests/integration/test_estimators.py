@@ -4,10 +4,9 @@ import json
 
 import pytest
 
+from tests.support.tiny_runs import reward_file
 from turnrl.config import load_config
 from turnrl.trainer.ppo import Trainer
-
-from .test_train_tiny import reward_file
 
 COMMON = {
     "model.path": "tiny-random",

@@ -14,12 +14,18 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.scripted_engine import ScriptedEngine
+from tests.support.scripted_engine import ScriptedEngine
+from tests.support.tiny_runs import (
+    VARYING,
+    metrics,
+    policy,
+    reward_file,
+    same_metrics,
+    tiny_overrides,
+    val_file,
+)
 from turnrl.config import load_config
 from turnrl.trainer.ppo import Trainer
-
-from .test_resume import VARYING, metrics, policy, same_metrics
-from .test_train_tiny import tiny_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,7 +75,7 @@ def test_calculator_agent_resumes_exactly(tmp_path):
     straight.fit()
     make("b", 1).fit()
     resumed = make("b", 2)
-    assert resumed.global_step == 1
+    assert resumed.state.global_step == 1
     resumed.fit()
     same_metrics(straight, resumed, range(2, 3))
     last = next(m for m in metrics(resumed.run_dir) if m["step"] == 2 and "critic/score/mean" in m)
@@ -98,7 +104,7 @@ def test_steps_replayed_after_a_resume_are_logged_once(tmp_path):
         f.write('{"step": 3, "actor/pg_lo')  # a line cut off mid-write
     again = Trainer(resumed.cfg)
     again.val_examples = again.val_examples[:16]
-    assert again.global_step == 2
+    assert again.state.global_step == 2
     again.fit()
     rows = metrics(again.run_dir)
     steps = [r["step"] for r in rows if "critic/score/mean" in r]
@@ -140,13 +146,13 @@ def test_two_runs_with_the_same_seed_are_identical(tmp_path):
 # -- SIGKILL at random moments -----------------------------------------------------------------
 
 
-def train_cmd(run: Path, reward: str, steps: int) -> list[str]:
+def train_cmd(run: Path, reward: str, val: str, steps: int) -> list[str]:
     return [
         sys.executable, "-m", "turnrl.cli", "train", "model.path=tiny-random",
         f"trainer.total_training_steps={steps}", "trainer.save_freq=1", "trainer.test_freq=0",
         "trainer.val_before_train=false", "trainer.logger=[jsonl]", "data.train_batch_size=2",
         "rollout.n=4", "actor.ppo_mini_batch_size=1", "data.max_response_length=8",
-        "actor.optim.lr=1e-2", f"reward.custom_function.path={reward}",
+        "actor.optim.lr=1e-2", f"reward.custom_function.path={reward}", f"data.val_files=[{val}]",
         f"trainer.default_local_dir={run}",
     ]  # fmt: skip
 
@@ -166,12 +172,11 @@ def soak(tmp_path: Path, kills: int, steps: int, seed: int, at_least: int) -> No
     """Restart the run until it finishes, SIGKILLing the first `kills` attempts (alternately mid-save
     and at a random moment); at least `at_least` kills, one of them mid-save, must have landed
     before the run got to its end."""
-    from .test_train_tiny import reward_file
 
-    reward = reward_file(tmp_path)
+    reward, val = reward_file(tmp_path), val_file(tmp_path)
     ref = tmp_path / "straight"
     start = time.monotonic()
-    done = subprocess.run(train_cmd(ref, reward, steps), capture_output=True, text=True, cwd=tmp_path)
+    done = subprocess.run(train_cmd(ref, reward, val, steps), capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     whole_run_s = time.monotonic() - start  # this machine's speed: random kills land before the end
 
@@ -181,7 +186,7 @@ def soak(tmp_path: Path, kills: int, steps: int, seed: int, at_least: int) -> No
     for attempt in range(kills + 50):
         log = (tmp_path / f"attempt_{attempt}.log").open("w")
         proc = subprocess.Popen(
-            train_cmd(run, reward, steps), stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path
+            train_cmd(run, reward, val, steps), stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path
         )
         if sum(killed.values()) < kills:
             if attempt % 2 == 0:

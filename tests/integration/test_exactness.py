@@ -7,24 +7,26 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.scripted_engine import ScriptedEngine
+from tests.support.scripted_engine import ScriptedEngine
+from tests.support.tiny_runs import tiny_overrides
 from turnrl.batch import Batch
 from turnrl.config import load_config
 from turnrl.trainer.ppo import Trainer
-
-from .test_train_tiny import tiny_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 class Keep:
-    """A recorder that keeps each stage's batch."""
+    """A stage-clock hook that keeps each stage's batch."""
+
+    wants_batches = True
 
     def __init__(self) -> None:
         self.batches: dict[str, Batch] = {}
 
-    def record(self, stage: str, batch: Batch, elapsed_s: float) -> None:
-        self.batches[stage] = batch
+    def record(self, stage: str, batch: Batch | None, elapsed_s: float) -> None:
+        if batch is not None:
+            self.batches[stage] = batch
 
 
 @pytest.mark.timeout(300)
@@ -41,7 +43,7 @@ def test_first_on_policy_mini_batch_has_ratio_exactly_one(tmp_path):
         "algorithm.rollout_correction.bypass": "false",  # the trainer's own old log-probs
     }
     keep = Keep()
-    trainer = Trainer(load_config(None, tiny_overrides(tmp_path, **over)), recorder=keep)
+    trainer = Trainer(load_config(None, tiny_overrides(tmp_path, **over)), hooks=[keep])
     trainer.fit()
     diag = keep.batches["update_actor"]
     mask = diag["response_mask"].bool()
@@ -58,10 +60,10 @@ def test_log_probs_do_not_depend_on_micro_batch_size_padding_or_prefix_sharing(t
         "data.max_response_length": 16,
         "algorithm.rollout_correction.bypass": "false",  # the trainer's old_log_prob pass is the subject
     }
-    trainer = Trainer(load_config(None, tiny_overrides(tmp_path, **over)), recorder=keep)
+    trainer = Trainer(load_config(None, tiny_overrides(tmp_path, **over)), hooks=[keep])
     trainer.fit()
     batch = keep.batches["old_log_prob"]
-    actor = trainer.actor.workers[0]
+    actor = trainer.actor.group.workers[0]
     mask = batch["response_mask"].bool()
 
     def log_probs(b: Batch, micro: int, share: bool) -> torch.Tensor:
@@ -120,7 +122,7 @@ def test_multi_turn_rollout_log_probs_equal_the_trainers(tmp_path):
         "algorithm.rollout_correction.bypass=false",  # recompute, to compare with the engine's
     ]  # fmt: skip
     keep = Keep()
-    trainer = Trainer(load_config(recipe, overrides), recorder=keep)
+    trainer = Trainer(load_config(recipe, overrides), hooks=[keep])
     tok, loop = trainer.tokenizer, trainer.rollout.loop  # type: ignore[attr-defined]
 
     def first_turn(context: list[int]) -> list[int] | None:
@@ -128,7 +130,7 @@ def test_multi_turn_rollout_log_probs_equal_the_trainers(tmp_path):
             return None
         return tok(f"<calculator>{len(context)} + 7</calculator>", add_special_tokens=False)["input_ids"]
 
-    loop.engine = TeacherForced(first_turn, loop.engine, trainer.actor.workers[0].model)
+    loop.engine = TeacherForced(first_turn, loop.engine, trainer.actor.group.workers[0].model)
     trainer.fit()
     batch = keep.batches["old_log_prob"]
     mask = batch["response_mask"].bool()

@@ -12,10 +12,11 @@ from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, 
 from turnrl.batch import Batch
 from turnrl.cli import main
 from turnrl.config import load_config
-from turnrl.data.dataset import left_pad, load_examples
+from turnrl.data.dataset import load_examples
 from turnrl.export import export
 from turnrl.models.loader import load_model
 from turnrl.rollout.base import Generation, SamplingParams, assemble
+from turnrl.tensors import left_pad
 from turnrl.trainer import checkpoint
 from turnrl.trainer.ppo import Trainer
 from turnrl.workers.actor import Actor

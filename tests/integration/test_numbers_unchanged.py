@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from turnrl.config.schema import Config
-from turnrl.data.tasks import addition
+from turnrl.tasks import addition, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "refactor"
@@ -58,7 +58,9 @@ def test_metrics_equal_the_recorded_run(name, tmp_path):
         "algorithm.rollout_correction.bypass=false",
     ]  # fmt: skip
     if name != "calc":  # recorded on the addition task's earlier 160 training rows (now 80)
-        train, val = addition.write(tmp_path / "data", Config().trainer.seed, n_train=160)
+        seed, data = Config().trainer.seed, tmp_path / "data"
+        train = write_jsonl(data / "train.jsonl", addition.rows("train", seed, n_train=160))
+        val = write_jsonl(data / "val.jsonl", addition.rows("val", seed))
         cmd += [f"data.train_files=[{train}]", f"data.val_files=[{val}]"]
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]

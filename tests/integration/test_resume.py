@@ -1,21 +1,11 @@
 """A run stopped after a checkpoint and resumed ends exactly where an uninterrupted run ends."""
 
-import json
-
 import pytest
 import torch
 
+from tests.support.tiny_runs import metrics, policy, same_metrics, tiny_overrides
 from turnrl.config import load_config
 from turnrl.trainer.ppo import Trainer
-
-from .test_train_tiny import tiny_overrides
-
-# what the clock decides, not the seed
-VARYING = ("timing_s/", "perf/throughput", "perf/time_per_step", "agent/tool_latency_s")
-
-
-def metrics(run) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.slow  # the default run keeps the every-role resume and test_exact_resume's SIGKILL test
@@ -40,16 +30,12 @@ def test_resume_matches_uninterrupted_run(tmp_path):
     )
     resumed.loader.examples = resumed.loader.examples[:4]
     # saved at the very end of epoch 0: resuming must move on to epoch 1, not stop
-    assert resumed.global_step == 2 and (resumed.loader.epoch, resumed.loader.position) == (0, 2)
+    assert resumed.state.global_step == 2 and (resumed.loader.epoch, resumed.loader.position) == (0, 2)
     resumed.fit()
 
     same_metrics(straight, resumed, range(3, 4))  # the warm-up schedule did not restart, and more
     for (name, p), q in zip(policy(straight).named_parameters(), policy(resumed).parameters(), strict=True):
         assert torch.equal(p, q), name
-
-
-def policy(trainer: Trainer) -> torch.nn.Module:
-    return trainer.actor.workers[0].model  # the in-process group's one actor
 
 
 def run_in_two_parts(tmp_path, overrides: dict, total: int, stop: int) -> tuple[Trainer, Trainer]:
@@ -65,18 +51,9 @@ def run_in_two_parts(tmp_path, overrides: dict, total: int, stop: int) -> tuple[
     straight.fit()
     make("b", stop).fit()
     resumed = make("b", total)
-    assert resumed.global_step == stop
+    assert resumed.state.global_step == stop
     resumed.fit()
     return straight, resumed
-
-
-def same_metrics(a: Trainer, b: Trainer, steps: range) -> None:
-    for step in steps:
-        ma = next(m for m in metrics(a.run_dir) if m["step"] == step and "critic/score/mean" in m)
-        mb = next(m for m in metrics(b.run_dir) if m["step"] == step and "critic/score/mean" in m)
-        keys = {k for k in ma if not k.startswith(VARYING)}
-        assert keys == {k for k in mb if not k.startswith(VARYING)}
-        assert {k: ma[k] for k in keys} == {k: mb[k] for k in keys}, step  # identical, not close
 
 
 @pytest.mark.timeout(400)
@@ -104,7 +81,7 @@ def test_resume_restores_every_role_ppo_with_critic_reference_and_kl(tmp_path):
     assert last["rollout/policy_version/max"] == 2  # steps 2 and 3 updated the actor (step 1 warmed up)
     for a, b in zip(policy(straight).parameters(), policy(resumed).parameters(), strict=True):
         assert torch.equal(a, b)
-    critic_a, critic_b = straight.critic.workers[0].model, resumed.critic.workers[0].model
+    critic_a, critic_b = straight.critic.group.workers[0].model, resumed.critic.group.workers[0].model
     for a, b in zip(critic_a.parameters(), critic_b.parameters(), strict=True):
         assert torch.equal(a, b)
     ckpt = resumed.run_dir / "checkpoints" / "step_4"
@@ -124,6 +101,6 @@ def test_resume_with_lora_where_the_actor_serves_the_reference(tmp_path):
     straight, resumed = run_in_two_parts(tmp_path, overrides, total=3, stop=1)
     same_metrics(straight, resumed, range(2, 4))
     # no second copy of the model: the reference group is the actor's
-    assert resumed.ref is resumed.actor
+    assert resumed.ref is not None and resumed.ref.group is resumed.actor.group
     ckpt = resumed.run_dir / "checkpoints" / "step_3"
     assert {p.name for p in ckpt.iterdir()} == {"actor", "trainer_state.json", "manifest.json"}

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from turnrl.servers.retriever.builtin_corpus import builtin_qa, write_builtin_corpus
 from turnrl.servers.retriever.client import Passage, RetrieverClient
 from turnrl.servers.retriever.index import build_index
 from turnrl.servers.retriever.launcher import LocalRetriever
+from turnrl.tasks.search.corpus import builtin_qa, write_builtin_corpus
 
 
 @pytest.mark.parametrize("seed", [0, 7])

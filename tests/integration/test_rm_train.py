@@ -8,19 +8,20 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from tests.integration.test_sft_train import _restore_threads, metrics  # noqa: F401 (fixture)
+from tests.support.tiny_runs import metrics
 from turnrl.batch import Batch
 from turnrl.cli import main
 from turnrl.config.schema import RewardModelConfig, RewardModelSubConfig
 from turnrl.config.supervised_schema import RMDataConfig
-from turnrl.data.dataset import left_pad, position_ids_from_mask
 from turnrl.models.loader import load_tokenizer
 from turnrl.supervised.batches import right_pad
 from turnrl.supervised.rm import sequence_rewards
 from turnrl.supervised.rm_data import load_pairs
+from turnrl.tensors import left_pad, position_ids_from_mask
 from turnrl.workers.reward_model import RewardModel
 
 RECIPE = Path(__file__).parents[2] / "examples" / "ppo_gae.yaml"
+pytestmark = pytest.mark.usefixtures("keep_torch_threads")  # the runs set their own thread count
 
 
 def pairs(lo: int, hi: int) -> list[dict]:

@@ -6,10 +6,9 @@ old log-probs) must give the same update as recomputing them."""
 
 import pytest
 
+from tests.support.tiny_runs import read_metrics, tiny_overrides
 from turnrl.config import load_config
 from turnrl.trainer.ppo import Trainer
-
-from .test_train_tiny import read_metrics, tiny_overrides
 
 ON_POLICY = {"actor.ppo_mini_batch_size": 4, "trainer.total_training_steps": 2}
 

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from turnrl.runtime import free_port
 from turnrl.servers.sandbox.client import (
     SandboxClient,
     SandboxRequestError,
@@ -25,7 +26,7 @@ from turnrl.servers.sandbox.client import (
     check_server,
 )
 from turnrl.servers.sandbox.isolation import FALLBACK_NOTE
-from turnrl.servers.sandbox.process import SandboxProcess, free_port
+from turnrl.servers.sandbox.process import SandboxProcess
 
 
 @pytest.fixture(scope="module")

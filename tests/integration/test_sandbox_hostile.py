@@ -29,7 +29,7 @@ import httpx
 import pytest
 
 import turnrl.servers.sandbox.app as sandbox_app
-from tests.proc_scan import cmdlines_with, pids_of_uids
+from tests.support.proc_scan import cmdlines_with, pids_of_uids
 from turnrl.servers.sandbox import seccomp
 from turnrl.servers.sandbox.isolation import FALLBACK_NOTE
 from turnrl.servers.sandbox.process import SandboxProcess

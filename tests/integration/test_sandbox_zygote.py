@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.proc_scan import cmdlines_with, pids_of_uids
+from tests.support.proc_scan import cmdlines_with, pids_of_uids
 from turnrl.servers.sandbox.isolation import Isolation
 from turnrl.servers.sandbox.launch import RunRequest
 from turnrl.servers.sandbox.process import SandboxProcess

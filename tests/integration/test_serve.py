@@ -16,16 +16,16 @@ import httpx
 import pytest
 import torch
 
+from tests.support.serving import CAPITAL, EQ, TIME, load_start_weights, recomputed
 from turnrl.config.schema import RolloutConfig, ServerConfig
+from turnrl.models.weights_dir import write_weights_dir
 from turnrl.rollout.base import SamplingParams
-from turnrl.rollout.engines import build_engine
 from turnrl.rollout.hf import HFEngine, eos_ids
 from turnrl.rollout.server import ServerEngine, ServerError
-from turnrl.serve.launcher import ServeProcess, start_all
-from turnrl.serve.weights import write_weights_dir
+from turnrl.servers.inference.launcher import ServeProcess, start_all
+from turnrl.workers.engines import build_engine
 
 CFG = ServerConfig(timeout_s=60, max_retries=1, startup_timeout_s=60)
-EQ, TIME, CAPITAL = [33, 1232, 216, 33, 446], [6403, 1980, 253, 655], [504, 3575, 282, 4649, 314]
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +48,6 @@ def engine_for(urls, tiny, **kw) -> ServerEngine:
     model, tok = tiny
     kw.setdefault("vocab_size", model.config.vocab_size)
     return ServerEngine(urls, CFG, eos_ids=eos_ids(model, tok), **kw)
-
-
-def recomputed(model, prompt: list[int], ids: list[int], temperature: float) -> torch.Tensor:
-    """log p(id) at `temperature` from one plain forward over prompt + response."""
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
-    scaled = logits / (temperature if temperature > 0 else 1.0)
-    return torch.log_softmax(scaled, -1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
 
 
 def test_health_and_models(servers):
@@ -137,13 +129,6 @@ def test_per_row_budgets_and_stop_strings_match_the_in_process_engine(servers, t
         assert got.policy_version == 0
     finally:
         engine.close()
-
-
-def load_start_weights(server: ServeProcess, tiny, tmp_path: Path) -> None:
-    """Put `server` back to the start policy (tiny-random seed 0, version 0)."""
-    path = write_weights_dir(tiny[0].state_dict(), tmp_path / "start")
-    body = {"model_path": str(path), "policy_version": 0}
-    assert httpx.post(server.url + "/update_weights_from_disk", json=body).json()["policy_version"] == 0
 
 
 def test_two_servers_share_the_rows_and_keep_their_order(servers, tiny, tmp_path):

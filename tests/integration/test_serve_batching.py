@@ -19,13 +19,13 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from tests.integration.test_serve import CAPITAL, EQ, TIME, load_start_weights, recomputed
+from tests.support.serving import CAPITAL, EQ, TIME, load_start_weights, recomputed
+from turnrl.models.weights_dir import write_weights_dir
 from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.rollout.hf import HFEngine
-from turnrl.serve.app import create_app
-from turnrl.serve.batcher import Batcher
-from turnrl.serve.launcher import ServeProcess
-from turnrl.serve.weights import write_weights_dir
+from turnrl.servers.inference.app import create_app
+from turnrl.servers.inference.batcher import Batcher
+from turnrl.servers.inference.launcher import ServeProcess
 
 # ---------------------------------------------------------------- the scheduler, with a fake engine
 

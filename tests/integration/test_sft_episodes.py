@@ -13,17 +13,19 @@ import json
 
 import pytest
 
-from tests.scripted_engine import ScriptedEngine
+from tests.support.scripted_engine import ScriptedEngine
 from turnrl.agent.rollout import AgentRollout
 from turnrl.batch import Batch
 from turnrl.config import load_config
 from turnrl.config.agent_schema import MultiTurnConfig
 from turnrl.config.supervised_schema import SFTDataConfig
-from turnrl.data.dataset import left_pad, load_examples, position_ids_from_mask
-from turnrl.data.prepare import search_sft
+from turnrl.data.dataset import load_examples
 from turnrl.models.loader import load_tokenizer
 from turnrl.rollout.base import SamplingParams
 from turnrl.supervised.sft_data import load_conversations
+from turnrl.tasks.search import demos as search_demos
+from turnrl.tasks.search.corpus import builtin_index
+from turnrl.tensors import left_pad, position_ids_from_mask
 
 BUDGET = 600
 
@@ -31,7 +33,7 @@ BUDGET = 600
 @pytest.fixture(scope="module")
 def demos(tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
-    rows, report = search_sft.build(40, seed=3, topk=3, retry_fraction=0.5, cache=cache)
+    rows, report = search_demos.build(40, seed=3, topk=3, retry_fraction=0.5, cache=cache)
     assert report.searches[1] and report.searches[2]  # both kinds present
     one = next(r for r in rows if r["extra_info"]["searches"] == 1)
     two = next(r for r in rows if r["extra_info"]["searches"] == 2)
@@ -106,7 +108,8 @@ def test_sft_encoding_equals_the_agent_rollout(demos, tmp_path, eos_ends_episode
     )
     ids, mask = left_pad(prompts, tok.pad_token_id)
     gen = Batch({"input_ids": ids, "attention_mask": mask, "position_ids": position_ids_from_mask(mask)})
-    with AgentRollout(ScriptedEngine(script, eos_ids={eos}), tok, cfg, tok.pad_token_id) as agent:
+    engine = ScriptedEngine(script, eos_ids={eos})
+    with AgentRollout(engine, tok, cfg, tok.pad_token_id, default_index=builtin_index) as agent:
         batch, metrics = agent.generate(
             gen, SamplingParams(max_new_tokens=BUDGET, n=1, temperature=0.0, seed=1)
         )

@@ -9,7 +9,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tests.unit.test_sft_chat import TOOL_TEMPLATE
+from tests.support.chat_templates import TOOL_TEMPLATE
+from tests.support.tiny_runs import metrics
 from turnrl.cli import main
 from turnrl.config import load_config
 from turnrl.config.supervised_schema import SFTConfig
@@ -81,15 +82,7 @@ def run(root: Path, **extra: object) -> SupervisedTrainer:
     return trainer
 
 
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("keep_torch_threads")  # the runs set their own thread count
 
 
 @pytest.mark.timeout(300)
@@ -142,7 +135,7 @@ def test_sft_command_just_works_and_its_model_starts_rl(tmp_path, capsys):
         f"trainer.default_local_dir={rl_dir}",
     ]
     trainer = Trainer(load_config(None, rl))
-    policy = trainer.actor.workers[0].model  # the RL actor holds exactly the SFT weights
+    policy = trainer.actor.group.workers[0].model  # the RL actor holds exactly the SFT weights
     for name, p in policy.named_parameters():
         torch.testing.assert_close(p.detach(), saved[name], rtol=0, atol=0, msg=name)
     trainer.close()

@@ -11,8 +11,6 @@ import pytest
 from turnrl.config import load_config
 from turnrl.trainer.ppo import Trainer
 
-from .test_train_tiny import tiny_overrides
-
 RECIPE = Path(__file__).parents[2] / "examples" / "calculator_agent.yaml"
 
 
@@ -22,15 +20,10 @@ def steps_of(run: Path) -> list[dict]:
 
 
 @pytest.mark.timeout(300)
-def test_single_turn_through_a_child_server(tmp_path):
-    cfg = load_config(
-        None, tiny_overrides(tmp_path, **{"rollout.engine": "server", "trainer.total_training_steps": 3})
-    )
-    trainer = Trainer(cfg)
-    engine = trainer.engine
-    child = engine.child.process
-    run = trainer.fit()
-    assert child.poll() is not None  # the run stopped its server
+def test_single_turn_through_a_child_server(server_run):
+    # the session's 3-step run with rollout.engine=server (tests/conftest.py), shared with test_async
+    run = server_run.run_dir
+    assert server_run.server_stopped  # the run stopped its server
     steps = steps_of(run)
     # version v sampled step v+1 (one actor update per step), and the engine said so
     assert [s["rollout/policy_version/max"] for s in steps] == [0.0, 1.0, 2.0]

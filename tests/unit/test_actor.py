@@ -1,35 +1,10 @@
 """The actor role: builds its own policy, a NaN never reaches the weights, micro-batching equals
 one big batch, and its state round-trips through the directory it is given."""
 
-import numpy as np
 import torch
 
-from turnrl.batch import Batch
-from turnrl.config.schema import ActorConfig, ModelConfig, OptimConfig, RolloutConfig
-from turnrl.data.dataset import left_pad
-from turnrl.rollout.base import Generation, assemble
-from turnrl.workers.actor import Actor
-
-
-def make_actor(**actor_kw) -> Actor:
-    return Actor(ActorConfig(**actor_kw), ModelConfig(path="tiny-random"), RolloutConfig(n=2), seed=0)
-
-
-def agent_like_batch(tokenizer, n=2):
-    prompts = [tokenizer("What is 2 + 2?")["input_ids"], tokenizer("Hi")["input_ids"]]
-    ids, mask = left_pad(prompts, tokenizer.pad_token_id)
-    g = torch.Generator().manual_seed(1)
-    responses = [torch.randint(5, 1000, (k,), generator=g).tolist() for k in (4, 6, 3, 5)]
-    out = assemble(
-        Batch(tensors={"input_ids": ids, "attention_mask": mask}),
-        Generation(responses, [[0.0] * len(r) for r in responses], ["stop"] * 4),
-        n,
-        tokenizer.pad_token_id,
-        6,
-    )
-    out["uid"] = np.array(["a", "a", "b", "b"], dtype=object)
-    out["advantages"] = torch.tensor([[1.0] * 6, [-1.0] * 6, [0.5] * 6, [-0.5] * 6]) * out["response_mask"]
-    return out
+from tests.support.actors import agent_like_batch, make_actor
+from turnrl.config.schema import OptimConfig
 
 
 def test_actor_builds_the_same_start_policy_as_the_loader(tiny):
@@ -72,7 +47,7 @@ def test_diagnostics_are_returned_as_data_only_when_asked():
     _, none = actor.update(batch, step=0)
     assert none is None
     _, diag = actor.update(batch, step=1, diagnostics=True)
-    assert {"ratio", "clipped", "dual_clipped", "pg_loss", "log_prob"} <= set(diag.keys())
+    assert {"ratio", "clipped", "dual_clipped", "pg_loss", "log_probs"} <= set(diag.keys())
     assert diag["ratio"].shape == batch["responses"].shape  # one micro-batch of 4 = the whole batch
     # the first update moved the policy: the ratio is no longer exactly 1 on model tokens
     assert (diag["ratio"][batch["response_mask"] > 0] != 1.0).any()

@@ -7,9 +7,9 @@ from turnrl.agent.tools.toolset import ToolSet
 from turnrl.config import ConfigError, check_config, load_config
 from turnrl.config.agent_schema import MultiTurnConfig
 from turnrl.data.dataset import load_examples
-from turnrl.data.tasks import write_task
 from turnrl.models.loader import load_tokenizer
-from turnrl.rewards.registry import resolve
+from turnrl.rewards.registry import registered, resolve
+from turnrl.tasks import scorers, write_task
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -66,26 +66,23 @@ def test_unknown_tool_is_named(tmp_path):
 
 @pytest.mark.parametrize("task", ["search", "code", "calculator"])
 def test_agent_tasks_write_loadable_rows_with_a_scorer(task, tmp_path, tok):
-    train, val = write_task(task, tmp_path, seed=3)
+    files = write_task(task, tmp_path, seed=3)
+    train, val = files.train, files.val
     examples = load_examples([str(val)], tok, 1024)
     assert len(examples) >= 10
     sources = {e.data_source for e in examples}
     assert sources == {f"turnrl/{task}"}
-    resolve(next(iter(sources)))  # a scorer is registered
+    resolve(next(iter(sources)), None, registered(extra=scorers()))  # the task has a scorer
     assert len(load_examples([str(train)], tok, 1024)) > len(examples)
-    again, _ = write_task(task, tmp_path / "again", seed=3)
+    again = write_task(task, tmp_path / "again", seed=3).train
     assert again.read_text() == train.read_text()  # a pure function of the seed
 
 
 def test_search_task_questions_are_answered_by_the_builtin_corpus(tmp_path, tok):
-    from turnrl.agent.tools.search import BUILTIN_ENTITIES, BUILTIN_SEED
-    from turnrl.servers.retriever.builtin_corpus import builtin_documents
+    from turnrl.tasks.search.corpus import ENTITIES, SEED, builtin_documents
 
-    docs = {
-        d["contents"].split("\n", 1)[0]: d["contents"]
-        for d in builtin_documents(BUILTIN_ENTITIES, BUILTIN_SEED)
-    }
-    _, val = write_task("search", tmp_path, seed=0)
+    docs = {d["contents"].split("\n", 1)[0]: d["contents"] for d in builtin_documents(ENTITIES, SEED)}
+    val = write_task("search", tmp_path, seed=0).val
     for e in load_examples([str(val)], tok, 1024)[:20]:
         answers = e.ground_truth["target"]
         assert any(any(a in text for a in answers) for text in docs.values())

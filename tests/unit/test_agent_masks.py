@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.scripted_engine import ScriptedEngine
+from tests.support.scripted_engine import ScriptedEngine
 from turnrl.agent.assemble import assemble_episodes
 from turnrl.agent.episode import Episode
 from turnrl.agent.executor import ToolExecutor
@@ -25,9 +25,9 @@ from turnrl.algorithms.losses import policy_loss
 from turnrl.algorithms.rollout_corr import rollout_correction
 from turnrl.batch import Batch
 from turnrl.config.agent_schema import MultiTurnConfig
-from turnrl.data.dataset import left_pad, position_ids_from_mask
 from turnrl.rewards.scorer import RuleReward, last_token_index
 from turnrl.rollout.base import SamplingParams
+from turnrl.tensors import left_pad, position_ids_from_mask
 from turnrl.trainer.metrics import data_metrics
 
 R = 16

@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 
 from turnrl.rewards import code, math, qa
-from turnrl.rewards.registry import resolve
+from turnrl.rewards.registry import registered, resolve
 from turnrl.rewards.scorer import RuleReward
+from turnrl.tasks import calculator, scorers
 
 
 def test_normalisation_follows_search_r1():
@@ -48,7 +49,8 @@ def test_qa_ground_truth_forms_metric_and_format_score():
         qa.compute_score("nq", "<answer>x</answer>", "x", {"qa_metric": "bleu"})
     with pytest.raises(ValueError, match="'target'"):
         qa.targets({"answers": ["x"]})
-    assert resolve("nq") is qa.compute_score and resolve("turnrl/search") is qa.compute_score
+    assert resolve("nq") is qa.compute_score
+    assert resolve("turnrl/search", None, registered(extra=scorers())) is qa.compute_score
 
 
 def test_math_verify_equivalence():
@@ -62,7 +64,7 @@ def test_math_verify_equivalence():
 
 
 def test_calculator_score():
-    s = math.calculator_score
+    s = calculator.compute_score
     full = "<calculator>12*34</calculator>\n<result>408</result><answer>408</answer>"
     assert s("turnrl/calculator", full, "408") == {
         "score": 1.0, "acc": 1.0, "formatted": 1.0, "called_tool": 1.0, "tool_right": 1.0,
@@ -75,10 +77,10 @@ def test_calculator_score():
     )
     assert (
         s("turnrl/calculator", "<result>409</result><answer>407</answer>", "408")["score"]
-        == math.CALCULATOR_FORMAT_SCORE
+        == calculator.FORMAT_SCORE
     )
     assert s("turnrl/calculator", "408", "408")["score"] == 0.0  # untagged: the task asks for the tag
-    assert resolve("turnrl/calculator") is s
+    assert resolve("turnrl/calculator", None, registered(extra=scorers())) is s
 
 
 def test_code_program_extraction_and_tests():
@@ -131,11 +133,12 @@ def test_rule_reward_binds_its_sandbox_into_the_code_scorers(monkeypatch):
     monkeypatch.setattr(code, "_run_tests", fake)
     monkeypatch.delenv("TURNRL_SANDBOX_URL", raising=False)
     monkeypatch.setattr(code, "_child_sandbox_url", lambda: "http://child")
-    bound = RuleReward(None, sandbox_url="http://run-sandbox").table
-    unbound = RuleReward(None).table
-    for source in code.CODE_SOURCES:
+    bound = RuleReward(None, sandbox_url="http://run-sandbox", scorers=scorers()).table
+    unbound = RuleReward(None, scorers=scorers()).table
+    sources = (*code.CODE_SOURCES, "turnrl/code")  # the built-in code task's source is bound too
+    for source in sources:
         # verl's signature, extra_info untouched: the URL is bound, not smuggled in the row
         bound[source](source, PROGRAM, TESTS, {"run_timeout": 2.0})
         unbound[source](source, PROGRAM, TESTS, None)
-    assert fake.urls == ["http://run-sandbox", "http://child"] * len(code.CODE_SOURCES)
+    assert fake.urls == ["http://run-sandbox", "http://child"] * len(sources)
     assert resolve("apps", table=bound) is bound["apps"] and bound["nq"] is qa.compute_score

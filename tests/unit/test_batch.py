@@ -8,7 +8,7 @@ from turnrl.batch import Batch
 def make(n: int = 2) -> Batch:
     return Batch(
         tensors={"input_ids": torch.arange(n * 3).view(n, 3)},
-        non_tensors={"index": [f"u{i}" for i in range(n)], "gt": [str(i) for i in range(n)]},
+        non_tensors={"index": [f"u{i}" for i in range(n)], "ground_truth": [str(i) for i in range(n)]},
         meta={"temperature": 1.0},
     )
 
@@ -36,16 +36,16 @@ def test_select_pop_and_missing_key():
 
 def test_union_adds_and_refuses_conflicts():
     a = make()
-    other = Batch(tensors={"scores": torch.ones(2)})
+    other = Batch(tensors={"rm_scores": torch.ones(2)})
     a.union(other)
-    assert torch.equal(a["scores"], torch.ones(2))
-    a.union(Batch(tensors={"scores": torch.ones(2)}))  # equal values are fine
-    with pytest.raises(ValueError, match=r"conflict.*scores"):
-        a.union(Batch(tensors={"scores": torch.zeros(2)}))
-    with pytest.raises(ValueError, match=r"conflict.*gt"):
-        a.union(Batch(non_tensors={"gt": ["x", "y"]}))
+    assert torch.equal(a["rm_scores"], torch.ones(2))
+    a.union(Batch(tensors={"rm_scores": torch.ones(2)}))  # equal values are fine
+    with pytest.raises(ValueError, match=r"conflict.*rm_scores"):
+        a.union(Batch(tensors={"rm_scores": torch.zeros(2)}))
+    with pytest.raises(ValueError, match=r"conflict.*ground_truth"):
+        a.union(Batch(non_tensors={"ground_truth": ["x", "y"]}))
     with pytest.raises(ValueError, match="length"):
-        a.union(Batch(tensors={"z": torch.ones(3)}))
+        a.union(Batch(tensors={"rm_scores": torch.ones(3)}))
 
 
 def test_reorder_index_split_chunk_concat():
@@ -63,12 +63,12 @@ def test_reorder_index_split_chunk_concat():
     assert torch.equal(back["input_ids"], b["input_ids"]) and list(back["index"]) == list(b["index"])
     with pytest.raises(ValueError, match="same fields"):
         Batch.concat([b, b.select(["input_ids"])])
-    assert list(b.index(np.array([1, 3]))["gt"]) == ["1", "3"]
+    assert list(b.index(np.array([1, 3]))["ground_truth"]) == ["1", "3"]
 
 
 def test_mismatched_lengths_rejected_and_object_fields_kept():
     with pytest.raises(ValueError, match="disagree"):
-        Batch(tensors={"a": torch.zeros(2)}, non_tensors={"b": [1, 2, 3]})
+        Batch(tensors={"rm_scores": torch.zeros(2)}, non_tensors={"index": [1, 2, 3]})
     # dict/list-valued fields (ground truths like {"target": [...]}) survive every operation
-    b = Batch(non_tensors={"gt": [{"target": ["a"]}, {"target": ["b", "c"]}]})
-    assert b.repeat(2)["gt"][1] == {"target": ["a"]}
+    b = Batch(non_tensors={"ground_truth": [{"target": ["a"]}, {"target": ["b", "c"]}]})
+    assert b.repeat(2)["ground_truth"][1] == {"target": ["a"]}

@@ -8,21 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.checkpoint_roles import roles
 from turnrl.trainer import checkpoint
-from turnrl.workers.group import LocalGroup
-
-
-class FileRole:
-    """A role whose state is two files in a subdirectory."""
-
-    def save(self, directory: Path) -> None:
-        (directory / "shards").mkdir(parents=True)
-        (directory / "weights.bin").write_bytes(b"w" * 100)
-        (directory / "shards" / "0.bin").write_bytes(b"s")
-
-
-def roles() -> dict:
-    return {"actor": LocalGroup([FileRole()])}
 
 
 def test_every_file_and_directory_is_flushed_before_the_rename(tmp_path, monkeypatch):
@@ -92,7 +79,7 @@ def test_a_checkpoint_without_a_manifest_still_loads(tmp_path):
 FULL_DISK = """
 import sys, subprocess
 from pathlib import Path
-from tests.unit.test_checkpoint_files import roles, BigRole
+from tests.support.checkpoint_roles import roles, BigRole
 from turnrl.trainer import checkpoint
 from turnrl.workers.group import LocalGroup
 run = Path(sys.argv[1]); mode = sys.argv[2]
@@ -108,12 +95,6 @@ except checkpoint.CheckpointError as e:
 print("STEPS:", sorted(checkpoint.steps(run)), "LATEST:", checkpoint.latest(run).name)
 print("LEFT:", sorted(p.name for p in (run / "checkpoints").iterdir()))
 """
-
-
-class BigRole:
-    def save(self, directory: Path) -> None:
-        directory.mkdir(parents=True)
-        (directory / "weights.bin").write_bytes(b"w" * 200_000)
 
 
 @pytest.mark.parametrize(

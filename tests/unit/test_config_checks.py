@@ -211,3 +211,11 @@ def test_fsdp_offload_needs_ranks_on_gpus():
         load_config(None, ["model.fsdp_offload=true", "trainer.device=cpu", "trainer.n_gpus_per_node=2"])
     with pytest.raises(ConfigError, match=r"model\.fsdp_offload"):
         load_config(None, ["model.fsdp_offload=true"])  # one rank: nothing is sharded
+
+
+def test_the_config_names_exactly_the_built_in_tasks():
+    """`data.task` is checked against names the config declares: they are the registry's names."""
+    from turnrl.config.checks import BUILT_IN_TASKS
+    from turnrl.tasks import TASKS
+
+    assert tuple(sorted(TASKS)) == BUILT_IN_TASKS

@@ -5,9 +5,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from turnrl.data.dataset import DataError, left_pad, load_examples, position_ids_from_mask, read_rows
+from turnrl.data.dataset import DataError, load_examples, read_rows
 from turnrl.data.loader import StatefulLoader
-from turnrl.data.tasks.addition import make_row
+from turnrl.tasks.addition import make_row
+from turnrl.tensors import left_pad, position_ids_from_mask
 
 
 class CharTokenizer:

@@ -7,10 +7,11 @@ import torch
 
 from turnrl.batch import Batch
 from turnrl.config.schema import ModelConfig, RefConfig, RolloutConfig
-from turnrl.data.dataset import left_pad
 from turnrl.rollout.base import Generation, assemble
+from turnrl.tensors import left_pad
 from turnrl.workers.dispatch import balanced_partition, gather, imbalance, scatter, shard_rows
 from turnrl.workers.group import LocalGroup
+from turnrl.workers.handles import ReferenceHandle
 from turnrl.workers.reference import Reference
 
 
@@ -31,7 +32,7 @@ def random_batch(rng: np.random.Generator, groups: int) -> Batch:
     rows = len(uids)
     lengths = rng.integers(1, 50, size=rows)
     mask = (torch.arange(50)[None, :] < torch.as_tensor(lengths)[:, None]).long()
-    return Batch(tensors={"attention_mask": mask, "row": torch.arange(rows)}, non_tensors={"uid": uids})
+    return Batch(tensors={"attention_mask": mask}, non_tensors={"uid": uids, "index": list(range(rows))})
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
@@ -46,7 +47,7 @@ def test_dispatch_keeps_uid_groups_whole_and_restores_order(k):
             for r in rows:
                 assert owner.setdefault(batch["uid"][r], rank) == rank  # a group never spans two ranks
         back = gather(scatter(batch, shards), shards)
-        assert torch.equal(back["row"], batch["row"]) and list(back["uid"]) == list(batch["uid"])
+        assert list(back["index"]) == list(batch["index"]) and list(back["uid"]) == list(batch["uid"])
         # balanced up to one group: no rank is heavier than the mean plus the heaviest group
         tokens = batch["attention_mask"].sum(-1)
         heaviest = max(int(tokens[batch["uid"] == u].sum()) for u in set(batch["uid"]))
@@ -74,8 +75,8 @@ def test_two_local_ranks_compute_what_one_computes(tiny):
     _, tok = tiny
     make = lambda: Reference(RefConfig(), ModelConfig(path="tiny-random"), RolloutConfig(), seed=0)  # noqa: E731
     batch = scored_batch(tok)
-    one = LocalGroup([make()]).compute_ref_log_prob(batch)["ref_log_prob"]
-    two = LocalGroup([make(), make()]).compute_ref_log_prob(batch)["ref_log_prob"]
+    one = ReferenceHandle(LocalGroup([make()])).compute_ref_log_prob(batch)["ref_log_prob"]
+    two = ReferenceHandle(LocalGroup([make(), make()])).compute_ref_log_prob(batch)["ref_log_prob"]
     # on model tokens (padding positions hold whatever the trimmed forward left there, and are
     # masked everywhere); each rank trims its own padding, so equal up to float rounding
     m = batch["response_mask"]
@@ -86,4 +87,4 @@ def test_two_local_ranks_compute_what_one_computes(tiny):
 def test_unknown_method_names_the_role(tiny):
     group = LocalGroup([Reference(RefConfig(), ModelConfig(path="tiny-random"), RolloutConfig(), seed=0)])
     with pytest.raises(AttributeError, match="role Reference has no method 'compute_values'"):
-        group.compute_values(scored_batch(tiny[1]))
+        group.call("compute_values", scored_batch(tiny[1]))

@@ -6,13 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+from tests.support.actors import agent_like_batch, make_actor
 from turnrl.batch import Batch
 from turnrl.config.schema import Config, OptimConfig
 from turnrl.trainer.stages import old_log_probs_from_rollout
 from turnrl.workers import parallel
 from turnrl.workers.microbatch import restore_order, row_lengths, split_rows, token_budget_split
-
-from .test_actor import agent_like_batch, make_actor
 
 
 def lengths_batch(prompts: list[int], responses: list[int], width: int = 4) -> Batch:
@@ -85,8 +84,9 @@ def test_log_probs_by_token_budget_equal_fixed_micro_batches():
 
 def test_map_micro_batches_returns_rows_in_batch_order():
     batch = lengths_batch([3, 1, 2, 2, 1], [4, 0, 2, 4, 2])
-    batch["row"] = torch.arange(5)[:, None].expand(5, 4).clone()
-    (out,) = parallel.map_micro_batches(batch, 2, lambda mb: (mb["row"] * 2,), 14, "k")
+    # a (B, T_resp) field whose every row holds the row's number
+    batch["rollout_token_versions"] = torch.arange(5)[:, None].expand(5, 4).clone()
+    (out,) = parallel.map_micro_batches(batch, 2, lambda mb: (mb["rollout_token_versions"] * 2,), 14, "k")
     assert out[:, 0].tolist() == [0, 2, 4, 6, 8]
 
 

@@ -1,9 +1,9 @@
 import torch
 
 from turnrl.batch import Batch
-from turnrl.data.dataset import left_pad
 from turnrl.models.logprobs import prompt_groups, response_log_probs, shared_prefix_log_probs
 from turnrl.rollout.base import Generation, assemble
+from turnrl.tensors import left_pad
 
 
 def naive_log_probs(model, input_ids, attention_mask, position_ids, r, temperature):

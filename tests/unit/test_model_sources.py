@@ -1,6 +1,7 @@
 """`model.path` as users name models: a Hugging Face Hub id (through the standard cache, offline
 here), a turnrl run directory and a checkpoint directory."""
 
+import argparse
 import hashlib
 import json
 import os
@@ -102,25 +103,43 @@ def test_what_counts_as_a_hub_id(path, hub):
 
 @pytest.mark.timeout(300)
 def test_a_run_directory_and_a_checkpoint_directory_load_the_trained_policy(tmp_path):
-    from tests.integration.test_train_tiny import tiny_overrides
+    """Resolved where a run is assembled (`turnrl.trainer.run_dirs`), not by the loader: the loader
+    names the way instead of exporting."""
+    from tests.support.tiny_runs import tiny_overrides
+    from turnrl.cli import resolve_served_model
     from turnrl.config import load_config
     from turnrl.trainer.ppo import Trainer
+    from turnrl.trainer.run_dirs import ExportError, resolve_model_path, resolve_model_paths
 
-    over = {
-        "trainer.total_training_steps": 2,
-        "trainer.save_freq": 1,
-        "model.cache_dir": str(tmp_path / "cache"),
-    }
+    cache = str(tmp_path / "cache")
+    over = {"trainer.total_training_steps": 2, "trainer.save_freq": 1, "model.cache_dir": cache}
     trainer = Trainer(load_config(None, tiny_overrides(tmp_path, **over)))
     trainer.val_examples = trainer.val_examples[:4]
     run = trainer.fit()
+    exports = {}
     for path, step in ((run, 2), (run / "checkpoints" / "step_1", 1)):
-        directory = model_directory(str(path), str(tmp_path / "cache"))
-        assert json.loads((directory / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
-        model, _ = load_model(str(path), torch.device("cpu"), cache_dir=str(tmp_path / "cache"))
+        with pytest.raises(ModelError, match=r"training run or checkpoint directory.*turnrl export"):
+            model_directory(str(path), cache)
+        directory = exports[step] = resolve_model_path(str(path), cache)
+        config = json.loads((Path(directory) / "config.json").read_text())
+        assert config["architectures"] == ["LlamaForCausalLM"]
+        model, _ = load_model(directory, torch.device("cpu"), cache_dir=cache)
         saved = load_file(str(run / "checkpoints" / f"step_{step}" / "actor" / "weights.safetensors"))
         params = dict(model.named_parameters())
         assert all(torch.equal(params[k], v) for k, v in saved.items() if k in params), path
-        assert model_directory(str(path), str(tmp_path / "cache")) == directory  # exported once, cached
+        assert resolve_model_path(str(path), cache) == directory  # exported once, cached
+    cfg = load_config(None, [f"model.path={run}", f"model.cache_dir={cache}"])
+    resolved = resolve_model_paths(cfg)
+    assert resolved.model.path == exports[2] != exports[1] and cfg.model.path == str(run)
+    served = argparse.Namespace(model=str(run), cache_dir=cache, served_model_name="")
+    assert resolve_served_model(served) is None  # `turnrl serve --model RUN`
+    assert served.model == exports[2] and served.served_model_name == str(run)
+    assert resolve_model_path("tiny-random", cache) == "tiny-random"  # other forms: untouched
+    assert resolve_model_path(str(tmp_path / "nowhere"), cache) == str(tmp_path / "nowhere")
     with pytest.raises(ModelError, match=r"has no config\.json"):
         model_directory(str(run / "checkpoints"), "")
+    bare = tmp_path / "bare"
+    (bare / "checkpoints").mkdir(parents=True)
+    (bare / "config.yaml").write_text((run / "config.yaml").read_text())
+    with pytest.raises(ExportError, match="has no usable checkpoint"):
+        resolve_model_path(str(bare), cache)

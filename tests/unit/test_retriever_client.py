@@ -14,9 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from turnrl.runtime import free_port
 from turnrl.servers.retriever.client import RetrieverClient, check_server
 from turnrl.servers.retriever.errors import RetrieverError, RetrieverRequestError, RetrieverUnavailable
-from turnrl.servers.retriever.launcher import free_port
 
 DOC = {"document": {"id": "3", "contents": "Dransk\nDransk trades salt."}, "score": 2.5}
 

@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from turnrl.servers.retriever.builtin_corpus import builtin_documents, builtin_qa, write_builtin_corpus
 from turnrl.servers.retriever.client import Passage, endpoints, format_passages
 from turnrl.servers.retriever.corpus import CorpusStore, read_corpus, split_title, write_corpus_store
 from turnrl.servers.retriever.errors import CorpusError
+from turnrl.tasks.search.corpus import builtin_documents, builtin_qa, write_builtin_corpus
 
 
 @pytest.mark.parametrize(

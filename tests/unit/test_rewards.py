@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from turnrl.batch import Batch
-from turnrl.rewards.addition import compute_score, extract_answer
 from turnrl.rewards.registry import RewardError, load_custom, registered, resolve, split_score
 from turnrl.rewards.scorer import RuleReward, last_token_index
+from turnrl.tasks import scorers
+from turnrl.tasks.addition import compute_score, extract_answer
 
 
 def test_addition_scorer():
@@ -25,7 +26,7 @@ def test_addition_scorer():
 
 
 def test_registry_routes_by_data_source_and_names_unknown():
-    assert resolve("turnrl/addition") is compute_score
+    assert resolve("turnrl/addition", None, registered(extra=scorers())) is compute_score
     with pytest.raises(RewardError, match="no reward function for data_source 'gsm9k'"):
         resolve("gsm9k")
 
@@ -82,7 +83,7 @@ def test_scores_land_on_last_model_token():
             "extra_info": [{}, {}],
         },
     )
-    scores, extras = RuleReward(SpaceTokenizer())(batch)
+    scores, extras = RuleReward(SpaceTokenizer(), scorers=scorers())(batch)
     assert scores.tolist() == [[0, 0, 1.0, 0], [0, 0, pytest.approx(0.1), 0]]
     assert extras["acc"] == [1.0, 0.0]
 
@@ -90,31 +91,32 @@ def test_scores_land_on_last_model_token():
 def test_builtin_table_keeps_every_data_source():
     from turnrl.rewards import code, math, qa
 
-    table = registered()
-    assert sorted(table) == sorted(
-        [
-            "turnrl/addition",
-            *("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math"),
-            "openai/gsm8k",
-            "turnrl/calculator",
-            *("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"),
-            "turnrl/search",
-            *("turnrl/code", "codecontests", "apps", "taco", "codeforces"),
-        ]
-    )
+    public = [
+        *("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math"),
+        "openai/gsm8k",
+        *("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"),
+        *("codecontests", "apps", "taco", "codeforces"),
+    ]
+    assert sorted(registered()) == sorted(public)  # the reward layer knows no built-in task
+    table = registered(extra=scorers())  # a run adds the built-in tasks' sources
+    tasks = ["turnrl/addition", "turnrl/calculator", "turnrl/search", "turnrl/code"]
+    assert sorted(table) == sorted(public + tasks)
     assert table["lighteval/MATH"] is math.compute_score and table["turnrl/search"] is qa.compute_score
     assert table["apps"] is code.compute_score  # no URL given: the code scorer picks its own sandbox
+    assert table["turnrl/code"] is code.compute_score
     table["turnrl/addition"] = None
-    assert registered()["turnrl/addition"] is compute_score  # a copy: callers cannot change the table
+    assert registered(extra=scorers())["turnrl/addition"] is compute_score  # a copy: callers cannot change it
 
 
 def test_scorer_modules_do_not_import_the_registry():
     # the table imports the scorers, never the other way round
     probe = (
         "import sys\n"
-        "import turnrl.rewards.addition, turnrl.rewards.code, turnrl.rewards.math, turnrl.rewards.qa\n"
+        "import turnrl.rewards.code, turnrl.rewards.gsm8k, turnrl.rewards.math, turnrl.rewards.qa\n"
         "assert 'turnrl.rewards.registry' not in sys.modules, 'a scorer imported the registry'\n"
         "assert 'math_verify' not in sys.modules, 'math-verify is imported on first use only'\n"
+        "import turnrl.rewards.scorer\n"
+        "assert 'turnrl.tasks' not in sys.modules, 'the reward layer imported the tasks above it'\n"
     )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -7,8 +7,8 @@ import re
 import pytest
 import torch
 
+from turnrl.models.weights_dir import WeightsError, load_weights_dir, write_weights_dir
 from turnrl.rollout.server import Request, ServerError, choice_token_ids, finish_reason, plan_requests
-from turnrl.serve.weights import WeightsError, load_weights_dir, write_weights_dir
 
 
 def test_plan_groups_rows_by_budget_and_keeps_prompt_major_rows():

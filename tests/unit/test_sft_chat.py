@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tests.support.chat_templates import TOOL_TEMPLATE
 from turnrl.agent.actions import JsonActions
 from turnrl.config.supervised_schema import SFTDataConfig
 from turnrl.models.loader import load_tokenizer
@@ -15,15 +16,6 @@ from turnrl.supervised.chat import ChatTemplateError, tokenize_conversation
 from turnrl.supervised.sft_data import conversation
 
 # a ChatML template that renders tool schemas and assistant tool calls (Hermes/Qwen style)
-TOOL_TEMPLATE = (
-    "{% if tools %}{{ '<|im_start|>system\\nTools: ' + (tools | map(attribute='function') "
-    "| map(attribute='name') | join(', ')) + '<|im_end|>\\n' }}{% endif %}"
-    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] }}"
-    "{% for c in m.get('tool_calls') or [] %}{{ '<tool_call>' + (c['function'] | tojson) + '</tool_call>' }}{% endfor %}"
-    "{{ '<|im_end|>\\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-
 CALC = {"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}
 ROW = {
     "messages": [

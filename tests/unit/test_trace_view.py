@@ -129,7 +129,7 @@ def update_diagnostics_batch() -> Batch:
             "attention_mask": b["attention_mask"],
             "old_log_probs": old,
             "advantages": b["advantages"],
-            "log_prob": old + torch.log(ratio.clamp(min=1e-9)) * b["response_mask"],
+            "log_probs": old + torch.log(ratio.clamp(min=1e-9)) * b["response_mask"],
             "ratio": ratio,
             "clipped": torch.tensor([[True, *no[1:]]]),
             "dual_clipped": torch.tensor([no]),

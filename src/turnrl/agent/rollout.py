@@ -16,6 +16,8 @@ the synchronous trainer's samples bit for bit (see `agent.loop`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from turnrl.agent.assemble import agent_metrics, assemble_episodes
@@ -39,10 +41,12 @@ class AgentRollout:
         pad_id: int,
         streaming: bool = False,
         max_episodes_in_flight: int = 64,
+        default_index: Callable[[Path], Path] | None = None,
     ):
+        """`default_index`: see `ToolSet` (the run's assembly passes the search task's index)."""
         mt = cfg.rollout.multi_turn
         self.cfg, self.pad_id, self.streaming = mt, pad_id, streaming
-        self.toolset = ToolSet(mt, cache_root(cfg.model.cache_dir)).start()
+        self.toolset = ToolSet(mt, cache_root(cfg.model.cache_dir), default_index).start()
         self.sandbox_url: str | None = self.toolset.sandbox_url or None  # code rewards reuse it
         self.executor: ToolExecutor | None = None
         try:

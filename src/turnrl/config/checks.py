@@ -14,6 +14,11 @@ LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 MULTI_TURN_FORMATS = ("xml", "json")
 ENGINES = ("hf", "server", "vllm")
+ON_ERROR_MODES = ("fail", "zero", "fail_first_step")
+"""`reward.on_error`: what a failing reward function does (the reward scorer reads it)."""
+BUILT_IN_TASKS = ("addition", "calculator", "code", "search")
+"""`data.task`: the built-in tasks' names; the task registry holds one writer per name (a test keeps
+the two equal), declared here so that checking a config needs no task code."""
 
 
 class ConfigError(TurnrlInputError):
@@ -258,8 +263,6 @@ def _check_algorithm(cfg: Config) -> None:
             f"'data.train_batch_size'={cfg.data.train_batch_size} prompts does not divide into "
             f"'critic.ppo_mini_batch_size'={cfg.critic.ppo_mini_batch_size} prompts; pick a divisor"
         )
-    from turnrl.rewards.guard import ON_ERROR_MODES  # beside the code that reads it
-
     _one_of("reward.on_error", cfg.reward.on_error, ON_ERROR_MODES)
     if cfg.reward.timeout_s < 0:
         raise ConfigError(f"'reward.timeout_s' must be >= 0 (0 = no limit), got {cfg.reward.timeout_s}")
@@ -274,9 +277,7 @@ def _check_data(cfg: Config) -> None:
     d = cfg.data
     if d.train_files and d.val_files:
         return  # the built-in task is only written when a split has no files
-    from turnrl.data.tasks import TASKS  # pure-Python writers, no torch
-
-    _one_of("data.task", d.task, tuple(TASKS))
+    _one_of("data.task", d.task, BUILT_IN_TASKS)
 
 
 def _check_multi_turn(mt: MultiTurnConfig) -> None:

@@ -192,9 +192,9 @@ def to_yaml(cfg: Any) -> str:
 @cache
 def field_docs(root: type = Config) -> dict[str, str]:
     """`section.key` -> the docstring written under the field in the schema modules."""
-    from turnrl.config import agent_schema, schema, supervised_schema
+    from turnrl.config import agent_schema, rollout_schema, schema, supervised_schema
 
-    modules = (schema, agent_schema, supervised_schema)
+    modules = (schema, rollout_schema, agent_schema, supervised_schema)
     nodes = [n for mod in modules for n in ast.parse(inspect.getsource(mod)).body]
     per_class: dict[str, dict[str, str]] = {}
     for node in nodes:

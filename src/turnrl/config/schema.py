@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from turnrl.config.agent_schema import MultiTurnConfig
+from turnrl.config.rollout_schema import RolloutConfig
+from turnrl.config.rollout_schema import ServerConfig as ServerConfig  # its importers read it here too
 
 
 @dataclass
@@ -19,7 +20,7 @@ class DataConfig:
     val_files: list[str] = field(default_factory=list)
     """Validation data, same format. Empty = generate `data.task`'s validation split."""
     task: str = "addition"
-    """Built-in task written into `<run>/data/` when no files are given (see `turnrl.data.tasks`)."""
+    """Built-in task written into `<run>/data/` when no files are given (see `turnrl.tasks`)."""
     train_batch_size: int = 8
     """Prompts per training step (each is sampled `rollout.n` times)."""
     val_batch_size: int = 64
@@ -54,66 +55,6 @@ class ModelConfig:
     """Recompute activations in the backward pass to save memory."""
     fsdp_offload: bool = False
     """With N ranks: keep sharded parameters, gradients and optimizer state in CPU memory (FSDP2 offload)."""
-
-
-@dataclass
-class ServerConfig:
-    urls: list[str] = field(default_factory=list)
-    """Inference servers (`turnrl serve`, vLLM or SGLang OpenAI-compatible), e.g. `http://10.0.0.2:8000`.
-    Empty = start one `turnrl serve` child process for the run on this machine."""
-    timeout_s: float = 600.0
-    """Seconds one completion request may take before it counts as failed."""
-    max_retries: int = 3
-    """Retries of a request after a connection error (on the next server), before the run stops."""
-    startup_timeout_s: float = 300.0
-    """Seconds to wait for a server (or the child server) to answer `/health` at start-up."""
-    weights_dir: str = ""
-    """Where the trainer writes each synced policy version for the servers to load (must be visible to
-    them). Empty = `<run>/rollout_weights`."""
-    device: str = "auto"
-    """Device of the child server: `auto` (the trainer's), `cpu` or `cuda`."""
-
-
-@dataclass
-class RolloutConfig:
-    engine: str = "hf"
-    """Who samples: `hf` (in-process transformers loop), `server` (HTTP inference servers, see
-    `rollout.server`) or `vllm` (in-process vLLM, `pip install turnrl[vllm]`)."""
-    server: ServerConfig = field(default_factory=ServerConfig)
-    """Inference servers for `rollout.engine=server`."""
-    n: int = 8
-    """Samples per prompt: the group size for GRPO-style estimators."""
-    temperature: float = 1.0
-    """Sampling temperature; old log-probs are computed at this temperature too."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold (1.0 = off)."""
-    top_k: int = 0
-    """Top-k sampling (0 = off)."""
-    stop: list[str] = field(default_factory=list)
-    """Extra stop strings; generation always stops at the tokenizer's EOS unless `ignore_eos`."""
-    ignore_eos: bool = False
-    """Generate every response to the full budget, never stopping at EOS (for benchmarks: every
-    step then does the same work). EOS tokens are still sampled and kept; rewards see them."""
-    generation_batch_size: int = 64
-    """Responses generated per forward batch (bounds rollout memory)."""
-    sync_every: int = 0
-    """`hf` engine: decode steps between host syncs (stop checks, dropping finished rows); 0 = 1 on CPU,
-    16 on CUDA, where a sync per token would stall the GPU."""
-    kv_cache: str = "preallocated"
-    """`hf` engine: `preallocated` (each batch's KV cache allocated once and written in place) or
-    `dynamic` (transformers' cache, which copies itself at every token). Same numbers either way;
-    models with sliding-window layers always use `dynamic`."""
-    compile: bool = False
-    """`hf` engine: decode with fixed shapes through `torch.compile` (CUDA graphs on a GPU, where a
-    small model's step is bound by kernel launches). Finished rows ride along instead of being
-    dropped; the first batches pay the compile (`benchmarks/rollout_speed.py` prints how long). Best
-    with fixed lengths: every new bucket of prompt plus response length (128 tokens) compiles again."""
-    val_temperature: float = 0.0
-    """Temperature for validation; 0 = greedy."""
-    val_n: int = 1
-    """Samples per validation prompt."""
-    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
-    """Agent mode: multi-turn episodes with tools."""
 
 
 @dataclass

@@ -11,12 +11,9 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from turnrl.errors import TurnrlInputError
-
-if TYPE_CHECKING:  # torch is imported where tensors are made: the reward worker process reads
-    import torch  # this module (via the built-in tasks) and must start without it
 
 log = logging.getLogger(__name__)
 
@@ -190,21 +187,3 @@ def _prompt_text(tokenizer: Any, messages: list[dict[str, str]], where: str) -> 
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise DataError(f"{where}: cannot apply the tokenizer's chat template: {reason}") from None
 
-
-def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad id lists into (ids, attention_mask) so every prompt ends at the same column."""
-    import torch
-
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for r, s in enumerate(seqs):
-        if s:
-            ids[r, width - len(s) :] = torch.tensor(s, dtype=torch.long)
-            mask[r, width - len(s) :] = 1
-    return ids, mask
-
-
-def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
-    """Positions count real tokens only, so left padding does not shift them."""
-    return (mask.cumsum(-1) - 1).clamp(min=0) * mask

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from turnrl.batch import Batch
-from turnrl.data.dataset import DataError, Example, left_pad, position_ids_from_mask
+from turnrl.data.dataset import DataError, Example
+from turnrl.tensors import left_pad, position_ids_from_mask
 
 
 def collate(examples: list[Example], pad_id: int) -> Batch:

@@ -2,7 +2,8 @@
 
 The rollout (single-turn, or agent episodes with their tool servers), the reward and the
 generate-and-score pass are the trainer's own (`trainer.setup.build_rollout` / `build_reward`,
-`trainer.validation.scored_batches`), batched by `data.val_batch_size` like validation: the greedy
+`trainer.validation.scored_batches` over `trainer.stages.generate_and_score`, the stages 2-6 that
+training samples through), batched by `data.val_batch_size` like validation: the greedy
 pass of a run's checkpoint reproduces the run's last `val/test_score/*` exactly.
 """
 
@@ -32,10 +33,13 @@ from turnrl.models.loader import load_tokenizer
 from turnrl.models.policy import build_policy
 from turnrl.rewards.guard import ERRORS_KEY
 from turnrl.rollout.base import SamplingParams
-from turnrl.rollout.engines import build_engine
+from turnrl.runtime import seed_everything
 from turnrl.trainer import checkpoint
-from turnrl.trainer.setup import build_reward, build_rollout, check_scorers, pick_device, seed_everything
-from turnrl.trainer.validation import Scored, scored_batches
+from turnrl.trainer.run_dirs import resolve_model_path
+from turnrl.trainer.setup import build_reward, build_rollout, check_scorers, pick_device
+from turnrl.trainer.stages import Scored
+from turnrl.trainer.validation import scored_batches
+from turnrl.workers.engines import build_engine
 
 
 @dataclass
@@ -78,7 +82,8 @@ def evaluate(cfg: Config, out_dir: Path, run: Path | None = None, progress: bool
         torch.set_num_threads(cfg.trainer.num_threads)
     seed_everything(cfg.trainer.seed, cfg.trainer.deterministic)
     files = eval_files(cfg)
-    tokenizer = load_tokenizer(cfg.model.path, cfg.model.cache_dir)  # exports a run's checkpoint once
+    model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)  # a run's checkpoint, exported once
+    tokenizer = load_tokenizer(model_path, cfg.model.cache_dir)
     examples = load_examples(files, tokenizer, cfg.data.max_prompt_length, cfg.data.prompt_key)
     if cfg.eval.max_prompts:
         examples = examples[: cfg.eval.max_prompts]
@@ -90,13 +95,13 @@ def evaluate(cfg: Config, out_dir: Path, run: Path | None = None, progress: bool
             # the weights a `server` or `vllm` engine was handed are copies, not results (removed once
             # the engine has closed)
             stack.callback(shutil.rmtree, out_dir / "rollout_weights", ignore_errors=True)
-            model = load_policy(cfg)
+            model = load_policy(cfg, model_path)
             engine = build_engine(
                 cfg.rollout,
                 model,
                 tokenizer,
                 out_dir,  # a `server` engine's child writes its log here
-                cfg.model.path,
+                model_path,
                 lambda: {k: v.detach().cpu() for k, v in model.state_dict().items()},
                 dtype=cfg.model.dtype,
                 cache_dir=cfg.model.cache_dir,
@@ -131,10 +136,11 @@ def evaluate(cfg: Config, out_dir: Path, run: Path | None = None, progress: bool
     return summary
 
 
-def load_policy(cfg: Config) -> torch.nn.Module:
-    """The policy as the trainer builds it, frozen; without LoRA: a run's export has its adapters
-    merged already, and fresh adapters on a base model would add exactly zero."""
-    model_cfg = dataclasses.replace(cfg.model, lora_rank=0, gradient_checkpointing=False)
+def load_policy(cfg: Config, path: str) -> torch.nn.Module:
+    """The policy as the trainer builds it, from `path` (`model.path` resolved), frozen; without LoRA:
+    a run's export has its adapters merged already, and fresh adapters on a base model would add
+    exactly zero."""
+    model_cfg = dataclasses.replace(cfg.model, path=path, lora_rank=0, gradient_checkpointing=False)
     model, _ = build_policy(model_cfg, pick_device(cfg.trainer.device), cfg.trainer.seed)
     return model.eval().requires_grad_(False)
 

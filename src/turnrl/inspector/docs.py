@@ -49,19 +49,19 @@ STAGE_DOCS: dict[str, StageDoc] = {
         "prompt's index), which is what group-relative estimators such as GRPO average over. "
         "Merging checks that every field lines up row by row with its response.",
     ),
-    "gen_max": StageDoc(
-        "ReMax: the greedy baseline",
-        "the prompt tensors",
-        "ReMax samples one more response per prompt, greedily (temperature 0), and scores it like the "
-        "others; that score, repeated over the prompt's samples, is the baseline (`reward_baselines`) "
-        "the advantage subtracts. One greedy rollout per prompt replaces a critic.",
-    ),
     "reward": StageDoc(
         "Score the responses",
         "decoded responses, ground truth",
         "The reward function of each row's data source scores the decoded response, and the score "
         "lands on the last model token of the response (`token_level_scores`). "
         "There it stays inside the sequence the policy produced, never on an observation or a pad.",
+    ),
+    "gen_max": StageDoc(
+        "ReMax: the greedy baseline",
+        "the prompt tensors",
+        "ReMax samples one more response per prompt, greedily (temperature 0), and scores it like the "
+        "others; that score, repeated over the prompt's samples, is the baseline (`reward_baselines`) "
+        "the advantage subtracts. One greedy rollout per prompt replaces a critic.",
     ),
     "old_log_prob": StageDoc(
         "Old log-probs",

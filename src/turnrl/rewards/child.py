@@ -1,6 +1,7 @@
 """The reward process (`turnrl.rewards.guard.RewardProcess`): `python -m turnrl.rewards.child FD PID SPEC`.
 
-It loads the reward functions once, then answers each `(data_source, solution_str, ground_truth,
+It reads its table of reward functions (data_source -> scorer, sent pickled by the trainer) and
+loads the custom function once, then answers each `(data_source, solution_str, ground_truth,
 extra_info)` it reads from the connection on file descriptor FD with an `Outcome`, until it reads
 None, the connection closes, or the trainer (process PID) goes away. Reward functions run on this
 process's main thread, so math-verify's SIGALRM timeouts work here even in async mode.
@@ -18,15 +19,18 @@ from typing import Any
 
 from turnrl.errors import TurnrlInputError
 from turnrl.rewards.guard import Outcome, call_reward
-from turnrl.rewards.registry import RewardError, load_custom, registered, resolve
+from turnrl.rewards.registry import RewardError, load_custom, resolve
 
 
 def serve(conn: Connection, spec: dict[str, Any]) -> None:
     try:
+        table = conn.recv()
         custom = load_custom(spec["custom_path"], spec["custom_name"]) if spec["custom_path"] else None
-        table = registered(spec["sandbox_url"])
     except TurnrlInputError as err:
         conn.send(("error", str(err)))
+        return
+    except (ImportError, AttributeError, EOFError) as err:  # a scorer that does not import here
+        conn.send(("error", f"the reward process could not load its reward functions: {err!r}"))
         return
     conn.send(("ready", ""))
     while True:

@@ -28,7 +28,7 @@ from typing import Any
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 FENCE = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL)
-CODE_SOURCES = ("turnrl/code", "codecontests", "apps", "taco", "codeforces")
+CODE_SOURCES = ("codecontests", "apps", "taco", "codeforces")  # the built-in code task adds its own
 DEFAULT_RUN_TIMEOUT = 5.0
 
 _start_lock = threading.Lock()  # reward threads must not start two sandboxes

@@ -34,7 +34,6 @@ from turnrl.rewards.registry import (
     shorten,
 )
 
-ON_ERROR_MODES = ("fail", "zero", "fail_first_step")
 ERRORS_KEY = "reward/errors"
 """Metric: rows whose reward function failed and were scored 0 (reward.on_error zero or later steps)."""
 STARTUP_TIMEOUT_S = 120.0  # spawning the child imports the reward modules (and a custom file's imports)
@@ -93,10 +92,15 @@ class RewardProcess:
     A call that overruns has its child killed (a hung function cannot be stopped any other way)
     and the next call starts a fresh one. One call at a time: the async producer thread and a
     validation on the main thread share it under a lock.
+
+    `table` (data_source -> scorer) is sent to the child when it starts: pickled by reference, each
+    scorer is imported there by name, so the child routes the same sources to the same functions
+    (the built-in tasks' scorers included, which this layer does not import).
     """
 
-    def __init__(self, custom_path: str, custom_name: str, sandbox_url: str | None, timeout_s: float):
-        self.spec = {"custom_path": custom_path, "custom_name": custom_name, "sandbox_url": sandbox_url}
+    def __init__(self, custom_path: str, custom_name: str, table: dict[str, ScoreFn], timeout_s: float):
+        self.spec = {"custom_path": custom_path, "custom_name": custom_name}
+        self.table = dict(table)
         self.timeout_s = timeout_s
         self.lock = threading.Lock()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -116,6 +120,14 @@ class RewardProcess:
         )
         child.close()
         self.conn, self.ready = parent, False
+        try:
+            parent.send(self.table)  # the child's first read: a few hundred bytes, never blocks
+        except (pickle.PicklingError, TypeError, AttributeError) as err:
+            self._kill()
+            raise RewardError(
+                f"a reward function cannot be sent to the reward process ({describe(err)}): it must be "
+                "importable by name, or set reward.timeout_s=0 to call it in the trainer's process"
+            ) from None
 
     def _wait_ready(self) -> None:
         assert self.conn is not None

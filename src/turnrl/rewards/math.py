@@ -1,5 +1,4 @@
-"""Math answers checked by `math-verify` (symbolic and numeric equivalence: 1/2 == 0.5 == \\frac{1}{2}),
-and the exact-integer scorer of the built-in calculator task.
+"""Math answers checked by `math-verify` (symbolic and numeric equivalence: 1/2 == 0.5 == \\frac{1}{2}).
 
 The model's answer is the last `<answer>` tag of the response if there is one, otherwise whatever
 math-verify extracts from the whole response (a `\\boxed{}` first). The ground truth is a string
@@ -15,10 +14,6 @@ from typing import Any
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 MATH_SOURCES = ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math")
-CALCULATOR_SOURCE = "turnrl/calculator"
-CALCULATOR_FORMAT_SCORE = 0.1
-CALCULATOR_TOOL_SCORE = 0.5
-_INTEGER = re.compile(r"[-+]?\d+")
 
 
 def _last_answer(text: str) -> str | None:
@@ -53,41 +48,4 @@ def compute_score(
         "score": float(correct),
         "acc": float(correct),
         "formatted": float(_last_answer(solution_str) is not None),
-    }
-
-
-def calculator_score(
-    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None
-) -> dict[str, float]:
-    """Ranked credit for the built-in calculator task:
-
-        1.0  the exact integer in the last answer tag                  (`acc`)
-        0.5  no right answer, but the calculator returned the right number (`<result>N</result>`)
-        0.1  a tagged wrong integer
-        0.0  anything else
-
-    The middle credit rewards a correct tool call before the model has learned to copy the result
-    into its answer, so GRPO groups differ from the first step; it cannot be had without the tool,
-    since the model cannot produce the product itself.
-    """
-    truth = int(str(ground_truth).strip())
-    answer = _last_answer(solution_str)
-    value = answer.replace(",", "").replace(" ", "") if answer is not None else None
-    tagged_int = value is not None and _INTEGER.fullmatch(value) is not None
-    correct = tagged_int and int(value) == truth  # type: ignore[arg-type]
-    tool_right = f"<result>{truth}</result>" in solution_str
-    if correct:
-        score = 1.0
-    elif tool_right:
-        score = CALCULATOR_TOOL_SCORE
-    elif tagged_int:
-        score = CALCULATOR_FORMAT_SCORE
-    else:
-        score = 0.0
-    return {
-        "score": score,
-        "acc": float(correct),
-        "formatted": float(tagged_int),
-        "called_tool": float("<result>" in solution_str),
-        "tool_right": float(tool_right),
     }

@@ -26,7 +26,6 @@ METRICS = ("em", "subem", "f1")
 
 # Search-R1's data sources, all scored by exact match
 SEARCH_R1_SOURCES = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
-BUILTIN_SOURCE = "turnrl/search"
 
 
 def normalize_answer(text: str) -> str:

@@ -3,32 +3,31 @@
     compute_score(data_source, solution_str, ground_truth, extra_info=None) -> float | dict
 
 A dict must hold `score`; its other numeric entries become `reward_extra/<key>` metrics.
-`BUILTIN` maps each data source to its scorer; `registered(sandbox_url)` is that table with the
-code scorers bound to a run's sandbox. A user function loaded from a file replaces the table for
-every data source.
+`BUILTIN` maps each public dataset's data source to its scorer; `registered(sandbox_url, extra)` is
+that table plus `extra` (the built-in tasks' scorers, `turnrl.tasks.scorers()`, which the run's
+assembly passes in: this layer does not know the tasks), with the code scorers bound to a run's
+sandbox. A user function loaded from a file replaces the table for every data source.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from math import isfinite
 from typing import Any
 
 from turnrl.errors import TurnrlInputError
 from turnrl.plugins import load_attribute
-from turnrl.rewards import addition, code, gsm8k, math, qa
+from turnrl.rewards import code, gsm8k, math, qa
 
 ScoreFn = Callable[..., float | dict[str, Any]]
 
-# data_source -> scorer of the built-in reward functions; the scorer modules import nothing from here
+# data_source -> scorer of the public datasets; the scorer modules import nothing from here
 BUILTIN: dict[str, ScoreFn] = {
-    addition.DATA_SOURCE: addition.compute_score,
     **dict.fromkeys(math.MATH_SOURCES, math.compute_score),
     gsm8k.DATA_SOURCE: gsm8k.compute_score,  # verl's rule: the number after the last "####"
-    math.CALCULATOR_SOURCE: math.calculator_score,
-    **dict.fromkeys((*qa.SEARCH_R1_SOURCES, qa.BUILTIN_SOURCE), qa.compute_score),
+    **dict.fromkeys(qa.SEARCH_R1_SOURCES, qa.compute_score),
     **dict.fromkeys(code.CODE_SOURCES, code.compute_score),
 }
 
@@ -37,12 +36,15 @@ class RewardError(TurnrlInputError):
     """A reward function that cannot be found or loaded; the message names it."""
 
 
-def registered(sandbox_url: str | None = None) -> dict[str, ScoreFn]:
-    """A copy of the built-in table; with `sandbox_url`, the code scorers send programs there."""
-    table = dict(BUILTIN)
+def registered(
+    sandbox_url: str | None = None, extra: Mapping[str, ScoreFn] | None = None
+) -> dict[str, ScoreFn]:
+    """A copy of the built-in table plus `extra` (data sources it adds or overrides); with
+    `sandbox_url`, every code scorer in it sends programs there."""
+    table = {**BUILTIN, **(extra or {})}
     if sandbox_url:
         bound = functools.partial(code.compute_score, sandbox_url=sandbox_url)
-        table.update(dict.fromkeys(code.CODE_SOURCES, bound))
+        table = {source: bound if fn is code.compute_score else fn for source, fn in table.items()}
     return table
 
 

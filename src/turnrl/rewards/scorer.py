@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from turnrl.batch import Batch
-from turnrl.rewards.guard import ERRORS_KEY, ON_ERROR_MODES, InProcess, Outcome, RewardProcess
+from turnrl.config.checks import ON_ERROR_MODES
+from turnrl.rewards.guard import ERRORS_KEY, InProcess, Outcome, RewardProcess
 from turnrl.rewards.registry import RewardError, ScoreFn, load_custom, registered, resolve
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,8 @@ class RuleReward:
     `sandbox_url`: where code rewards run programs (an agent run passes the sandbox its python
     tool uses); None = `$TURNRL_SANDBOX_URL`, else a child sandbox started on first use.
     `on_error` and `timeout_s`: as `reward.on_error` and `reward.timeout_s` (turnrl.rewards.guard).
+    `scorers`: data sources added to the public datasets' table, `data_source -> scorer`: a run
+    passes the built-in tasks' (`turnrl.tasks.scorers()`).
     """
 
     def __init__(
@@ -43,6 +47,7 @@ class RuleReward:
         sandbox_url: str | None = None,
         on_error: str = "fail_first_step",
         timeout_s: float = 60.0,
+        scorers: Mapping[str, ScoreFn] | None = None,
     ):
         if on_error not in ON_ERROR_MODES:
             raise RewardError(f"unknown reward.on_error '{on_error}'; valid: {', '.join(ON_ERROR_MODES)}")
@@ -52,11 +57,11 @@ class RuleReward:
         self.custom_path, self.custom_name = custom_path, custom_name
         # loaded here even when a child process calls it: a file that does not import fails at start-up
         self.custom: ScoreFn | None = load_custom(custom_path, custom_name) if custom_path else None
-        self.table = registered(sandbox_url)
+        self.table = registered(sandbox_url, scorers)
         self.on_error = on_error
         self.trained = False  # has a training batch been scored? (fail_first_step is strict until then)
         self.calls: InProcess | RewardProcess = (
-            RewardProcess(custom_path, custom_name, sandbox_url, timeout_s)
+            RewardProcess(custom_path, custom_name, self.table, timeout_s)
             if timeout_s > 0
             else InProcess(self.custom, self.table)
         )

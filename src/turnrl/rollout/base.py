@@ -16,7 +16,7 @@ from typing import Protocol
 import torch
 
 from turnrl.batch import Batch
-from turnrl.data.dataset import left_pad, position_ids_from_mask
+from turnrl.tensors import left_pad, position_ids_from_mask
 
 
 @dataclass
@@ -74,6 +74,11 @@ class RolloutEngine(Protocol):
 
     eos_ids: set[int]
     """Token ids that end a response (the tokenizer's EOS and the model's generation config)."""
+
+    max_lag: int
+    """How many policy versions the tokens of one batch may span: 0 (the default) keeps a batch on
+    one version; async training with `trainer.max_staleness` k sets k, so a response may start
+    before a weight update and end after it. An engine that cannot mix versions ignores it."""
 
     def generate(
         self,

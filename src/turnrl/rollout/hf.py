@@ -11,10 +11,11 @@ from typing import Any
 
 import torch
 
-from turnrl.data.dataset import left_pad, position_ids_from_mask
 from turnrl.rollout.base import Generation, SamplingParams, row_limits
+from turnrl.rollout.decode_loop import DecodeLoop
 from turnrl.rollout.graph_decode import DecodeBucket, capacity_for
 from turnrl.rollout.kv_cache import preallocated_cache
+from turnrl.tensors import left_pad, position_ids_from_mask
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -74,6 +75,7 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.sync_every = sync_every
+        self.max_lag = 0  # the protocol's; this engine reports one version per batch, the one it holds
         # sliding-window layers drop old positions, which the preallocated layer does not model
         layer_types = getattr(model.config.get_text_config(decoder=True), "layer_types", None) or []
         self.preallocate = kv_cache == "preallocated" and all(t == "full_attention" for t in layer_types)
@@ -205,71 +207,9 @@ class HFEngine:
             logits = logits.repeat_interleave(p.n, dim=0)
             mask = mask.repeat_interleave(p.n, dim=0)
             pos = pos.repeat_interleave(p.n, dim=0)
-        b = len(rows) * p.n
         sync_every = self.sync_every or default_sync_every(device)
-        # per output row, on the device: sampled ids, their log-probs, length so far, EOS seen
-        tokens = torch.full((b, budget), self.pad_id, dtype=torch.long, device=device)
-        logps = torch.zeros((b, budget), dtype=torch.float32, device=device)
-        length = torch.zeros(b, dtype=torch.long, device=device)
-        hit_eos = torch.zeros(b, dtype=torch.bool, device=device)
-        limit = torch.tensor(limits, dtype=torch.long, device=device)
-        eos = torch.tensor([] if p.ignore_eos else sorted(self.eos_ids), dtype=torch.long, device=device)
-        stopped: dict[int, int] = {}  # output row -> length cut at its stop string
-        alive = torch.arange(b, device=device)  # batch rows still generating -> output row
-        done = torch.zeros(b, dtype=torch.bool, device=device)  # finished, still in the batch
-        next_pos = pos[:, -1:] + 1
-        window_start = 0
-        for step in range(budget):
-            token, lp = self._sample(logits, p, gen)
-            token = token.masked_fill(done, self.pad_id)  # finished rows ride along until compaction
-            tokens[alive, step] = token
-            logps[alive, step] = lp.masked_fill(done, 0.0)
-            length[alive] = torch.where(done, length[alive], step + 1)
-            eos_now = ~done & torch.isin(token, eos)
-            hit_eos[alive] |= eos_now
-            done = done | eos_now | (step + 1 >= limit[alive])
-            last = step == budget - 1
-            if (step + 1) % sync_every == 0 or last:  # a host sync: stop strings, all done?, compaction
-                if p.stop:
-                    done = self._apply_stops(tokens, length, alive, done, window_start, p.stop, stopped)
-                window_start = step + 1
-                keep = (~done).nonzero().squeeze(-1)
-                if last or len(keep) == 0:
-                    break
-                if graph is None and len(keep) < len(
-                    alive
-                ):  # drop finished rows from the batch and the cache
-                    alive, token, mask, next_pos, done = (
-                        alive[keep],
-                        token[keep],
-                        mask[keep],
-                        next_pos[keep],
-                        done[keep],
-                    )
-                    cache.batch_select_indices(keep)
-            if graph is not None:  # finished rows ride along to the end: shapes stay fixed
-                logits = graph.decode(token)
-                continue
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            out = self.model(
-                input_ids=token[:, None],
-                attention_mask=mask,
-                position_ids=next_pos,
-                past_key_values=cache,
-                use_cache=True,
-            )
-            cache, logits = out.past_key_values, out.logits[:, -1, :]
-            next_pos = next_pos + 1
-        lengths, eos_rows = length.tolist(), hit_eos.tolist()
-        token_rows, logp_rows = tokens.tolist(), logps.tolist()
-        responses, log_probs, reasons = [], [], []
-        for r in range(b):
-            k = stopped.get(r, lengths[r])
-            responses.append(token_rows[r][:k])
-            log_probs.append(logp_rows[r][:k])
-            # EOS or a stop string ends a response with 'stop' even when it also used the last budget token
-            reasons.append("stop" if r in stopped or (eos_rows[r] and k == lengths[r]) else "length")
-        return Generation(responses, log_probs, reasons)
+        prefill = (cache, logits, mask, pos)
+        return DecodeLoop(self, p, gen, device, limits, budget, sync_every, prefill, graph).run()
 
     def _apply_stops(
         self,

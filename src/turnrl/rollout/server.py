@@ -21,13 +21,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import math
 import shutil
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,97 +33,18 @@ import httpx
 import torch
 
 from turnrl.config.schema import ServerConfig
-from turnrl.errors import TurnrlInputError
 from turnrl.rollout.base import Generation, SamplingParams, row_limits
+from turnrl.rollout.server_wire import (
+    Request,
+    ServerError,
+    as_version,
+    choice_token_ids,
+    finish_reason,
+    plan_requests,
+    response_detail,
+)
 
 log = logging.getLogger(__name__)
-
-_TOKEN_ID_PREFIX = "token_id:"
-
-
-class ServerError(TurnrlInputError):
-    """An inference server that cannot be reached or used; one line naming its URL."""
-
-
-@dataclass
-class Request:
-    """One /v1/completions request: `n` samples of each prompt, all with one token budget.
-    Choice k (prompt-major, as vLLM orders them) becomes output row `rows[k]`."""
-
-    prompts: list[list[int]]
-    n: int
-    budget: int
-    rows: list[int]
-    seed: int | None = None
-
-
-def plan_requests(
-    prompt_ids: list[list[int]],
-    n: int,
-    limits: list[int],
-    rows_per_request: int,
-    servers: int,
-    seed: int | None = None,
-) -> list[Request]:
-    """Split a generate call into requests: same budget and same sample count per prompt in one
-    request, at most `rows_per_request` rows each, and at least `servers` requests when there are
-    enough prompts, so that every server has work."""
-    groups: dict[tuple[int, int], list[tuple[int, list[int]]]] = {}
-    for i in range(len(prompt_ids)):
-        by_budget: dict[int, list[int]] = {}
-        for r in range(i * n, i * n + n):
-            by_budget.setdefault(limits[r], []).append(r)
-        for budget, rows in by_budget.items():
-            groups.setdefault((budget, len(rows)), []).append((i, rows))
-    out: list[Request] = []
-    for (budget, count), items in groups.items():
-        per = min(max(1, rows_per_request // count), math.ceil(len(items) / servers))
-        for start in range(0, len(items), per):
-            chunk = items[start : start + per]
-            rows = [r for _, rs in chunk for r in rs]
-            out.append(Request([prompt_ids[i] for i, _ in chunk], count, budget, rows))
-    for k, req in enumerate(out):  # distinct seeds: the same prompt in two requests must not repeat itself
-        req.seed = None if seed is None else seed + k
-    return out
-
-
-def choice_token_ids(choice: dict[str, Any]) -> list[int] | None:
-    """The sampled ids of one choice: `token_ids` (vLLM >= 0.10.2 and SGLang with return_token_ids)
-    or vLLM's `return_tokens_as_token_ids` tokens "token_id:N"; None if the server sent neither."""
-    ids = choice.get("token_ids")
-    if ids is not None:
-        return [int(t) for t in ids]
-    tokens = (choice.get("logprobs") or {}).get("tokens")
-    if tokens and all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in tokens):
-        return [int(t[len(_TOKEN_ID_PREFIX) :]) for t in tokens]
-    return None
-
-
-def finish_reason(reason: Any, url: str) -> str:
-    """The contract's 'stop' (EOS or stop string) or 'length'; an aborted completion is an error."""
-    if reason == "length":
-        return "length"
-    if reason in ("stop", "eos", "stop_sequence"):
-        return "stop"
-    raise ServerError(f"{url} ended a completion with finish_reason {reason!r}")
-
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-        text = body.get("detail") or body.get("message") or body.get("error") or response.text
-        if isinstance(text, dict):  # OpenAI/vLLM: {"error": {"message": ...}}
-            text = text.get("message", text)
-    except ValueError:
-        text = response.text
-    return " ".join(str(text).split())[:300] or f"HTTP {response.status_code}"
-
-
-def _as_version(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
 
 
 class ServerEngine:
@@ -232,8 +151,8 @@ class ServerEngine:
                 value = r.json().get(key) if r.status_code == 200 and r.content.strip() else None
             except (httpx.HTTPError, ValueError, AttributeError):
                 value = None
-            if _as_version(value) is not None:
-                return _as_version(value)
+            if as_version(value) is not None:
+                return as_version(value)
         return None
 
     # -- generation ---------------------------------------------------------------------------
@@ -309,16 +228,18 @@ class ServerEngine:
                 with self._lock:
                     self.inflight[url] -= 1
             if r.status_code >= 500:
-                failures.append(f"{url} (HTTP {r.status_code}: {_detail(r)})")
+                failures.append(f"{url} (HTTP {r.status_code}: {response_detail(r)})")
                 continue
             if r.status_code != 200:
-                raise ServerError(f"{url} refused a completion request: HTTP {r.status_code}: {_detail(r)}")
+                raise ServerError(
+                    f"{url} refused a completion request: HTTP {r.status_code}: {response_detail(r)}"
+                )
             with self._lock:
                 self.completed[url] += 1
             if failures:
                 log.warning("completion request retried on %s after: %s", url, "; ".join(failures))
             data = r.json()
-            return url, _as_version(data.get("policy_version")), self._parse(url, data, req)
+            return url, as_version(data.get("policy_version")), self._parse(url, data, req)
         raise ServerError(
             f"inference server unreachable after {len(failures)} attempts "
             f"(rollout.server.max_retries={self.cfg.max_retries}): {'; '.join(failures)}"
@@ -377,7 +298,7 @@ class ServerEngine:
         check every server reports that version."""
         if self.weights is None or self.weights_dir is None:
             raise ServerError("this ServerEngine was built without the actor's weights: it cannot sync them")
-        from turnrl.serve.weights import write_weights_dir
+        from turnrl.models.weights_dir import write_weights_dir
 
         path = write_weights_dir(self.weights(), self.weights_dir / f"v{version}", self.model_config)
         futures: list[Future[None]] = [self.pool.submit(self._load, u, path, version) for u in self.urls]
@@ -411,8 +332,10 @@ class ServerEngine:
         with contextlib.suppress(ValueError):
             answer = r.json()
         if r.status_code != 200 or answer.get("success") is False:
-            raise ServerError(f"{url} refused the weights of policy version {version} ({path}): {_detail(r)}")
-        reported = _as_version(answer.get("policy_version", answer.get("weight_version")))
+            raise ServerError(
+                f"{url} refused the weights of policy version {version} ({path}): {response_detail(r)}"
+            )
+        reported = as_version(answer.get("policy_version", answer.get("weight_version")))
         now = self._server_version(url)
         if reported not in (None, version) or now != version:
             raise ServerError(
@@ -426,3 +349,6 @@ class ServerEngine:
         if self.child is not None:
             child, self.child = self.child, None
             child.stop()
+
+
+__all__ = ["Request", "ServerEngine", "ServerError", "choice_token_ids", "finish_reason", "plan_requests"]

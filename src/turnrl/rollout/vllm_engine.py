@@ -45,6 +45,7 @@ class VLLMEngine:
             raise VLLMMissing("rollout.engine=vllm needs vLLM: pip install 'turnrl[vllm]'") from None
         self.eos_ids = set(eos_ids)
         self.version = 0
+        self.max_lag = 0  # the protocol's; weights are swapped between batches, one version per batch
         self._weights = weights
         self.llm: Any = LLM(
             model=model_dir,

@@ -3,7 +3,7 @@
 SFT writes the causal LM, which `turnrl train model.path=<run>/model` starts RL from; RM writes
 the `...ForSequenceClassification` model (one label, `pad_token_id` in its config), which
 `reward_model.model.path=<run>/model` scores with. LoRA adapters are merged into the base, the
-tokenizer carries the run's chat template, and `turnrl.export` does the writing (no GGUF
+tokenizer carries the run's chat template, and `turnrl.models.save` does the writing (no GGUF
 quantization config, built under a temporary name and renamed into place).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from turnrl.export import _write
+from turnrl.models.save import write_model_dir
 
 MODEL_DIR = "model"
 
@@ -29,6 +29,6 @@ def write_model(model: torch.nn.Module, tokenizer: Any, run_dir: Path) -> Path:
     shutil.rmtree(old, ignore_errors=True)
     if out.exists():  # kept until the new one is in place
         out.rename(old)
-    _write(model.eval(), tokenizer, out)
+    write_model_dir(model.eval(), tokenizer, out)
     shutil.rmtree(old, ignore_errors=True)
     return out

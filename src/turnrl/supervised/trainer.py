@@ -21,6 +21,7 @@ from turnrl.config import to_yaml
 from turnrl.config.supervised_schema import RMConfig, SFTConfig
 from turnrl.data.dataset import DataError
 from turnrl.models.loader import load_tokenizer
+from turnrl.runtime import seed_everything
 from turnrl.supervised.batches import LengthGroupedLoader
 from turnrl.supervised.chat import set_chat_template
 from turnrl.supervised.checks import check_rm, check_sft
@@ -31,7 +32,8 @@ from turnrl.supervised.sft import SFTObjective
 from turnrl.tracking.logger import Tracker
 from turnrl.tracking.sinks import check_sinks
 from turnrl.trainer import checkpoint
-from turnrl.trainer.setup import make_run_dir, pick_device, seed_everything
+from turnrl.trainer.run_dirs import resolve_model_path
+from turnrl.trainer.setup import make_run_dir, pick_device
 from turnrl.workers.group import LocalGroup
 
 log = logging.getLogger(__name__)
@@ -55,10 +57,13 @@ class SupervisedTrainer:
             torch.set_num_threads(t.num_threads)
         seed_everything(t.seed)
         check_sinks(t.logger)  # a missing logger package fails before the model loads
-        self._read_data(cfg)  # every row read and checked before the model loads and anything is written
+        # a training run as `model.path`: its policy, exported once; config.yaml keeps the path as given
+        model = dataclasses.replace(cfg.model, path=resolve_model_path(cfg.model.path, cfg.model.cache_dir))
+        # every row read and checked before the model loads and anything is written
+        self._read_data(dataclasses.replace(cfg, model=model))
         self.run_dir = make_run_dir(cfg)  # type: ignore[arg-type]  # reads trainer.default_local_dir, experiment_name
         self.learner = Learner(
-            self.objective, cfg.model, cfg.optim, t.micro_batch_size, pick_device(t.device), t.seed
+            self.objective, model, cfg.optim, t.micro_batch_size, pick_device(t.device), t.seed
         )
         self.roles = {self.objective.name: LocalGroup([self.learner])}
         lengths = [self.objective.length(e) for e in self.train]

@@ -1,12 +1,13 @@
-"""Async mode's rollout side: stages 2-6 (generate, group, score) run in a background thread,
-ahead of the trainer by at most `max_staleness` steps.
+"""Stages 1-6 of every step (prompts, generate, group, score), run by the producer in both modes.
 
 The rule that bounds staleness: the batch for step s may start only once the trainer has finished
-step s - 1 - k. Each finished step makes at most one actor update, so a batch started at policy
-version v is trained at version <= v + k. With k = 0 a batch starts only after the previous step
-synced its weights: the synchronous loop, step for step (same prompts, same seeds, same numbers).
+step s - 1 - k (k = `trainer.max_staleness`). Each finished step makes at most one actor update, so a
+batch started at policy version v is trained at version <= v + k. With k = 0 a batch starts only
+after the previous step synced its weights: that is the synchronous run, and the producer then runs
+inline when the trainer asks for the next batch (no thread, nothing to wait for). With k > 0 it runs
+in a thread, up to k steps ahead.
 
-The producer draws the prompts, so the data loader runs ahead of training; each item carries the
+The producer draws the prompts, so the data loader may run ahead of training; each item carries the
 loader's position after its prompts were drawn, and a checkpoint saves the position of the last
 *trained* item: batches still buffered at a save are regenerated on resume (counted), never lost
 and never trained twice.
@@ -18,7 +19,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from turnrl.batch import Batch
@@ -32,12 +33,11 @@ class Produced:
     batch: Batch
     metrics: dict[str, Any]
     timing: dict[str, float]
-    """Stage seconds of stages 2-6 as the producer measured them (`timing_s/<stage>`)."""
+    """Stage seconds of stages 1-6 as the producer measured them (`timing_s/<stage>`)."""
     loader_state: dict[str, Any]
     """The data loader's position right after this step's prompts were drawn."""
     gate_wait_s: float = 0.0
     """Seconds the producer waited for the staleness bound before starting this batch."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class _Failed:
@@ -46,17 +46,21 @@ class _Failed:
 
 
 class RolloutProducer:
-    """Runs `produce(step)` for steps `first..last` in a thread, gated by the staleness bound."""
+    """Runs `produce(step)` for steps `first..last`, at most `max_staleness` steps ahead of training:
+    inline at 0, in a thread above."""
 
     def __init__(self, produce: Callable[[int], Produced], first: int, last: int, max_staleness: int):
         self.produce, self.first, self.last, self.k = produce, first, last, max_staleness
+        self.next_step = first  # inline: the step `next` produces
         self.items: queue.Queue[Produced | _Failed] = queue.Queue()
         self.cond = threading.Condition()
         self.trained = first - 1  # the last step the trainer finished
         self.stopping = False
         self.busy = False  # generating a batch right now
-        self.thread = threading.Thread(target=self._run, name="turnrl-producer", daemon=True)
-        self.thread.start()
+        self.thread: threading.Thread | None = None
+        if max_staleness > 0:
+            self.thread = threading.Thread(target=self._run, name="turnrl-producer", daemon=True)
+            self.thread.start()
 
     def _run(self) -> None:
         try:
@@ -81,6 +85,13 @@ class RolloutProducer:
         """The next step's rollout, the seconds the trainer waited for it, and how many more were
         ready behind it (the queue depth)."""
         start = time.perf_counter()
+        if self.thread is None:  # k = 0: the previous step has synced, so this one starts now
+            if self.next_step > self.last:
+                raise RuntimeError(f"the rollout producer was asked for step {self.next_step} > {self.last}")
+            item = self.produce(self.next_step)
+            self.next_step += 1
+            return item, time.perf_counter() - start, 0
+        got: Produced | _Failed
         while True:
             try:
                 got = self.items.get(timeout=1.0)

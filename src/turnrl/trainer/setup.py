@@ -4,27 +4,29 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import random
 import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from turnrl.config import Config, ConfigError
 from turnrl.data.dataset import DataError, Example, load_examples
-from turnrl.data.tasks import write_task
 from turnrl.models.loader import cache_root, load_tokenizer
 from turnrl.rewards.registry import registered, resolve
 from turnrl.rewards.scorer import RuleReward
 from turnrl.rollout.base import Rollout, RolloutEngine
 from turnrl.rollout.single_turn import SingleTurnRollout
+from turnrl.runtime import seed_everything
+from turnrl.tasks import scorers, write_task
+from turnrl.tasks.search.corpus import builtin_index
+from turnrl.trainer.run_dirs import resolve_model_path, resolve_model_paths
 from turnrl.workers.actor import Actor
 from turnrl.workers.critic import Critic
-from turnrl.workers.group import LocalGroup, WorkerGroup
+from turnrl.workers.group import Group, LocalGroup, WorkerGroup
+from turnrl.workers.handles import ActorHandle, CriticHandle, ReferenceHandle, RewardModelHandle, RoleHandle
 from turnrl.workers.reference import Reference
 from turnrl.workers.reward_model import RewardModel
 
@@ -37,28 +39,14 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def seed_everything(seed: int, deterministic: bool = False) -> None:
-    """Seed Python, NumPy and torch; with `deterministic`, also make GPU kernels deterministic
-    (`trainer.deterministic`): CPU kernels already are, for a fixed thread count."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    if deterministic:
-        # cuBLAS needs a fixed workspace to be deterministic; read when CUDA initialises
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
-
-
 def resolve_data_files(cfg: Config) -> None:
     """Fill `data.train_files` / `val_files` with the built-in task when none are given."""
     if cfg.data.train_files and cfg.data.val_files:
         return
     out = cache_root(cfg.model.cache_dir) / "tasks" / f"{cfg.data.task}-seed{cfg.trainer.seed}"
-    train, val = write_task(cfg.data.task, out, cfg.trainer.seed)
-    cfg.data.train_files = cfg.data.train_files or [str(train)]
-    cfg.data.val_files = cfg.data.val_files or [str(val)]
+    files = write_task(cfg.data.task, out, cfg.trainer.seed)
+    cfg.data.train_files = cfg.data.train_files or [str(files.train)]
+    cfg.data.val_files = cfg.data.val_files or [str(files.val)]
 
 
 @dataclass
@@ -77,7 +65,8 @@ def build_data(cfg: Config) -> Data:
     for f in [*cfg.data.train_files, *cfg.data.val_files]:
         if not Path(f).is_file():  # fail before the minute-long model load
             raise DataError(f"data file not found: {f}")
-    tokenizer = load_tokenizer(cfg.model.path, cfg.model.cache_dir)
+    # a training run as `model.path` is exported (once) here, before any model loads
+    tokenizer = load_tokenizer(resolve_model_path(cfg.model.path, cfg.model.cache_dir), cfg.model.cache_dir)
     train = load_examples(cfg.data.train_files, tokenizer, cfg.data.max_prompt_length, cfg.data.prompt_key)
     val = load_examples(cfg.data.val_files, tokenizer, cfg.data.max_prompt_length, cfg.data.prompt_key)
     check_scorers(cfg, train + val)
@@ -88,7 +77,7 @@ def check_scorers(cfg: Config, examples: list[Example]) -> None:
     """A data source without a rule scorer fails now, before the models load (a custom function
     scores every source; with a reward model a source may have no rule)."""
     if not cfg.reward.custom_function.path and not cfg.reward_model.enable:
-        table = registered()
+        table = registered(extra=scorers())
         for source in sorted({e.data_source for e in examples}):
             resolve(source, None, table)
 
@@ -102,7 +91,8 @@ def build_rollout(
         return SingleTurnRollout(engine, pad_id)
     from turnrl.agent.rollout import AgentRollout
 
-    return AgentRollout(engine, tokenizer, cfg, pad_id, streaming=streaming)
+    # without a search URL or index, the search tool serves the search task's corpus
+    return AgentRollout(engine, tokenizer, cfg, pad_id, streaming=streaming, default_index=builtin_index)
 
 
 def build_reward(cfg: Config, tokenizer: Any, rollout: Rollout) -> RuleReward:
@@ -115,36 +105,41 @@ def build_reward(cfg: Config, tokenizer: Any, rollout: Rollout) -> RuleReward:
         sandbox_url=getattr(rollout, "sandbox_url", None),
         on_error=cfg.reward.on_error,
         timeout_s=cfg.reward.timeout_s,
+        scorers=scorers(),  # the built-in tasks' data sources
     )
 
 
 @dataclass
 class Roles:
-    """One worker group per role; `ref` is the actor's group with LoRA (adapters off)."""
+    """One typed handle per role (`workers/handles.py`); `ref` runs on the actor's group with LoRA
+    (the actor with its adapters off)."""
 
-    actor: WorkerGroup
-    ref: WorkerGroup | None
-    critic: WorkerGroup | None
-    reward_model: WorkerGroup | None
+    actor: ActorHandle
+    ref: ReferenceHandle | None
+    critic: CriticHandle | None
+    reward_model: RewardModelHandle | None
     pool: Any = None
     """The Ray pool the groups run in (None in one process)."""
 
     def owned(self) -> dict[str, WorkerGroup]:
-        """Groups that keep state of their own, by checkpoint sub-directory."""
-        out = {
+        """Roles that keep state of their own, by checkpoint sub-directory."""
+        return {k: h for k, h in self._own().items()}
+
+    def _own(self) -> dict[str, RoleHandle]:
+        out: dict[str, RoleHandle | None] = {
             "actor": self.actor,
             "reference": self.ref,
             "critic": self.critic,
             "reward_model": self.reward_model,
         }
-        return {k: g for k, g in out.items() if g is not None and (k == "actor" or g is not self.actor)}
+        return {
+            k: h for k, h in out.items() if h is not None and (k == "actor" or h.group is not self.actor.group)
+        }
 
     def dispatch_metrics(self) -> dict[str, float]:
         out: dict[str, float] = {}
-        for group in self.owned().values():
-            stats = getattr(group, "dispatch_metrics", None)
-            if stats is not None and not isinstance(group, LocalGroup):
-                out.update(stats())
+        for handle in self._own().values():
+            out.update(handle.dispatch_metrics())
         return out
 
     def close(self) -> None:
@@ -158,6 +153,7 @@ def build_roles(cfg: Config, tokenizer: Any, run_dir: Path | None = None) -> Rol
     """Each role builds its own model from its own config section (`run_dir`: the actor's rollout
     engine keeps its files there). The order is the order the
     global RNG is drawn in (LoRA init, then the value head): keep it, or seeded runs change."""
+    cfg = resolve_model_paths(cfg)  # training runs named as models: their exported policies
     t = cfg.trainer
     lora = cfg.model.lora_rank > 0
     world = t.nnodes * t.n_gpus_per_node
@@ -177,7 +173,7 @@ def build_roles(cfg: Config, tokenizer: Any, run_dir: Path | None = None) -> Rol
     pool = None
     if world == 1:
         device = pick_device(t.device)
-        groups = {name: LocalGroup([make(device, t.seed)]) for name, make in factories.items()}
+        groups: dict[str, Group] = {name: LocalGroup([make(device, t.seed)]) for name, make in factories.items()}
     else:
         from turnrl.workers.ray_group import RayGroup, RayPool
 
@@ -197,8 +193,15 @@ def build_roles(cfg: Config, tokenizer: Any, run_dir: Path | None = None) -> Rol
             pool.close()  # ends the ranks of every group it placed, a half-built one's too
             raise
     needs_ref = cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
-    ref = (groups["actor"] if lora else groups["reference"]) if needs_ref else None
-    return Roles(groups["actor"], ref, groups.get("critic"), groups.get("reward_model"), pool)
+    ref = ReferenceHandle(groups["actor"] if lora else groups["reference"]) if needs_ref else None
+    critic, rm = groups.get("critic"), groups.get("reward_model")
+    return Roles(
+        ActorHandle(groups["actor"]),
+        ref,
+        CriticHandle(critic) if critic is not None else None,
+        RewardModelHandle(rm) if rm is not None else None,
+        pool,
+    )
 
 
 def make_run_dir(cfg: Config) -> Path:

@@ -1,4 +1,4 @@
-"""The stages of one training step (ARCHITECTURE §2), as functions of a Batch.
+"""The stages of one training step (docs/architecture.md, the dataflow table), as functions of a Batch.
 
 Each takes what it needs and returns new fields; the loop in `ppo.py` only sequences
 and times them. `STAGES` names every stage the loop runs, in the order it runs them: the
@@ -8,9 +8,9 @@ names double as `timing_s/<name>` metric keys and key the step inspector's texts
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -19,6 +19,7 @@ from turnrl.algorithms.advantages import compute_advantage
 from turnrl.algorithms.rollout_corr import bypass_choice, rollout_correction
 from turnrl.batch import Batch
 from turnrl.config.schema import Config, RolloutCorrectionConfig
+from turnrl.rollout.base import Rollout, SamplingParams
 
 PROMPT_FIELDS = ("input_ids", "attention_mask", "position_ids")
 
@@ -27,8 +28,8 @@ STAGES: tuple[str, ...] = (
     "gen_batch",  # 2  split off the generation input
     "gen",  # 3  rollout (single-turn or agent)
     "group",  # 4  uid groups, merge with the rollout
-    "gen_max",  # 4b ReMax: a greedy response per prompt, its score is the baseline
     "reward",  # 6  token_level_scores
+    "gen_max",  # 6b ReMax: a greedy response per prompt, its score is the baseline
     "old_log_prob",  # 7  the trainer's log-probs of the sampled tokens
     "ref",  # 8  reference log-probs
     "values",  # 9  critic values
@@ -40,26 +41,49 @@ STAGES: tuple[str, ...] = (
 )
 
 
-class Recorder(Protocol):
-    """Receives every stage's output batch (the step inspector implements this)."""
+class StageHook(Protocol):
+    """Told of every stage as it ends. Timing is one hook; the step inspector's recorder another."""
 
-    def record(self, stage: str, batch: Batch, elapsed_s: float) -> None: ...
+    wants_batches: bool
+    """Whether the hook reads the stages' batches. The loop then also asks the actor for its update's
+    per-token diagnostics (the `update_actor` batch), which cost a copy a plain run does not pay."""
+
+    def record(self, stage: str, batch: Batch | None, elapsed_s: float) -> None:
+        """`batch`: what the stage made (None for a stage that makes no batch)."""
+        ...
+
+
+class Timing:
+    """The hook every clock has: seconds per stage, summed over repeats (`timing_s/<stage>`)."""
+
+    wants_batches = False
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def record(self, stage: str, batch: Batch | None, elapsed_s: float) -> None:
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + elapsed_s
 
 
 @dataclass
 class Stage:
-    """What a running stage hands to the recorder when it ends: `batch` (set it to a new
-    batch when the stage makes one)."""
+    """What a running stage hands to the hooks when it ends: `batch` (set it to a new batch when the
+    stage makes one)."""
 
     batch: Batch | None = None
 
 
 class StageClock:
-    """Times named stages and hands each stage's batch to an optional recorder."""
+    """Runs the hooks at the end of every named stage; `timing` is its own `Timing` hook. The loop
+    stays the same whoever listens: a run, a test that keeps batches, the step inspector."""
 
-    def __init__(self, recorder: Recorder | None = None):
-        self.timing: dict[str, float] = {}
-        self.recorder = recorder
+    def __init__(self, hooks: Sequence[StageHook] = ()):
+        self.timing = Timing()
+        self.hooks: list[StageHook] = [self.timing, *hooks]
+
+    @property
+    def wants_batches(self) -> bool:
+        return any(h.wants_batches for h in self.hooks)
 
     @contextmanager
     def __call__(self, name: str, batch: Batch | None = None) -> Iterator[Stage]:
@@ -69,9 +93,8 @@ class StageClock:
         start = time.perf_counter()
         yield stage
         elapsed = time.perf_counter() - start
-        self.timing[name] = self.timing.get(name, 0.0) + elapsed
-        if self.recorder is not None and stage.batch is not None:
-            self.recorder.record(name, stage.batch, elapsed)
+        for hook in self.hooks:
+            hook.record(name, stage.batch, elapsed)
 
 
 def split_generation_input(batch: Batch) -> Batch:
@@ -97,6 +120,47 @@ def score(
     scores, extras = reward_fn(batch)
     batch["token_level_scores"] = scores
     return extras
+
+
+Scorer = Callable[[Batch], dict[str, list[float]]]
+"""Stage 6 as one call: writes `token_level_scores` into the batch, returns the reward's extra values."""
+
+
+@dataclass
+class Scored:
+    """Prompts after stages 2-6: sampled, grouped and scored."""
+
+    batch: Batch
+    """The prompts repeated `params.n` times (rows A,A,B,B) merged with their rollout and
+    `token_level_scores`."""
+    extras: dict[str, list[float]]
+    """The reward's extra values per row (and its failure count under `ERRORS_KEY`)."""
+    rollout_metrics: dict[str, float]
+    """What the rollout reported (`agent/*` in agent mode)."""
+    scores: list[float]
+    """Each row's sequence score, as scored."""
+    texts: list[str] = field(default_factory=list)
+    """Each row's decoded response, where a reader needs them (validation, `turnrl eval`)."""
+
+
+def generate_and_score(
+    rollout: Rollout, scorer: Scorer, prompts: Batch, params: SamplingParams, clock: StageClock
+) -> Scored:
+    """Stages 2-6: sample `params.n` responses per prompt, group them, score them. Training, the ReMax
+    baseline, validation and `turnrl eval` all sample through here, so a validation score and an eval
+    score are the training reward of the same responses. `prompts` is left whole (ReMax samples the
+    same prompts again)."""
+    prompts = prompts.select(prompts.keys())
+    with clock("gen_batch") as st:
+        gen_batch = st.batch = split_generation_input(prompts)
+    with clock("gen") as st:
+        out, rollout_metrics = rollout.generate(gen_batch, params)
+        st.batch = out
+    with clock("group") as st:
+        batch = st.batch = group_and_merge(prompts, out, params.n)
+    with clock("reward", batch):
+        extras = scorer(batch)
+    return Scored(batch, extras, rollout_metrics, batch["token_level_scores"].sum(-1).tolist())
 
 
 def old_log_probs_from_rollout(cfg: Config) -> bool:

@@ -1,6 +1,7 @@
 """Validation: sample the val set (greedy, n=1 by default), score, average per data source.
 
-`scored_batches` is the generate-and-score pass itself; `turnrl eval` runs the same pass, so its
+`scored_batches` is the validation pass: stages 2-6 (`stages.generate_and_score`, training's own)
+over every val prompt once, scored by the rule reward alone. `turnrl eval` runs the same pass, so its
 greedy scores are training's `val/test_score/*` for the same weights and prompts.
 """
 
@@ -9,33 +10,21 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
-from turnrl.batch import Batch
 from turnrl.data.dataset import Example
 from turnrl.data.loader import batches_of
 from turnrl.rewards.guard import ERRORS_KEY
 from turnrl.rewards.scorer import RuleReward
 from turnrl.rollout.base import Rollout, SamplingParams
 from turnrl.trainer import stages
+from turnrl.trainer.stages import Scored
 
 
-@dataclass
-class Scored:
-    """One batch of prompts after generation and the rule reward."""
-
-    batch: Batch
-    """The prompts repeated `params.n` times (rows A,A,B,B) merged with their rollout and `token_level_scores`."""
-    texts: list[str]
-    """Each row's decoded response."""
-    scores: list[float]
-    """Each row's sequence score."""
-    extras: dict[str, list[float]]
-    """The reward functions' extra values (and the failure count under `ERRORS_KEY`)."""
-    rollout_metrics: dict[str, float]
-    """What the rollout reported for this batch (`agent/*` in agent mode)."""
+def rule_scorer(reward: RuleReward, validation: bool = False) -> stages.Scorer:
+    """Stage 6 with the rule reward alone (no reward model, no shaping): a validation score."""
+    return functools.partial(stages.score, functools.partial(reward, validation=validation))
 
 
 def scored_batches(
@@ -47,14 +36,12 @@ def scored_batches(
     pad_id: int,
 ) -> Iterator[Scored]:
     """Every example once, in order, `batch_size` prompts at a time: `params.n` responses each,
-    scored by the rule reward alone (no reward model, no shaping), as a validation score is."""
+    scored as a validation score is, with their decoded texts."""
+    scorer = rule_scorer(reward, validation=True)
     for prompts in batches_of(examples, batch_size, pad_id):
-        gen_batch = stages.split_generation_input(prompts)
-        out, rollout_metrics = rollout.generate(gen_batch, params)
-        batch: Batch = stages.group_and_merge(prompts, out, params.n)
-        extra = stages.score(functools.partial(reward, validation=True), batch)
-        seq_scores = batch["token_level_scores"].sum(-1).tolist()
-        yield Scored(batch, reward.decode(batch), seq_scores, extra, rollout_metrics)
+        scored = stages.generate_and_score(rollout, scorer, prompts, params, stages.StageClock())
+        scored.texts = reward.decode(scored.batch)
+        yield scored
 
 
 def validate(

@@ -20,8 +20,8 @@ from turnrl.config.schema import ActorConfig, ModelConfig, RefConfig, RolloutCon
 from turnrl.models.logprobs import attach_log_prob_method
 from turnrl.models.policy import build_policy
 from turnrl.rollout.base import Generation, RolloutEngine, SamplingParams
-from turnrl.rollout.engines import build_engine
 from turnrl.workers import parallel
+from turnrl.workers.engines import build_engine
 from turnrl.workers.group import dp
 from turnrl.workers.memory import names_key_on_oom
 from turnrl.workers.microbatch import trimmed_log_probs
@@ -202,7 +202,7 @@ class Actor:
     def _keep_diagnostics(self, mb: Batch, log_prob: torch.Tensor, m: dict[str, torch.Tensor]) -> None:
         fields = {k: mb[k] for k in DIAGNOSTIC_FIELDS}
         fields.update(
-            log_prob=log_prob.detach(),
+            log_probs=log_prob.detach(),
             ratio=m["ratio"],
             clipped=m["clip_active"],
             dual_clipped=m["dual_active"],
@@ -235,40 +235,10 @@ class Actor:
         budget = cfg.ppo_max_token_len_per_gpu if cfg.use_dynamic_bsz else 0
         key = "actor.ppo_max_token_len_per_gpu"
         for mb, real in parallel.my_micro_batches(mini, cfg.ppo_micro_batch_size, budget, key):
-            log_prob, entropy = self._log_probs(mb, cfg.logprob_chunk_size)
             mask = mb["response_mask"]
-            pg, m = policy_loss(
-                old_log_prob=mb["old_log_probs"],
-                log_prob=log_prob,
-                advantages=mb["advantages"],
-                response_mask=mb["rollout_keep_mask"] if corrected else mask,
-                clip_ratio_low=cfg.clip_ratio_low,
-                clip_ratio_high=cfg.clip_ratio_high,
-                clip_ratio_c=cfg.clip_ratio_c,
-                loss_agg_mode=cfg.loss_agg_mode,
-                mode=cfg.policy_loss_mode,
-                loss_denominator=pg_denom,
-                loss_norm_length=width,
-                per_token=self._want_diagnostics,
-                weights=mb["rollout_is_weights"] if corrected else None,
-            )
-            if self._want_diagnostics and real:
-                self._keep_diagnostics(mb, log_prob, m)
-            loss = pg
-            if cfg.entropy_coeff:
-                loss = loss - cfg.entropy_coeff * (entropy * mask).sum() / tokens
+            loss, pg, m, entropy, kl = self._micro_loss(mb, real, corrected, pg_denom, denom, width, tokens)
             if cfg.use_kl_loss:
-                kl = kl_loss(
-                    log_prob,
-                    mb["ref_log_prob"],
-                    mask,
-                    cfg.kl_loss_type,
-                    cfg.loss_agg_mode,
-                    loss_denominator=denom,
-                    loss_norm_length=width,
-                )
-                loss = loss + cfg.kl_loss_coef * kl
-                sums["kl_loss"] += kl.item() * real
+                sums["kl_loss"] += kl * real
             if not real:  # a stand-in so this rank joins the others' collectives; adds nothing
                 parallel.backward(loss * 0.0)
                 continue
@@ -289,6 +259,54 @@ class Actor:
             if cfg.use_kl_loss:
                 out["actor/kl_coef"] = cfg.kl_loss_coef
         return out
+
+    def _micro_loss(
+        self,
+        mb: Batch,
+        real: bool,
+        corrected: bool,
+        pg_denom: int,
+        denom: int,
+        width: int,
+        tokens: float,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], torch.Tensor, float]:
+        """One micro-batch's loss (policy, entropy bonus, KL), its policy part, the policy loss's
+        metrics, the entropy, and the KL loss's value (0 without `actor.use_kl_loss`)."""
+        cfg = self.cfg
+        log_prob, entropy = self._log_probs(mb, cfg.logprob_chunk_size)
+        mask = mb["response_mask"]
+        pg, m = policy_loss(
+            old_log_prob=mb["old_log_probs"],
+            log_prob=log_prob,
+            advantages=mb["advantages"],
+            response_mask=mb["rollout_keep_mask"] if corrected else mask,
+            clip_ratio_low=cfg.clip_ratio_low,
+            clip_ratio_high=cfg.clip_ratio_high,
+            clip_ratio_c=cfg.clip_ratio_c,
+            loss_agg_mode=cfg.loss_agg_mode,
+            mode=cfg.policy_loss_mode,
+            loss_denominator=pg_denom,
+            loss_norm_length=width,
+            per_token=self._want_diagnostics,
+            weights=mb["rollout_is_weights"] if corrected else None,
+        )
+        if self._want_diagnostics and real:
+            self._keep_diagnostics(mb, log_prob, m)
+        loss = pg
+        if cfg.entropy_coeff:
+            loss = loss - cfg.entropy_coeff * (entropy * mask).sum() / tokens
+        if not cfg.use_kl_loss:
+            return loss, pg, m, entropy, 0.0
+        kl = kl_loss(
+            log_prob,
+            mb["ref_log_prob"],
+            mask,
+            cfg.kl_loss_type,
+            cfg.loss_agg_mode,
+            loss_denominator=denom,
+            loss_norm_length=width,
+        )
+        return loss + cfg.kl_loss_coef * kl, pg, m, entropy, kl.item()
 
     def save(self, directory: Path) -> None:
         """Trainable weights, optimizer + schedule, RNG streams (loads on any number of ranks)."""

@@ -1,8 +1,10 @@
 """The seam between the driver and the roles: dispatch -> call -> collect.
 
-The driver never holds a model. It holds one `WorkerGroup` per role and calls the role's
-methods through it (`actor.compute_log_prob(batch)` reads like a local call). How a call
-travels is the group's business and the role method's declared dispatch mode:
+The driver never holds a model. It holds one typed handle per role (`workers/handles.py`,
+implementing the role's Protocol of `workers/roles.py`), whose methods are `group.call("name",
+...)` on the role's group: `actor.compute_log_prob(batch)` reads like a local call and is
+type-checked like one. How a call travels is the group's business and the role method's
+declared dispatch mode:
 
 - `@dp` — the method takes a `Batch` first: the group cuts it over its ranks with
   `workers.dispatch.shard_rows` (whole `uid` groups, balanced by tokens), calls every rank
@@ -60,6 +62,8 @@ class Group:
 
     role: str
     world_size: int
+    in_process: bool = False
+    """True when the role objects live in this process (the actor's engine can be used directly)."""
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         fn = self._method(method)
@@ -74,10 +78,12 @@ class Group:
             return gather(results, shards) if all(isinstance(r, Batch) for r in results) else results[0]
         return self._run(method, [(args, kwargs)] * self.world_size)[0]
 
-    def __getattr__(self, method: str) -> Callable[..., Any]:
-        if method.startswith("_"):
-            raise AttributeError(method)
-        return lambda *args, **kwargs: self.call(method, *args, **kwargs)
+    def dispatch_metrics(self) -> dict[str, float]:
+        """How evenly the last calls loaded the ranks (a group that balances them says)."""
+        return {}
+
+    def close(self) -> None:
+        raise NotImplementedError
 
     def _method(self, method: str) -> Any:
         raise NotImplementedError
@@ -91,7 +97,9 @@ class Group:
 
 
 class LocalGroup(Group):
-    """Workers in this process. `group.name(...)` is `group.call("name", ...)`."""
+    """Workers in this process, called one after the other."""
+
+    in_process = True
 
     def __init__(self, workers: list[Any]):
         if not workers:

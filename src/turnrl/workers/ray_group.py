@@ -1,12 +1,13 @@
 """Worker groups on Ray: one actor process per rank, `torch.distributed` inside each.
 
     pool = RayPool(cfg)                                  # joins or starts Ray, reserves one bundle per rank
-    actor = RayGroup(pool, "actor", partial(Actor, cfg.actor, ...), seed)
-    actor.compute_log_prob(batch)                        # the same call as on a LocalGroup
+    actor = ActorHandle(RayGroup(pool, "actor", partial(Actor, cfg.actor, ...), seed))
+    actor.compute_log_prob(batch)                        # the same call as over a LocalGroup
 
 Placement follows the seeds' resource pools: one placement group with a bundle per rank
 (`trainer.nnodes` x `trainer.n_gpus_per_node`; a GPU each, or a CPU each with
-`trainer.device=cpu`), and every role puts its rank r into bundle r with a fraction of it, so
+`trainer.device=cpu`; one per node when `trainer.n_gpus_per_node=1` and `trainer.nnodes` > 1),
+and every role puts its rank r into bundle r with a fraction of it, so
 actor, reference and critic are colocated on the same devices. Each role's ranks form their own
 process group (gloo on CPU, NCCL on GPU) and build their own model (FSDP2-sharded inside).
 
@@ -32,8 +33,10 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from turnrl.batch import Batch
 from turnrl.config.schema import Config
 from turnrl.errors import TurnrlInputError
+from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.workers.dispatch import group_rows, imbalance, shard_rows
 from turnrl.workers.group import Group
+from turnrl.workers.roles import ActorRole
 
 COLLECTIVE_TIMEOUT_S = 600  # a collective that waits this long has lost a peer
 CONNECT_TIMEOUT_S = 10  # ray.init retries an address that does not answer for minutes
@@ -77,7 +80,7 @@ class RankWorker:
         return os.getpid()
 
     def build(self, factory: Callable[[], Any], seed: int, deterministic: bool = False) -> None:
-        from turnrl.trainer.setup import seed_everything
+        from turnrl.runtime import seed_everything
 
         seed_everything(seed, deterministic)  # as the single process does before it builds its roles
         self.role = factory()
@@ -91,7 +94,7 @@ class RayPool:
 
     def __init__(self, cfg: Config):
         t = cfg.trainer
-        self.world = t.nnodes * t.n_gpus_per_node
+        self.world, self.nnodes = t.nnodes * t.n_gpus_per_node, t.nnodes
         self.device = "cuda" if t.device in ("auto", "cuda") and _has_cuda() else "cpu"
         if t.device == "cuda" and self.device != "cuda":
             raise DistributedSetupError("trainer.device=cuda but this machine has no CUDA device")
@@ -117,7 +120,12 @@ class RayPool:
                     f"trainer.nnodes x trainer.n_gpus_per_node = {self.world} ranks need {need * self.world:g} "
                     f"{key} but the Ray cluster has {have.get(key, 0.0):g}; lower trainer.n_gpus_per_node"
                 )
-        self.pg = placement_group([dict(per_rank) for _ in range(self.world)], strategy="PACK")
+        # one rank per node: STRICT_SPREAD puts each bundle on a node of its own (PACK would fill the
+        # first node that has room); several ranks per node: PACK, their devices fill the nodes
+        spread = self.nnodes > 1 and self.world == self.nnodes
+        self.pg = placement_group(
+            [dict(per_rank) for _ in range(self.world)], strategy="STRICT_SPREAD" if spread else "PACK"
+        )
         ready, _ = ray.wait([self.pg.ready()], timeout=120)
         if not ready:
             raise DistributedSetupError(
@@ -190,9 +198,6 @@ class RayGroup(Group):
             [w.call.remote(method, *a, **kw) for w, (a, kw) in zip(self.workers, calls, strict=True)]
         )
 
-    def rollout_engine(self) -> RemoteEngine:
-        return RemoteEngine(self)
-
     def _shards(self, batch: Batch) -> list[list[int]]:
         """Whole uid groups per rank: balanced by tokens, or contiguous (the 'before' of the metric)."""
         groups = group_rows(batch["uid"]) if "uid" in batch else [[i] for i in range(len(batch))]
@@ -239,17 +244,23 @@ class RayGroup(Group):
 class RemoteEngine:
     """The rollout engine of a remote actor group: rank 0 samples with the full weights."""
 
-    def __init__(self, group: RayGroup):
-        self.group = group
-        self.eos_ids: set[int] = group.call("eos_ids")
+    def __init__(self, actor: ActorRole):
+        self.actor = actor
+        self.eos_ids: set[int] = actor.eos_ids()
+        self.max_lag = 0  # the protocol's; rank 0's engine samples one version per batch
 
     def generate(
-        self, prompt_ids: list[list[int]], params: Any, max_new_tokens_per_row: list[int] | None = None
-    ) -> Any:
-        return self.group.call("generate", prompt_ids, params, max_new_tokens_per_row)
+        self,
+        prompt_ids: list[list[int]],
+        params: SamplingParams,
+        max_new_tokens_per_row: list[int] | None = None,
+    ) -> Generation:
+        gen = self.actor.generate(prompt_ids, params, max_new_tokens_per_row)
+        assert gen is not None, "rank 0 of the actor group holds the engine"
+        return gen
 
     def sync_weights(self, version: int) -> None:
-        self.group.call("sync_weights", version)
+        self.actor.sync_weights(version)
 
     def close(self) -> None:
         pass

@@ -9,8 +9,9 @@ import torch
 
 from turnrl.batch import Batch
 from turnrl.config.schema import RewardModelConfig
-from turnrl.data.dataset import _prompt_text, left_pad, position_ids_from_mask
+from turnrl.data.dataset import _prompt_text
 from turnrl.models.loader import TINY, ModelError, load_tokenizer, model_directory, tiny_random_config
+from turnrl.tensors import left_pad, position_ids_from_mask
 from turnrl.workers.group import dp
 from turnrl.workers.memory import names_key_on_oom
 from turnrl.workers.state import load_role, save_role

@@ -2,42 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from turnrl.agent.tools.base import ToolResult, text_parameter
 from turnrl.agent.tools.supervisor import ServerSupervisor, supervised
 from turnrl.servers.retriever.client import Passage, RetrieverClient, format_passages
 from turnrl.servers.retriever.errors import RetrieverUnavailable
-
-# The built-in search task and the built-in index must describe the same invented world.
-BUILTIN_ENTITIES = 300
-BUILTIN_SEED = 0
-
-
-def builtin_index(cache: Path) -> Path:
-    """A BM25 index over the built-in corpus, built once into `cache` (about a second)."""
-    from turnrl.servers.retriever.builtin_corpus import write_builtin_corpus
-    from turnrl.servers.retriever.index import build_index
-
-    out = cache / "retriever" / f"builtin-{BUILTIN_ENTITIES}-seed{BUILTIN_SEED}"
-    if (out / "meta.json").is_file():
-        return out
-    # build beside the target and rename, so two runs starting together never see half an index
-    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    paths = write_builtin_corpus(tmp / "corpus", BUILTIN_ENTITIES, BUILTIN_SEED)
-    build_index(paths.corpus, tmp / "index", show_progress=False)
-    try:
-        (tmp / "index").rename(out)
-    except OSError:
-        if not (out / "meta.json").is_file():
-            raise
-    shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 def passages_text(passages: Sequence[Passage | Mapping[str, Any]]) -> str:

@@ -2,13 +2,15 @@
 
 A tool server named by URL is health-checked at start-up: a server that is down stops the run
 in one line naming the URL, instead of a hang at the first tool call. Without a URL, turnrl
-starts its own sandbox / retriever (over the built-in corpus index) as a child process, under a
-`ServerSupervisor`: restarted once if it dies mid-run, counted in `servers/restarts`.
+starts its own sandbox / retriever (over `search.index`, else the index `default_index` builds) as
+a child process, under a `ServerSupervisor`: restarted once if it dies mid-run, counted in
+`servers/restarts`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +28,12 @@ BUILTIN_TOOLS = ("calculator", "python", "search")
 class ToolSet:
     """Tools by name, plus the child servers started for them (use as a context manager)."""
 
-    def __init__(self, cfg: MultiTurnConfig, cache_dir: Path):
-        self.cfg, self.cache_dir = cfg, cache_dir
+    def __init__(
+        self, cfg: MultiTurnConfig, cache_dir: Path, default_index: Callable[[Path], Path] | None = None
+    ):
+        """`default_index(cache_dir)`: the index directory a child retriever serves when `search`
+        names neither a URL nor an index (a run passes the search task's, `turnrl.tasks.search`)."""
+        self.cfg, self.cache_dir, self.default_index = cfg, cache_dir, default_index
         self.tools: dict[str, Any] = {}
         self._children: list[Any] = []
         self.supervisors: list[ServerSupervisor] = []
@@ -102,7 +108,7 @@ class ToolSet:
         return PythonTool(url, p.run_timeout, p.memory_limit_mb, p.tag, p.obs_tag, server=supervisor)
 
     def _search(self) -> Any:
-        from turnrl.agent.tools.search import SearchTool, builtin_index
+        from turnrl.agent.tools.search import SearchTool
         from turnrl.servers.retriever.client import check_server
         from turnrl.servers.retriever.errors import RetrieverError
         from turnrl.servers.retriever.launcher import LocalRetriever
@@ -110,11 +116,20 @@ class ToolSet:
         s = self.cfg.search
         child = None
         if not s.url:
-            child = LocalRetriever(Path(s.index) if s.index else builtin_index(self.cache_dir), topk=s.topk)
+            child = LocalRetriever(self._search_index(s.index), topk=s.topk)
         url, supervisor = self._server(
             "rollout.multi_turn.search", s.url, check_server, (RetrieverError, ValueError), child, "retriever"
         )
         return SearchTool(url, s.topk, s.tag, s.obs_tag, timeout=self.cfg.tool_timeout, server=supervisor)
+
+    def _search_index(self, index: str) -> Path:
+        if index:
+            return Path(index)
+        if self.default_index is None:
+            raise ToolError(
+                "rollout.multi_turn.search: set url (a running retriever) or index (an index directory)"
+            )
+        return self.default_index(self.cache_dir)
 
     def close(self) -> None:
         """Stop the child servers (tool clients are closed by the executor that owns their event loop)."""

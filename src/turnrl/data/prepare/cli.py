@@ -1,4 +1,5 @@
-"""`turnrl data NAME (--input FILE ... | --from-hub) --out DIR`: the command around `convert`."""
+"""`turnrl data NAME (--input FILE ... | --from-hub) --out DIR`: the command around `convert`; and
+`turnrl data task NAME --out DIR`, `turnrl data search_sft --out DIR`: the built-in tasks' files."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from pathlib import Path
 
 from turnrl.data.dataset import DataError
 from turnrl.data.prepare.sources import HubSplit
+from turnrl.errors import TurnrlInputError
 
 SHOWN_SKIPS = 10  # skipped rows listed one by one; the rest are counted
 SEARCH_SFT = "search_sft"
+TASK = "task"
 GENERATOR_FLAGS = ("n", "seed", "topk", "retry_fraction", "cache_dir")
 
 
@@ -21,12 +24,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "data",
         help="convert a public dataset's files (gsm8k, MATH, nq/hotpotqa) to verl-format parquet, "
-        "or write search-agent demonstrations (search_sft)",
+        "write a built-in task's files (task NAME), or search-agent demonstrations (search_sft)",
         description="Convert GSM8K, MATH or FlashRAG QA files into the verl-format parquet files that "
-        "verl's and Search-R1's preprocessing scripts write (train.parquet, test.parquet); or, with "
-        "search_sft, write scripted search-agent episodes for `turnrl sft` (train.jsonl). See docs/data.md.",
+        "verl's and Search-R1's preprocessing scripts write (train.parquet, test.parquet); with `task NAME`, "
+        "write a built-in task's train.jsonl and val.jsonl (and its corpus.jsonl); or, with search_sft, "
+        "write scripted search-agent episodes for `turnrl sft` (train.jsonl). See docs/data.md.",
     )
-    p.add_argument("dataset", choices=[*RECIPES, SEARCH_SFT], help="which converter or generator")
+    p.add_argument("dataset", choices=[*RECIPES, TASK, SEARCH_SFT], help="which converter or generator")
+    p.add_argument("name", nargs="?", help="task: the built-in task (addition, calculator, code, search)")
     src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--input",
@@ -44,7 +49,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace the split files in a non-empty --out")
     gen = p.add_argument_group("search_sft (demonstrations from the built-in corpus; no --input)")
     gen.add_argument("--n", type=int, help="demonstrations to make (default: every training question)")
-    gen.add_argument("--seed", type=int, help="orders the questions and picks the wording (default 0)")
+    gen.add_argument(
+        "--seed",
+        type=int,
+        help="task: the rows' seed; search_sft: orders the questions and picks the wording (default 0)",
+    )
     gen.add_argument("--topk", type=int, help="passages per search, as the search tool's topk (default 3)")
     gen.add_argument(
         "--retry-fraction",
@@ -59,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def data_command(ns: argparse.Namespace) -> int:
     try:
         return run(ns)
-    except DataError as err:
+    except TurnrlInputError as err:  # a DataError, an unknown task, a question no demonstration scripts
         print(f"turnrl data: {err}", file=sys.stderr)
         return 2
 
@@ -70,17 +79,29 @@ def run(ns: argparse.Namespace) -> int:
     from turnrl.data.prepare.sources import file_parts, hub_parts
 
     generator_flags = [f"--{k.replace('_', '-')}" for k in GENERATOR_FLAGS if getattr(ns, k) is not None]
-    if ns.dataset == SEARCH_SFT:
+    if ns.name is not None and ns.dataset != TASK:
+        raise DataError(
+            f"{ns.dataset}: unexpected argument '{ns.name}' (a NAME is only for `turnrl data task`)"
+        )
+    if ns.dataset in (TASK, SEARCH_SFT):
         if ns.input or ns.from_hub or ns.split or ns.data_source:
+            what = "the built-in corpus" if ns.dataset == SEARCH_SFT else "the built-in task"
             raise DataError(
-                "search_sft generates its rows from the built-in corpus: --input, --from-hub, --split and "
+                f"{ns.dataset} generates its rows from {what}: --input, --from-hub, --split and "
                 "--data-source do not apply"
             )
-        from turnrl.data.prepare import search_sft
+        from turnrl.data.prepare import tasks
 
-        return search_sft.run(ns)
+        if ns.dataset == SEARCH_SFT:
+            return tasks.run_search_sft(ns)
+        only_sft = [f for f in generator_flags if f != "--seed"]
+        if only_sft:
+            raise DataError(f"{', '.join(only_sft)}: only for search_sft")
+        return tasks.run_task(ns)
     if generator_flags:
-        raise DataError(f"{', '.join(generator_flags)}: only for search_sft")
+        raise DataError(
+            f"{', '.join(generator_flags)}: only for search_sft" + " and task" * ("--seed" in generator_flags)
+        )
     if not ns.input and not ns.from_hub:
         raise DataError(
             f"{ns.dataset}: give the dataset's files with --input FILE (repeatable), or --from-hub"

@@ -3,5 +3,5 @@
 Modules (imported on demand, so that importing the client never loads FastAPI or torch):
 `corpus` (file formats), `index` (build/load), `bm25` / `dense` (searchers), `server`
 (HTTP app), `client` (async client, passage formatting), `launcher` (child-process server),
-`builtin_corpus` (invented facts + questions), `cli` (`turnrl retriever ...`).
+`cli` (`turnrl retriever ...`). The search task's corpus of invented facts is `turnrl.tasks.search`'s.
 """

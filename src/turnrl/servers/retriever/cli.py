@@ -1,4 +1,4 @@
-"""`turnrl retriever index|serve|builtin`: build a search index, serve it over HTTP.
+"""`turnrl retriever index|serve`: build a search index, serve it over HTTP.
 
 Only argparse is imported at module load: bm25s, FastAPI and (for dense retrieval) torch
 are imported by the sub-command that needs them.
@@ -68,16 +68,6 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _builtin(args: argparse.Namespace) -> int:
-    from turnrl.servers.retriever.builtin_corpus import write_builtin_corpus
-
-    paths = write_builtin_corpus(args.out, n_entities=args.entities, seed=args.seed)
-    print(
-        f"wrote {paths.corpus} ({paths.num_docs} documents) and {paths.qa} ({paths.num_questions} questions)"
-    )
-    return 0
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser(
         "retriever",
@@ -110,11 +100,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug")
     )
     srv.set_defaults(func=_guarded("serve", _serve))
-
-    bt = sub.add_parser("builtin", help="write the built-in invented-facts corpus and its questions")
-    bt.add_argument("--out", required=True, help="directory for corpus.jsonl and qa.jsonl")
-    bt.add_argument(
-        "--entities", type=int, default=300, help="number of invented entities (one document each)"
-    )
-    bt.add_argument("--seed", type=int, default=0, help="generator seed; the same seed gives the same files")
-    bt.set_defaults(func=_guarded("builtin", _builtin))

@@ -1,0 +1,93 @@
+"""`turnrl data task NAME` and `turnrl data search_sft`: the built-in tasks' files, for a user to read
+or train on (the rows, corpora and demonstrations themselves are made in `turnrl.tasks`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from turnrl.data.dataset import DataError
+from turnrl.data.prepare.output import check_out_dir
+from turnrl.tasks import TASKS, get, write_task
+
+OUT_FILE = "train.jsonl"
+
+
+def run_task(ns: argparse.Namespace) -> int:
+    """Write task `ns.name`'s `train.jsonl` and `val.jsonl` (and its corpus) into `ns.out`."""
+    if not ns.name:
+        raise DataError(f"task: name the task: turnrl data task NAME --out DIR; tasks: {', '.join(TASKS)}")
+    task = get(ns.name)  # an unknown name fails before --out is looked at
+    seed = ns.seed if ns.seed is not None else 0
+    out = Path(ns.out)
+    check_out_dir(out, ns.overwrite)
+    files = write_task(task.name, out, seed, with_corpus=True)
+    print(f"{task.name}: {task.summary} (seed {seed})")
+    for path in files.paths:  # train, val, and a corpus with its questions
+        print(f"  {path}: {_lines(path)} rows")
+    return 0
+
+
+def _lines(path: Path) -> int:
+    with path.open("rb") as fh:
+        return sum(1 for _ in fh)
+
+
+def write_rows(rows: list[dict[str, Any]], path: Path) -> None:
+    """JSONL under a hidden temporary name, renamed into place once complete."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def run_search_sft(ns: argparse.Namespace) -> int:
+    """Write the search task's demonstrations (`turnrl.tasks.search.demos`) as `train.jsonl`."""
+    from turnrl.config.agent_schema import SearchToolConfig
+    from turnrl.models.loader import cache_root
+    from turnrl.tasks.search import demos
+
+    n, topk = ns.n, ns.topk if ns.topk is not None else SearchToolConfig().topk
+    retry = ns.retry_fraction if ns.retry_fraction is not None else 0.1
+    seed = ns.seed if ns.seed is not None else 0
+    if n is not None and n < 1:
+        raise DataError(f"--n must be >= 1, got {n}")
+    if topk < 1:
+        raise DataError(f"--topk must be >= 1, got {topk}")
+    if not 0.0 <= retry <= 1.0:
+        raise DataError(f"--retry-fraction must be in [0, 1], got {retry}")
+    out = Path(ns.out)
+    check_out_dir(out, ns.overwrite)
+    rows, report = demos.build(n, seed, topk, retry, cache_root(ns.cache_dir or ""))
+    if not rows:
+        raise DataError(
+            f"no demonstration could be made ({len(report.skipped)} skipped); nothing written to {out}"
+        )
+    path = out / OUT_FILE
+    write_rows(rows, path)
+    for line in report.skipped[:10]:
+        print(f"turnrl data: skipped {line}", file=sys.stderr)
+    print(
+        f"search_sft: {report.questions} training questions ({report.excluded} excluded as identical to a "
+        f"validation question); {report.used} used (seed {seed}, topk {topk})"
+    )
+    searches = ", ".join(f"{v} with {k} search{'es' * (k > 1)}" for k, v in sorted(report.searches.items()))
+    print(f"  {path}: {len(rows)} demonstrations: {searches}")
+    print(f"  first query: {_counts(report.first_styles)}")
+    print(f"  queries that missed the fact and were followed by another search: {_counts(report.missed)}")
+    print(f"  skipped (no query found the fact): {len(report.skipped)}")
+    return 0
+
+
+def _counts(counter: Counter[str]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counter.items())) or "none"

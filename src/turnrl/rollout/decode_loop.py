@@ -1,0 +1,125 @@
+"""The token-by-token part of `HFEngine`'s sampling, after the prompts' prefill.
+
+Per output row it keeps, on the device, the sampled ids, their log-probs, the length so far and
+whether EOS was seen. Every `sync_every` steps the host looks: it cuts rows at stop strings,
+ends the loop when every row is done, and (on the dynamic-cache path) drops finished rows from
+the batch and the KV cache; in between, the device never waits on Python.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from turnrl.rollout.base import Generation, SamplingParams
+from turnrl.rollout.graph_decode import DecodeBucket
+
+if TYPE_CHECKING:
+    from turnrl.rollout.hf import HFEngine
+
+
+class DecodeLoop:
+    """One batch's decode: `run()` samples up to `budget` tokens per row from the prefill's
+    `logits` and `cache` (rows A,A,B,B: already repeated `params.n` times)."""
+
+    def __init__(
+        self,
+        engine: HFEngine,
+        p: SamplingParams,
+        gen: torch.Generator,
+        device: torch.device,
+        limits: list[int],
+        budget: int,
+        sync_every: int,
+        prefill: tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor],
+        graph: DecodeBucket | None,
+    ):
+        """`prefill`: (KV cache, last logits, attention mask, position ids) of the repeated rows;
+        `graph`: the compiled fixed-shape decode step, or None for the dynamic cache."""
+        self.engine, self.p, self.gen, self.budget, self.sync_every = engine, p, gen, budget, sync_every
+        self.cache, self.logits, self.mask, pos = prefill
+        self.graph = graph
+        b = len(limits)
+        self.tokens = torch.full((b, budget), engine.pad_id, dtype=torch.long, device=device)
+        self.logps = torch.zeros((b, budget), dtype=torch.float32, device=device)
+        self.length = torch.zeros(b, dtype=torch.long, device=device)
+        self.hit_eos = torch.zeros(b, dtype=torch.bool, device=device)
+        self.limit = torch.tensor(limits, dtype=torch.long, device=device)
+        eos = [] if p.ignore_eos else sorted(engine.eos_ids)
+        self.eos = torch.tensor(eos, dtype=torch.long, device=device)
+        self.stopped: dict[int, int] = {}  # output row -> length cut at its stop string
+        self.alive = torch.arange(b, device=device)  # batch rows still generating -> output row
+        self.done = torch.zeros(b, dtype=torch.bool, device=device)  # finished, still in the batch
+        self.next_pos = pos[:, -1:] + 1
+        self.window_start = 0
+
+    def run(self) -> Generation:
+        for step in range(self.budget):
+            token = self._sample(step)
+            last = step == self.budget - 1
+            if (step + 1) % self.sync_every == 0 or last:  # a host sync: stop strings, all done?, compaction
+                token, finished = self._host_sync(step, token, last)
+                if finished:
+                    break
+            self._forward(token)
+        return self._collect()
+
+    def _sample(self, step: int) -> torch.Tensor:
+        """Sample every batch row's next token and record it for the rows still generating."""
+        token, lp = self.engine._sample(self.logits, self.p, self.gen)
+        done, alive = self.done, self.alive
+        token = token.masked_fill(done, self.engine.pad_id)  # finished rows ride along until compaction
+        self.tokens[alive, step] = token
+        self.logps[alive, step] = lp.masked_fill(done, 0.0)
+        self.length[alive] = torch.where(done, self.length[alive], step + 1)
+        eos_now = ~done & torch.isin(token, self.eos)
+        self.hit_eos[alive] |= eos_now
+        self.done = done | eos_now | (step + 1 >= self.limit[alive])
+        return token
+
+    def _host_sync(self, step: int, token: torch.Tensor, last: bool) -> tuple[torch.Tensor, bool]:
+        """Cut rows at stop strings; True when the loop is over; else drop finished rows (dynamic
+        cache only: the compiled step keeps its shapes)."""
+        if self.p.stop:
+            self.done = self.engine._apply_stops(
+                self.tokens, self.length, self.alive, self.done, self.window_start, self.p.stop, self.stopped
+            )
+        self.window_start = step + 1
+        keep = (~self.done).nonzero().squeeze(-1)
+        if last or len(keep) == 0:
+            return token, True
+        if self.graph is None and len(keep) < len(self.alive):  # drop them from the batch and the cache
+            self.alive, token, self.mask = self.alive[keep], token[keep], self.mask[keep]
+            self.next_pos, self.done = self.next_pos[keep], self.done[keep]
+            self.cache.batch_select_indices(keep)
+        return token, False
+
+    def _forward(self, token: torch.Tensor) -> None:
+        """The next logits: one decode step over the sampled tokens."""
+        if self.graph is not None:  # finished rows ride along to the end: shapes stay fixed
+            self.logits = self.graph.decode(token)
+            return
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        out = self.engine.model(
+            input_ids=token[:, None],
+            attention_mask=self.mask,
+            position_ids=self.next_pos,
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        self.cache, self.logits = out.past_key_values, out.logits[:, -1, :]
+        self.next_pos = self.next_pos + 1
+
+    def _collect(self) -> Generation:
+        """Each row's ids and log-probs up to its length (or its stop-string cut), and why it ended."""
+        lengths, eos_rows = self.length.tolist(), self.hit_eos.tolist()
+        token_rows, logp_rows = self.tokens.tolist(), self.logps.tolist()
+        responses, log_probs, reasons = [], [], []
+        for r in range(len(lengths)):
+            k = self.stopped.get(r, lengths[r])
+            responses.append(token_rows[r][:k])
+            log_probs.append(logp_rows[r][:k])
+            # EOS or a stop string ends a response with 'stop' even when it also used the last budget token
+            reasons.append("stop" if r in self.stopped or (eos_rows[r] and k == lengths[r]) else "length")
+        return Generation(responses, log_probs, reasons)

@@ -1,0 +1,102 @@
+"""The wire format of `ServerEngine`: OpenAI-style `/v1/completions` requests planned from a
+`generate` call, and the sampled ids, log-probs, finish reasons and policy versions read back.
+Pure functions of plain data, so the planning and the parsing are tested without a server."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from turnrl.errors import TurnrlInputError
+
+_TOKEN_ID_PREFIX = "token_id:"
+
+
+class ServerError(TurnrlInputError):
+    """An inference server that cannot be reached or used; one line naming its URL."""
+
+
+@dataclass
+class Request:
+    """One /v1/completions request: `n` samples of each prompt, all with one token budget.
+    Choice k (prompt-major, as vLLM orders them) becomes output row `rows[k]`."""
+
+    prompts: list[list[int]]
+    n: int
+    budget: int
+    rows: list[int]
+    seed: int | None = None
+
+
+def plan_requests(
+    prompt_ids: list[list[int]],
+    n: int,
+    limits: list[int],
+    rows_per_request: int,
+    servers: int,
+    seed: int | None = None,
+) -> list[Request]:
+    """Split a generate call into requests: same budget and same sample count per prompt in one
+    request, at most `rows_per_request` rows each, and at least `servers` requests when there are
+    enough prompts, so that every server has work."""
+    groups: dict[tuple[int, int], list[tuple[int, list[int]]]] = {}
+    for i in range(len(prompt_ids)):
+        by_budget: dict[int, list[int]] = {}
+        for r in range(i * n, i * n + n):
+            by_budget.setdefault(limits[r], []).append(r)
+        for budget, rows in by_budget.items():
+            groups.setdefault((budget, len(rows)), []).append((i, rows))
+    out: list[Request] = []
+    for (budget, count), items in groups.items():
+        per = min(max(1, rows_per_request // count), math.ceil(len(items) / servers))
+        for start in range(0, len(items), per):
+            chunk = items[start : start + per]
+            rows = [r for _, rs in chunk for r in rs]
+            out.append(Request([prompt_ids[i] for i, _ in chunk], count, budget, rows))
+    for k, req in enumerate(out):  # distinct seeds: the same prompt in two requests must not repeat itself
+        req.seed = None if seed is None else seed + k
+    return out
+
+
+def choice_token_ids(choice: dict[str, Any]) -> list[int] | None:
+    """The sampled ids of one choice: `token_ids` (vLLM >= 0.10.2 and SGLang with return_token_ids)
+    or vLLM's `return_tokens_as_token_ids` tokens "token_id:N"; None if the server sent neither."""
+    ids = choice.get("token_ids")
+    if ids is not None:
+        return [int(t) for t in ids]
+    tokens = (choice.get("logprobs") or {}).get("tokens")
+    if tokens and all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in tokens):
+        return [int(t[len(_TOKEN_ID_PREFIX) :]) for t in tokens]
+    return None
+
+
+def finish_reason(reason: Any, url: str) -> str:
+    """The contract's 'stop' (EOS or stop string) or 'length'; an aborted completion is an error."""
+    if reason == "length":
+        return "length"
+    if reason in ("stop", "eos", "stop_sequence"):
+        return "stop"
+    raise ServerError(f"{url} ended a completion with finish_reason {reason!r}")
+
+
+def response_detail(response: httpx.Response) -> str:
+    """A server's error body in one short line."""
+    try:
+        body = response.json()
+        text = body.get("detail") or body.get("message") or body.get("error") or response.text
+        if isinstance(text, dict):  # OpenAI/vLLM: {"error": {"message": ...}}
+            text = text.get("message", text)
+    except ValueError:
+        text = response.text
+    return " ".join(str(text).split())[:300] or f"HTTP {response.status_code}"
+
+
+def as_version(value: Any) -> int | None:
+    """A reported policy version as an int, or None when the server sent none."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,126 @@
+"""`turnrl serve --model PATH`: serve a model over HTTP as a rollout engine (see docs/serve.md).
+
+Only argparse is imported at module load; torch, transformers and the HTTP stack are imported
+when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser(
+        "serve",
+        help="inference server: OpenAI-style /v1/completions over token ids + /update_weights_from_disk",
+    )
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="a Hugging Face model directory, a .gguf file, 'smollm2-135m-instruct' or 'tiny-random'",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s)")
+    parser.add_argument("--port", type=int, default=8000, help="TCP port (default %(default)s)")
+    parser.add_argument(
+        "--device", default="auto", help="auto (cuda if available), cpu, cuda or cuda:N (default %(default)s)"
+    )
+    parser.add_argument(
+        "--dtype", default="auto", help="auto (bf16 on cuda, fp32 on cpu), float32, bfloat16, float16"
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="initial weights of 'tiny-random' (a training run's trainer.seed)",
+    )
+    parser.add_argument("--cache-dir", default="", help="where converted GGUF models are cached")
+    parser.add_argument(
+        "--served-model-name", default="", help="the model id clients see (default: the --model value)"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=64, help="responses per forward batch (default %(default)s)"
+    )
+    parser.add_argument(
+        "--max-batch-rows",
+        type=int,
+        default=256,
+        help="output rows (prompts x n) of one merged engine call when concurrent requests are "
+        "batched together (default %(default)s)",
+    )
+    parser.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=5.0,
+        help="how long a lone unseeded request waits for others to batch with (default %(default)s)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="CPU threads for torch (0 = torch's default); 1 suits small models on a shared CPU",
+    )
+    parser.add_argument("--log-level", default="warning", help="uvicorn log level (default %(default)s)")
+    parser.set_defaults(func=serve_command)
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    from turnrl.errors import TurnrlInputError
+
+    try:
+        return serve(args)
+    except TurnrlInputError as err:
+        print(f"turnrl serve: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+
+
+def serve(args: argparse.Namespace) -> int:
+    import torch
+    import uvicorn
+
+    from turnrl.errors import TurnrlInputError
+    from turnrl.models.loader import ModelError, load_model
+    from turnrl.rollout.hf import HFEngine
+    from turnrl.servers.inference.app import create_app
+
+    device_name = args.device
+    if device_name == "auto":
+        device_name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(device_name)
+    except RuntimeError:
+        raise ModelError(f"--device {args.device!r}: use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ModelError(f"--device {args.device}: CUDA is not available on this machine")
+    if args.dtype != "auto" and not isinstance(getattr(torch, args.dtype, None), torch.dtype):
+        raise ModelError(f"--dtype {args.dtype!r}: not a torch dtype (e.g. float32, bfloat16)")
+    if args.max_batch_rows < 1:
+        raise TurnrlInputError(f"--max-batch-rows {args.max_batch_rows}: must be >= 1")
+    if args.batch_wait_ms < 0:
+        raise TurnrlInputError(f"--batch-wait-ms {args.batch_wait_ms}: must be >= 0")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    model, tokenizer = load_model(args.model, device, args.dtype, args.cache_dir, args.seed)
+    model.eval().requires_grad_(False)
+    max_len = getattr(model.config, "max_position_embeddings", None)
+    model_id = args.served_model_name or args.model
+    engine = HFEngine(model, tokenizer, args.batch_size)
+    app = create_app(engine, model_id, max_len, args.max_batch_rows, args.batch_wait_ms)
+    print(
+        f"turnrl serve: {model_id} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
+        f"vocab {model.get_input_embeddings().weight.shape[0]}) on {device}; "
+        f"listening on http://{args.host}:{args.port}",
+        file=sys.stderr,
+        flush=True,
+    )
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=2,
+    )
+    uvicorn.Server(config).run()
+    return 0

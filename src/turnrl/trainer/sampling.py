@@ -1,0 +1,121 @@
+"""Stages 2-6 of a training step: `StepSampler`, what the producer runs after drawing the prompts.
+
+The generate-and-score pass itself is `stages.generate_and_score`, shared with validation and
+`turnrl eval`; training adds its own parts on top: the seeds of the step, the reward model and the
+overlong shaping in the score, ReMax's greedy baseline and DAPO's dynamic sampling rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from turnrl.batch import Batch
+from turnrl.config import Config
+from turnrl.rewards.scorer import RuleReward
+from turnrl.rollout.base import Rollout, SamplingParams
+from turnrl.trainer import stages
+from turnrl.trainer.metrics import extra_metrics
+from turnrl.trainer.stages import Scored, StageClock
+
+
+class StepSampler:
+    """Samples and scores a training step's prompts. `batches`: the loader's stream, from which
+    dynamic sampling draws more prompts; `seeded`: whether each step's sampling is seeded."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        rollout: Rollout,
+        reward: RuleReward,
+        reward_model: Any,
+        batches: Iterator[Batch],
+        seeded: bool,
+    ):
+        self.cfg, self.rollout, self.reward, self.reward_model = cfg, rollout, reward, reward_model
+        self.batches, self.seeded = batches, seeded
+
+    def rollout_and_score(self, prompts: Batch, clock: StageClock, step: int) -> tuple[Batch, dict[str, Any]]:
+        """Stages 2-6 for training step `step` (it seeds the sampling). With DAPO dynamic sampling,
+        rounds on fresh prompts until the batch is full of groups whose scores differ (a group of
+        equal scores has no learning signal)."""
+        cfg, n, fg = self.cfg, self.cfg.rollout.n, self.cfg.algorithm.filter_groups
+        kept: list[Batch] = []
+        extras: dict[str, list[float]] = {}
+        dropped = 0
+        for round_ in itertools.count(1):
+            scored = self.sample_round(prompts, clock, step, round_)
+            for k, v in scored.extras.items():
+                extras.setdefault(k, []).extend(v)
+            if not fg.enable:
+                return scored.batch, {**extra_metrics(extras), **scored.rollout_metrics}
+            varied, n_dropped = stages.keep_varied_groups(scored.batch)
+            dropped += n_dropped
+            kept.append(varied)
+            full = sum(len(b) for b in kept) // n >= cfg.data.train_batch_size
+            if full or round_ >= fg.max_num_gen_batches:
+                break
+            with clock("load_batch") as st:
+                prompts = st.batch = next(self.batches)
+        merged = Batch.concat(kept).index(slice(0, cfg.data.train_batch_size * n))
+        if len(merged) == 0:
+            raise RuntimeError(
+                f"dynamic sampling kept no group in {round_} rounds: every group's scores were equal"
+            )
+        metrics = {**extra_metrics(extras), **scored.rollout_metrics}
+        metrics["batch/num_gen_batches"], metrics["batch/dropped_groups"] = round_, dropped
+        metrics["batch/kept_prompts"] = len(merged) // n
+        return merged, metrics
+
+    def sample_round(self, prompts: Batch, clock: StageClock, step: int, round_: int) -> Scored:
+        """One round of stages 2-6, scored as training scores; for ReMax, with the greedy baseline of
+        the same prompts."""
+        params = self.params(step, round_)
+        scored = stages.generate_and_score(self.rollout, self.score, prompts, params, clock)
+        if self.cfg.algorithm.adv_estimator == "remax":
+            with clock("gen_max"):
+                baseline = self.greedy_baseline(prompts, step)
+                scored.batch["reward_baselines"] = baseline.repeat_interleave(params.n)
+        return scored
+
+    def greedy_baseline(self, prompts: Batch, step: int) -> torch.Tensor:
+        """ReMax's baseline: the training score of a greedy response to each prompt."""
+        params = dataclasses.replace(self.params(step, 0), n=1, temperature=0.0)
+        greedy = stages.generate_and_score(self.rollout, self.score, prompts, params, StageClock())
+        return greedy.batch["token_level_scores"].sum(-1)
+
+    def score(self, batch: Batch) -> dict[str, list[float]]:
+        """Stage 6 as training scores: the rule score, plus the reward model's, plus the overlong
+        shaping, at the last model token (validation scores the rule alone)."""
+        cfg = self.cfg
+        extras = stages.score(self.reward, batch)
+        if self.reward_model:
+            rm = self.reward_model.score(batch)["rm_scores"]
+            stages.add_to_last_token(batch, cfg.reward_model.coef * rm)
+            extras["reward_model_score"] = rm.tolist()
+        ob = cfg.reward.overlong_buffer
+        if ob.enable:
+            stages.overlong_shaping(batch, cfg.data.max_response_length, ob.len, ob.penalty_factor)
+        return extras
+
+    def params(self, step: int, round_: int = 1) -> SamplingParams:
+        """Training's sampling parameters: the seed is a function of the run's seed, the step and the
+        round, so a resumed run samples what the uninterrupted one did."""
+        r, seed = self.cfg.rollout, self.cfg.trainer.seed
+        return SamplingParams(
+            max_new_tokens=self.cfg.data.max_response_length,
+            n=r.n,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            stop=list(r.stop),
+            ignore_eos=r.ignore_eos,
+            seed=(seed * 1_000_003 + step) * 31 + round_ if self.seeded else None,
+        )
+
+
+__all__ = ["StepSampler"]

@@ -1,0 +1,117 @@
+"""`rollout.engine` -> a RolloutEngine: `hf` (in-process), `server` (HTTP servers) or `vllm`.
+
+It lives with the workers, not in `rollout/`, because `server` without URLs starts a
+`turnrl serve` child (`turnrl.servers.inference`), and servers sit above the rollout engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from turnrl.config.schema import RolloutConfig
+from turnrl.models.weights_dir import write_weights_dir
+from turnrl.rollout.base import RolloutEngine
+from turnrl.rollout.hf import HFEngine, eos_ids
+
+WeightsFn = Callable[[], dict[str, torch.Tensor]]
+
+
+def build_engine(
+    rollout_cfg: RolloutConfig,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    run_dir: str | Path,
+    model_path: str,
+    weights_fn: WeightsFn | None = None,
+    *,
+    dtype: str = "auto",
+    cache_dir: str = "",
+    seed: int = 0,
+) -> RolloutEngine:
+    """The run's rollout engine.
+
+    `model`: the (unsharded) policy module; `hf` samples from it, `server` reads its vocab size,
+    config and EOS ids. `run_dir`: where `server` writes synced weights (unless
+    `rollout.server.weights_dir` is set) and its child server's log (`rollout_server.log`).
+    `model_path`, `dtype`, `cache_dir`, `seed`: what the child server loads (`model.path`,
+    `model.dtype`, `model.cache_dir`, `trainer.seed`; the seed builds the same `tiny-random`
+    weights as the actor's). `weights_fn`: the actor's full HF-named state dict, read at each
+    `sync_weights` (`server` only; without it the engine cannot sync).
+    """
+    if rollout_cfg.engine == "hf":
+        return HFEngine(
+            model,
+            tokenizer,
+            rollout_cfg.generation_batch_size,
+            rollout_cfg.sync_every,
+            rollout_cfg.kv_cache,
+            rollout_cfg.compile,
+        )
+    if rollout_cfg.engine == "vllm":
+        return _vllm_engine(model, tokenizer, Path(run_dir), weights_fn, dtype, seed)
+    if rollout_cfg.engine != "server":
+        raise ValueError(f"rollout.engine={rollout_cfg.engine!r}: use hf, server or vllm")
+    return _server_engine(
+        rollout_cfg, model, tokenizer, Path(run_dir), model_path, weights_fn, dtype, cache_dir, seed
+    )
+
+
+def _vllm_engine(
+    model: torch.nn.Module, tokenizer: Any, run_dir: Path, weights_fn: WeightsFn | None, dtype: str, seed: int
+) -> RolloutEngine:
+    from turnrl.rollout.vllm_engine import VLLMEngine
+
+    if weights_fn is None:
+        raise ValueError("rollout.engine=vllm needs the actor's weights_fn to sync weights")
+    # vLLM loads a model directory; the run's start policy is written once, as the server engine does
+    start = run_dir / "rollout_weights" / "start"
+    if not start.exists():
+        write_weights_dir(weights_fn(), start, model.config)
+        tokenizer.save_pretrained(start)
+    vllm_dtype = "bfloat16" if dtype == "auto" else dtype
+    return VLLMEngine(str(start), eos_ids(model, tokenizer), weights_fn, vllm_dtype, seed=seed)
+
+
+def _server_engine(
+    rollout_cfg: RolloutConfig,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    run_dir: Path,
+    model_path: str,
+    weights_fn: WeightsFn | None,
+    dtype: str,
+    cache_dir: str,
+    seed: int,
+) -> RolloutEngine:
+    """A ServerEngine over `rollout.server.urls`, or over one `turnrl serve` child it owns."""
+    from turnrl.rollout.server import ServerEngine
+    from turnrl.servers.inference.launcher import ServeProcess
+
+    cfg = rollout_cfg.server
+    urls, child = list(cfg.urls), None
+    if not urls:  # one `turnrl serve` child for this run, on the trainer's device unless configured
+        device = cfg.device if cfg.device != "auto" else next(model.parameters()).device.type
+        child = ServeProcess(
+            model_path, device, dtype, cache_dir, run_dir / "rollout_server.log", cfg.startup_timeout_s, seed
+        ).start()
+        urls = [child.url]
+    try:
+        return ServerEngine(
+            urls,
+            cfg,
+            eos_ids=eos_ids(model, tokenizer),
+            vocab_size=int(model.config.vocab_size),
+            weights=weights_fn,
+            weights_dir=cfg.weights_dir or run_dir / "rollout_weights",
+            model_config=model.config,
+            rows_per_request=rollout_cfg.generation_batch_size,
+            child=child,
+        )
+    except BaseException:
+        if child is not None:
+            child.stop()
+        raise

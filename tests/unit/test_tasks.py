@@ -1,0 +1,148 @@
+"""The built-in tasks' table (`turnrl.tasks`) and `turnrl data task NAME --out DIR`: every task's rows
+are a pure function of (split, seed), pinned byte for byte; every data source has its scorer; the
+files the command writes read back, through `data.train_files`, as the task's own rows."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from turnrl.agent.tools.base import ToolError
+from turnrl.agent.tools.toolset import ToolSet
+from turnrl.cli import main
+from turnrl.config.agent_schema import MultiTurnConfig
+from turnrl.config.checks import BUILT_IN_TASKS
+from turnrl.data.dataset import load_examples, read_rows
+from turnrl.models.loader import load_tokenizer
+from turnrl.rewards import code, qa
+from turnrl.rewards.registry import registered
+from turnrl.servers.retriever.corpus import read_corpus
+from turnrl.tasks import TASKS, UnknownTask, addition, calculator, get, scorers, write_task
+
+# sha256 (first 16 hex digits) of each split's JSONL at seed 0, and its row count: the rows every
+# earlier run trained and validated on. A change here changes what `turnrl train` learns.
+PINNED = {
+    ("addition", "train"): (80, "b261d9da44b75f46"),
+    ("addition", "val"): (100, "0d976f00b5e79588"),
+    ("calculator", "train"): (2048, "af9eeda6a5c0f040"),
+    ("calculator", "val"): (64, "c94e33a001775dda"),
+    ("code", "train"): (512, "142c31d0f26925ce"),
+    ("code", "val"): (20, "bd6732c67309a6f6"),
+    ("search", "train"): (847, "fdf6cae702ab8c95"),
+    ("search", "val"): (128, "2d496f24155023be"),
+}
+
+
+def jsonl(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+@pytest.mark.parametrize(("name", "split"), list(PINNED))
+def test_rows_are_pinned_byte_for_byte(name, split):
+    rows = TASKS[name].rows(split, 0)
+    count, digest = PINNED[(name, split)]
+    assert len(rows) == count
+    assert hashlib.sha256(jsonl(rows)).hexdigest()[:16] == digest
+    assert {r["data_source"] for r in rows} == set(TASKS[name].data_sources)
+    assert {r["extra_info"]["split"] for r in rows} == {"train" if split == "train" else "test"}
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_the_seed_orders_or_draws_the_training_rows(name):
+    task = TASKS[name]
+    assert task.rows("train", 3) == task.rows("train", 3)
+    assert task.rows("train", 3) != task.rows("train", 4)
+    with pytest.raises(ValueError, match="split must be 'train' or 'val'"):
+        task.rows("valid", 3)
+
+
+def test_the_table_is_what_the_config_accepts_and_the_reward_routes():
+    assert tuple(sorted(TASKS)) == BUILT_IN_TASKS
+    assert all(task.name == name for name, task in TASKS.items())
+    table = scorers()
+    assert sorted(table) == sorted(s for t in TASKS.values() for s in t.data_sources)
+    assert table["turnrl/addition"] is addition.compute_score
+    assert table["turnrl/calculator"] is calculator.compute_score
+    assert table["turnrl/search"] is qa.compute_score  # Search-R1's exact match
+    # the code task's scorer is the generic one, bound to the run's sandbox like the public sources'
+    bound = registered("http://sandbox", table)["turnrl/code"]
+    assert bound.func is code.compute_score and bound.keywords == {"sandbox_url": "http://sandbox"}
+    with pytest.raises(
+        UnknownTask, match="unknown built-in task 'chess'; valid: addition, calculator, code, search"
+    ):
+        get("chess")
+
+
+def test_each_task_scores_its_own_right_answer():
+    for name in ("addition", "calculator", "search"):
+        task = TASKS[name]
+        row = task.rows("val", 0)[0]
+        truth = row["reward_model"]["ground_truth"]
+        answer = truth["target"][0] if isinstance(truth, dict) else truth
+        result = task.scorer(row["data_source"], f"<answer> {answer} </answer>", truth, row["extra_info"])
+        assert result["score"] == 1.0, (name, result)
+
+
+def test_only_the_search_task_has_a_corpus_and_demonstrations():
+    assert [n for n, t in TASKS.items() if t.corpus is not None] == ["search"]
+    assert [n for n, t in TASKS.items() if t.demos is not None] == ["search"]
+    assert {n: t.tools for n, t in TASKS.items()} == {
+        "addition": (), "calculator": ("calculator",), "code": ("python",), "search": ("search",),
+    }  # fmt: skip
+
+
+def test_data_task_writes_what_data_train_files_reads(tmp_path, capsys):
+    out = tmp_path / "addition"
+    assert main(["data", "task", "addition", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["train.jsonl", "val.jsonl"]  # no temporary file left
+    assert read_rows(out / "train.jsonl") == addition.rows("train", 0)
+    assert read_rows(out / "val.jsonl") == addition.rows("val", 0)
+    assert (out / "train.jsonl").read_bytes() == jsonl(addition.rows("train", 0))
+    printed = capsys.readouterr().out
+    assert "addition:" in printed and "train.jsonl: 80 rows" in printed and "val.jsonl: 100 rows" in printed
+    # what the trainer makes of `data.train_files=[...]`: the task's prompts and answers
+    examples = load_examples([str(out / "train.jsonl")], load_tokenizer("tiny-random"), 1024)
+    rows = addition.rows("train", 0)
+    assert [e.raw_prompt for e in examples] == [r["prompt"] for r in rows]
+    assert [e.ground_truth for e in examples] == [r["reward_model"]["ground_truth"] for r in rows]
+
+
+def test_data_task_takes_a_seed_and_writes_the_corpus(tmp_path):
+    out = tmp_path / "search"
+    assert main(["data", "task", "search", "--out", str(out), "--seed", "3"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["corpus.jsonl", "qa.jsonl", "train.jsonl", "val.jsonl"]
+    assert read_rows(out / "train.jsonl") == TASKS["search"].rows("train", 3)
+    ids, contents = read_corpus(out / "corpus.jsonl", show_progress=False)  # what `retriever index` reads
+    assert len(ids) == 300 and all("\n" in c for c in contents)
+    again = write_task("search", tmp_path / "again", 3)  # the same files without the corpus
+    assert again.corpus is None and again.train.read_bytes() == (out / "train.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["chess"], "unknown built-in task 'chess'; valid: addition, calculator, code, search"),
+        ([], "name the task: turnrl data task NAME --out DIR"),
+        (["addition", "--n", "3"], "--n: only for search_sft"),
+        (["addition", "--input", "x.jsonl"], "task generates its rows from the built-in task"),
+    ],
+)
+def test_data_task_errors_are_one_line_and_exit_2(tmp_path, capsys, argv, expected):
+    out = tmp_path / "o"
+    assert main(["data", "task", *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err
+    assert not out.exists()
+
+
+def test_a_converter_refuses_a_task_name(tmp_path, capsys):
+    assert main(["data", "gsm8k", "addition", "--input", "x.jsonl", "--out", str(tmp_path / "o")]) == 2
+    assert "NAME is only for `turnrl data task`" in capsys.readouterr().err
+
+
+def test_a_search_tool_without_url_or_index_needs_the_index_passed_in(tmp_path):
+    # the tool layer does not know the search task: the run passes its index builder
+    with pytest.raises(ToolError, match=r"set url .* or index"):
+        ToolSet(MultiTurnConfig(tools=["search"]), tmp_path).start()
