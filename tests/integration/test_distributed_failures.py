@@ -100,7 +100,7 @@ def test_rank_error_is_one_line_and_input_errors_stay_input_errors():
 @pytest.mark.timeout(240)
 def test_rank_that_raises_mid_step_ends_the_run(tmp_path):
     trainer = make_trainer(tmp_path, steps=3)
-    pids = list(trainer.actor.pids)
+    pids = list(trainer.actor.group.pids)
     everything = [*pids, *ray_processes()]
 
     def break_rank(worker):  # runs in rank 1's process, on its RankWorker
@@ -123,7 +123,7 @@ def test_rank_that_raises_mid_step_ends_the_run(tmp_path):
 @pytest.mark.timeout(300)
 def test_rank_killed_mid_step_ends_the_run_and_the_next_run_works(tmp_path):
     trainer = make_trainer(tmp_path / "killed", steps=1000)
-    pids = list(trainer.actor.pids)
+    pids = list(trainer.actor.group.pids)
     everything = [*pids, *ray_processes()]
     metrics = trainer.run_dir / "metrics.jsonl"
     killed_at: list[float] = []
@@ -141,8 +141,8 @@ def test_rank_killed_mid_step_ends_the_run_and_the_next_run_works(tmp_path):
     assert_no_ray_left(everything)
 
     after = make_trainer(tmp_path / "after", steps=1)
-    assert after.actor.pids and set(after.actor.pids).isdisjoint(pids)
-    everything = [*after.actor.pids, *ray_processes()]
+    assert after.actor.group.pids and set(after.actor.group.pids).isdisjoint(pids)
+    everything = [*after.actor.group.pids, *ray_processes()]
     run = after.fit()
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert any("actor/grad_norm" in r for r in rows)

@@ -8,15 +8,36 @@ the batch and the KV cache; in between, the device never waits on Python.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.rollout.graph_decode import DecodeBucket
 
-if TYPE_CHECKING:
-    from turnrl.rollout.hf import HFEngine
+
+class DecodingEngine(Protocol):
+    """What the loop uses of its engine (`rollout.hf.HFEngine`): declared here so that the loop
+    does not import the engine that imports it."""
+
+    model: torch.nn.Module
+    pad_id: int
+    eos_ids: set[int]
+
+    def _sample(
+        self, logits: torch.Tensor, p: SamplingParams, gen: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def _apply_stops(
+        self,
+        tokens: torch.Tensor,
+        length: torch.Tensor,
+        alive: torch.Tensor,
+        done: torch.Tensor,
+        window_start: int,
+        stops: list[str],
+        stopped: dict[int, int],
+    ) -> torch.Tensor: ...
 
 
 class DecodeLoop:
@@ -25,7 +46,7 @@ class DecodeLoop:
 
     def __init__(
         self,
-        engine: HFEngine,
+        engine: DecodingEngine,
         p: SamplingParams,
         gen: torch.Generator,
         device: torch.device,
