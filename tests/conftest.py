@@ -49,3 +49,25 @@ def server_run(tmp_path_factory):
 
     with process_state():
         return run(tmp_path_factory.mktemp("server_run"))
+
+
+# The files whose tests take longest, longest first (`--durations`): collected first, so that with
+# pytest-xdist's two workers (pyproject's addopts) the long runs start early and the short tests
+# fill the gaps, instead of one worker finishing a long run alone at the end.
+LONGEST_FIRST = (
+    "test_numbers_unchanged.py",
+    "test_distributed.py",
+    "test_exact_resume.py",
+    "test_async.py",
+    "test_model_sources.py",
+    "test_estimators.py",
+    "test_export.py",
+    "test_resume.py",
+    "test_distributed_failures.py",
+    "test_train_server.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept otherwise
