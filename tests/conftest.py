@@ -10,6 +10,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # a batch field that turnrl/fields.py does not declare fails (in this process and in the runs it starts)
 os.environ.setdefault("TURNRL_STRICT_FIELDS", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # two workers on two cores: one torch thread each (and in the runs they start), instead of two
+    # threads per worker taking turns on every core
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
