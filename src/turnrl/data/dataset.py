@@ -186,4 +186,3 @@ def _prompt_text(tokenizer: Any, messages: list[dict[str, str]], where: str) -> 
         else:
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise DataError(f"{where}: cannot apply the tokenizer's chat template: {reason}") from None
-

@@ -133,7 +133,9 @@ class Roles:
             "reward_model": self.reward_model,
         }
         return {
-            k: h for k, h in out.items() if h is not None and (k == "actor" or h.group is not self.actor.group)
+            k: h
+            for k, h in out.items()
+            if h is not None and (k == "actor" or h.group is not self.actor.group)
         }
 
     def dispatch_metrics(self) -> dict[str, float]:
@@ -173,7 +175,9 @@ def build_roles(cfg: Config, tokenizer: Any, run_dir: Path | None = None) -> Rol
     pool = None
     if world == 1:
         device = pick_device(t.device)
-        groups: dict[str, Group] = {name: LocalGroup([make(device, t.seed)]) for name, make in factories.items()}
+        groups: dict[str, Group] = {
+            name: LocalGroup([make(device, t.seed)]) for name, make in factories.items()
+        }
     else:
         from turnrl.workers.ray_group import RayGroup, RayPool
 
