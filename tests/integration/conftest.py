@@ -1,4 +1,7 @@
-"""Fixtures shared by the sandbox's hostile-program tests: a server with every isolation layer this
+"""Fixtures shared by integration test modules.
+
+The bad-input tests of `turnrl train`: a work directory with good rows (`work`) and the run
+in-process (`train`). The sandbox's hostile-program tests: a server with every isolation layer this
 host supports and one started with `--isolation basic` (one of each per test module)."""
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.bad_input import in_process_train, make_work
 from tests.support.sandbox_runs import SECRET, SECRET_NAME
 from turnrl.servers.sandbox.process import SandboxProcess
 
@@ -34,3 +38,13 @@ def any_server(request: pytest.FixtureRequest) -> SandboxProcess:
 @pytest.fixture(scope="module")
 def layers(server: SandboxProcess) -> dict[str, bool]:
     return server.health["isolation"]["layers"]
+
+
+@pytest.fixture
+def work(tmp_path):
+    return make_work(tmp_path)
+
+
+@pytest.fixture
+def train(cli):
+    return in_process_train(cli)

@@ -19,8 +19,6 @@ from tests.support.bad_input import (
     TINY_RUN,
     data_args,
     good_rows,
-    in_process_train,
-    make_work,
     train_process,
     write_jsonl,
 )
@@ -28,16 +26,6 @@ from tests.support.cli import one_line_error
 from turnrl.tasks.addition import make_row
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def work(tmp_path):
-    return make_work(tmp_path)
-
-
-@pytest.fixture
-def train(cli):
-    return in_process_train(cli)
 
 
 # -- prompts over the length limit: dropped and counted --------------------------------------------

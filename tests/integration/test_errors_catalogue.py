@@ -18,19 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.support.bad_input import data_args, good_rows, in_process_train, make_work, write_jsonl
+from tests.support.bad_input import data_args, good_rows, write_jsonl
 from tests.support.cli import one_line_error
 from turnrl.tasks.addition import make_row
-
-
-@pytest.fixture
-def work(tmp_path):
-    return make_work(tmp_path)
-
-
-@pytest.fixture
-def train(cli):
-    return in_process_train(cli)
 
 
 def assert_nothing_written(work: Path) -> None:
