@@ -4,7 +4,9 @@
 
 For the untrained model (and, given RUN_DIR, for its latest checkpoint) it prints the greedy
 validation score once (deterministic) and the score sampled at temperature 1 with
-`--repeats` different seeds: mean, spread (max - min) of those repeats, and `acc`.
+`--repeats` different seeds: mean and spread (max - min) of those repeats, for the score, the
+accuracy (`val/accuracy`: the answer is right) and the format rate (`val/format_rate`: an answer could
+be parsed), so a gain can be split into skill and format.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from turnrl.rollout.base import SamplingParams
 from turnrl.trainer.ppo import Trainer
 from turnrl.trainer.validation import validate
 
+METRICS = {"score": "val/test_score/mean", "accuracy": "val/accuracy", "format": "val/format_rate"}
 
-def evaluate(trainer: Trainer, temperature: float, seed: int) -> tuple[float, float]:
+
+def evaluate(trainer: Trainer, temperature: float, seed: int) -> dict[str, float]:
     cfg = trainer.cfg
     params = SamplingParams(
         max_new_tokens=cfg.data.max_response_length, n=1, temperature=temperature, seed=seed
@@ -33,19 +37,19 @@ def evaluate(trainer: Trainer, temperature: float, seed: int) -> tuple[float, fl
         cfg.data.val_batch_size,
         trainer.pad_id,
     )
-    return metrics["val/test_score/mean"], metrics.get("val/acc/mean", float("nan"))
+    return {name: metrics.get(key, float("nan")) for name, key in METRICS.items()}
 
 
 def report(name: str, trainer: Trainer, repeats: int) -> None:
-    g_score, g_acc = evaluate(trainer, 0.0, 0)
+    greedy = evaluate(trainer, 0.0, 0)
     sampled = [evaluate(trainer, 1.0, 1000 + k) for k in range(repeats)]
-    scores = [s for s, _ in sampled]
-    accs = [a for _, a in sampled]
-    print(
-        f"{name:10s} greedy score {g_score:.3f} acc {g_acc:.3f} | T=1 x{repeats}: score mean {statistics.mean(scores):.3f} "
-        f"spread {max(scores) - min(scores):.3f} (values {', '.join(f'{s:.3f}' for s in scores)}) "
-        f"acc mean {statistics.mean(accs):.3f}"
-    )
+    print(f"{name}: greedy " + "  ".join(f"{k} {v:.3f}" for k, v in greedy.items()))
+    for k in METRICS:
+        values = [s[k] for s in sampled]
+        print(
+            f"{name}: T=1 x{repeats} {k} mean {statistics.mean(values):.3f} spread {max(values) - min(values):.3f} "
+            f"(values {', '.join(f'{v:.3f}' for v in values)})"
+        )
 
 
 def main() -> None:

@@ -24,8 +24,6 @@ from pathlib import Path
 
 import pytest
 
-from turnrl.config.schema import Config
-from turnrl.tasks import addition, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "refactor"
@@ -57,10 +55,9 @@ def test_metrics_equal_the_recorded_run(name, tmp_path):
         "trainer.total_training_steps=3", f"trainer.default_local_dir={run}",
         "algorithm.rollout_correction.bypass=false",
     ]  # fmt: skip
-    if name != "calc":  # recorded on the addition task's earlier 160 training rows (now 80)
-        seed, data = Config().trainer.seed, tmp_path / "data"
-        train = write_jsonl(data / "train.jsonl", addition.rows("train", seed, n_train=160))
-        val = write_jsonl(data / "val.jsonl", addition.rows("val", seed))
+    if name != "calc":  # recorded on the addition task's first version (160 training rows, all 100 problems
+        # validated), frozen as files: the task now holds problems out of training
+        train, val = FIXTURES / "addition_train160.jsonl", FIXTURES / "addition_val.jsonl"
         cmd += [f"data.train_files=[{train}]", f"data.val_files=[{val}]"]
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -32,6 +32,7 @@ from turnrl.models import sources
 from turnrl.models.loader import load_tokenizer
 from turnrl.models.policy import build_policy
 from turnrl.rewards.guard import ERRORS_KEY
+from turnrl.rewards.scorer import rates_by_source
 from turnrl.rollout.base import SamplingParams
 from turnrl.runtime import seed_everything
 from turnrl.trainer import checkpoint
@@ -49,6 +50,8 @@ class PassResult:
     sources: list[str] = field(default_factory=list)
     scores: list[list[float]] = field(default_factory=list)
     diagnostics: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    rates: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """`{"accuracy" | "format_rate": {data_source: per-response values}}` (`rates_by_source`)."""
     seconds: float = 0.0
 
 
@@ -170,6 +173,9 @@ def run_pass(
         for row, score in enumerate(part.scores):
             writer.write(sample_row(name, batch, row, n, first_prompt + row // n, part.texts[row], score))
         collect_diagnostics(result.diagnostics, batch, part.extras)
+        for metric, by_source in rates_by_source(list(batch["data_source"]), part.extras).items():
+            for source, values in by_source.items():
+                result.rates.setdefault(metric, {}).setdefault(source, []).extend(values)
         bar.update(len(batch) // n)
     bar.close()
     result.seconds = time.perf_counter() - t0
@@ -214,6 +220,12 @@ def summarize(
             table[source].update(pass_metrics(name, groups, threshold))
         # concatenated source by source, as validation does for `val/test_score/mean`: the same float
         overall.update(pass_metrics(name, [g for gs in by_source.values() for g in gs], threshold))
+    if "greedy" in results:  # skill apart from format, as validation's `val/accuracy`, `val/format_rate`
+        for metric, values in results["greedy"].rates.items():
+            for source, v in values.items():
+                if source:
+                    table[source][metric] = float(np.mean(v))
+            overall[metric] = float(np.mean([x for v in values.values() for x in v]))
     ckpt = model_checkpoint(Path(cfg.model.path).expanduser())
     return {
         "model": cfg.model.path,

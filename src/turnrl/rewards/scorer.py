@@ -23,6 +23,41 @@ def last_token_index(response_mask: torch.Tensor) -> torch.Tensor:
     return torch.where(response_mask > 0, cols, torch.zeros_like(cols)).max(dim=1).values
 
 
+# A scorer that reports these keys separates skill from format: `acc`, the answer is right (or the
+# fraction of tests passed), and `formatted`, an answer could be parsed at all. Validation and
+# `turnrl eval` report them as `accuracy` and `format_rate`, so a gain in format (the model learnt
+# to close the tag) is never read as a gain in skill.
+RATE_KEYS = {"acc": "accuracy", "formatted": "format_rate"}
+
+
+def rates_by_source(
+    sources: list[str], extras: Mapping[str, list[float]]
+) -> dict[str, dict[str, list[float]]]:
+    """`{"accuracy" | "format_rate": {data_source: values}}` from one scored batch.
+
+    `extras[k]` lists the values of the rows whose scorer reported `k`, in row order; when every row
+    reported it the list is row-aligned and is split by `sources`. Otherwise (a failed call, a source
+    whose scorer does not report it) the row of a value is unknown, and the values go under `""`:
+    counted in the overall rate, in no source's.
+
+        sources ["a", "b", "a"], extras {"acc": [1, 0, 1]}  ->  {"accuracy": {"a": [1, 1], "b": [0]}}
+        sources ["a", "b", "a"], extras {"acc": [1, 0]}     ->  {"accuracy": {"": [1, 0]}}
+    """
+    out: dict[str, dict[str, list[float]]] = {}
+    for key, name in RATE_KEYS.items():
+        values = extras.get(key)
+        if not values:
+            continue
+        by_source: dict[str, list[float]] = defaultdict(list)
+        if len(values) == len(sources):
+            for source, v in zip(sources, values, strict=True):
+                by_source[source].append(float(v))
+        else:
+            by_source[""] += [float(v) for v in values]
+        out[name] = dict(by_source)
+    return out
+
+
 class RewardFunctionError(RewardError):
     """A reward function that raised, hung or returned a non-score where `reward.on_error` says
     to stop; the message names the function, the row, its index and data_source."""

@@ -4,11 +4,16 @@ Each prompt is a short chat: one worked example (`3 + 4 = 7. <answer>7</answer>`
 numbers in every row), then the question. The untrained SmolLM2-135M-Instruct follows the
 example only some of the time when sampling at temperature 1, rambles otherwise, and
 slips often enough even when greedy that there is room to improve. What RL has to teach is
-to reliably work the sum and close with the tag. There are just 100 distinct problems
-(a, b in 0..9); validation uses all of them, training samples 80 with replacement (one
-epoch = 10 steps of 8 prompts), so the val score measures the learned behaviour. Ten steps
-are enough: the greedy validation score goes from 0.66 to 0.99 in two (benchmarks and the
-trade-off: README, "What `turnrl train` does").
+to reliably work the sum and close with the tag.
+
+Validation is held out by the problem. There are 100 problems (a, b in 0..9); a fixed 20 of the
+45 pairs {a, b} with a != b are validation's, both orders of each (`3+4` and `4+3`: one problem,
+written twice), 40 problems in all, the same for every seed. Training draws 80 rows with
+replacement from the other 60 problems (one epoch = 10 steps of 8 prompts), and the worked
+examples, in training and validation prompts alike, are training problems only: no validation
+problem or its answer is ever shown during training. `extra_info.problem` (`"3+4"`) names each
+row's problem so anyone can check. Ten steps are enough (benchmarks and the trade-off: README,
+"What `turnrl train` does").
 
 The example's numbers differ from row to row and its sum is never the asked one: a fixed
 example is a trap the policy falls into (it learns to copy the example's answer).
@@ -37,6 +42,9 @@ DATA_SOURCE = "turnrl/addition"
 QUESTION = "Compute {a} + {b}. Respond with only <answer>NUMBER</answer>."
 WORKED = "{a} + {b} = {s}. <answer>{s}</answer>"
 N_TRAIN = 80
+VAL_PAIRS = 20  # 40 of the 100 problems
+HOLDOUT_SEED = 24_680  # fixed: every seed validates on the same problems
+Problem = tuple[int, int]
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 NUMBER = re.compile(r"-?\d+")
@@ -54,30 +62,52 @@ def make_row(a: int, b: int, split: str, index: int, example: tuple[int, int] = 
         ],
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": str(a + b)},
-        "extra_info": {"split": split, "index": index, "a": a, "b": b, "example": c + d},
+        "extra_info": {
+            "split": split,
+            "index": index,
+            "a": a,
+            "b": b,
+            "example": c + d,
+            "problem": f"{a}+{b}",
+        },
     }
 
 
-def _example(rng: random.Random, a: int, b: int) -> tuple[int, int]:
+def split_problems() -> tuple[list[Problem], list[Problem]]:
+    """(training, validation) problems: `VAL_PAIRS` pairs {a, b}, a != b, drawn once from
+    `HOLDOUT_SEED`, are validation's in both orders; everything else is training's."""
+    pairs = [(a, b) for a in range(10) for b in range(a + 1, 10)]
+    held = set(random.Random(HOLDOUT_SEED).sample(pairs, VAL_PAIRS))
+    val = [(a, b) for a in range(10) for b in range(10) if (min(a, b), max(a, b)) in held]
+    train = [(a, b) for a in range(10) for b in range(10) if (min(a, b), max(a, b)) not in held]
+    return train, val
+
+
+def _example(rng: random.Random, a: int, b: int, shown: list[Problem]) -> Problem:
+    """A worked example from `shown` (training problems) whose sum is not the asked one."""
     while True:
-        c, d = rng.randint(0, 9), rng.randint(0, 9)
+        c, d = rng.choice(shown)
         if c + d != a + b:
             return c, d
 
 
 def rows(split: str, seed: int, n_train: int = N_TRAIN) -> list[dict[str, Any]]:
-    """`train`: `n_train` problems drawn from `seed`; `val`: all 100, each with its own example."""
+    """`train`: `n_train` rows drawn from `seed` over the training problems; `val`: every held-out
+    problem once, in (a, b) order, each with a worked example from the training problems."""
+    train_problems, val_problems = split_problems()
     if split == "train":
         rng = random.Random(seed)
-        train = []
+        out = []
         for i in range(n_train):
-            a, b = rng.randint(0, 9), rng.randint(0, 9)
-            train.append(make_row(a, b, "train", i, _example(rng, a, b)))
-        return train
+            a, b = rng.choice(train_problems)
+            out.append(make_row(a, b, "train", i, _example(rng, a, b, train_problems)))
+        return out
     if split != "val":
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
     val_rng = random.Random(10_000 + seed)
-    return [make_row(a, b, "test", 10 * a + b, _example(val_rng, a, b)) for a in range(10) for b in range(10)]
+    return [
+        make_row(a, b, "test", 10 * a + b, _example(val_rng, a, b, train_problems)) for a, b in val_problems
+    ]
 
 
 def extract_answer(text: str) -> str | None:

@@ -48,19 +48,45 @@ def make_row(rng: random.Random, split: str, index: int) -> dict[str, Any]:
         ],
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": str(a * b)},
-        "extra_info": {"split": split, "index": index, "a": a, "b": b},
+        "extra_info": {
+            "split": split,
+            "index": index,
+            "a": a,
+            "b": b,
+            "problem": problem_key(a, b),
+            "example": problem_key(x, y),
+        },
     }
 
 
+def problem_key(a: int, b: int) -> str:
+    """`"739*4821"`: one key for both orders of a product (the same problem)."""
+    return f"{min(a, b)}*{max(a, b)}"
+
+
+def _seen(rows: list[dict[str, Any]]) -> set[str]:
+    """Every product a row shows: the one it asks and its worked example's."""
+    return {r["extra_info"][k] for r in rows for k in ("problem", "example")}
+
+
 def rows(split: str, seed: int, n_train: int = N_TRAIN, n_val: int = N_VAL) -> list[dict[str, Any]]:
-    """`train` from `seed`, `val` from `10_000 + seed`; validation indices follow the training ones."""
+    """`train` from `seed`, `val` from `10_000 + seed`; validation indices follow the training ones.
+
+    Held out by the problem: a validation product that training asks or shows as its example (in
+    either order) is drawn again, so `extra_info.problem` never repeats across the splits (with
+    8.1 million products a collision is rare, but the guarantee should not rest on luck)."""
+    rng = random.Random(seed)
+    train = [make_row(rng, "train", i) for i in range(n_train)]
     if split == "train":
-        rng = random.Random(seed)
-        return [make_row(rng, "train", i) for i in range(n_train)]
+        return train
     if split != "val":
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
-    val_rng = random.Random(10_000 + seed)
-    return [make_row(val_rng, "test", n_train + i) for i in range(n_val)]
+    seen, val_rng, val = _seen(train), random.Random(10_000 + seed), []
+    while len(val) < n_val:
+        row = make_row(val_rng, "test", n_train + len(val))
+        if row["extra_info"]["problem"] not in seen:
+            val.append(row)
+    return val
 
 
 def _last_answer(text: str) -> str | None:

@@ -16,6 +16,8 @@ from turnrl.tracking.sinks import Sink, make_sinks, scalars
 CONSOLE_KEYS = (
     "critic/score/mean",
     "val/test_score/mean",
+    "val/accuracy",
+    "val/format_rate",
     "response_length/mean",
     "actor/pg_loss",
     "actor/entropy",

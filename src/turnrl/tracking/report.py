@@ -20,6 +20,8 @@ from turnrl.tracking.report_plots import PLOTS, Series, draw, matches
 SUMMARY_KEYS = (
     "critic/score/mean",
     "val/test_score/mean",
+    "val/accuracy",
+    "val/format_rate",
     "response_length/mean",
     "actor/entropy",
     "actor/grad_norm",

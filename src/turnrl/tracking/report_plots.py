@@ -37,6 +37,12 @@ PLOTS: tuple[PlotSpec, ...] = (
         r"critic/score/mean|val/test_score/.+",
         band=("critic/score/min", "critic/score/max"),
     ),
+    PlotSpec(
+        "skill_format",
+        "Validation accuracy (skill) and format rate (an answer could be parsed)",
+        "rate",
+        r"val/(accuracy|format_rate)(/.+)?",
+    ),
     PlotSpec("reward_extra", "Reward components", "mean", r"reward_extra/.+/mean"),
     PlotSpec("kl", "KL to the reference / old policy", "KL", r"actor/ppo_kl|actor/kl_loss|critic/kl"),
     PlotSpec("entropy", "Policy entropy (nats per token)", "entropy", r"actor/entropy"),

@@ -16,7 +16,7 @@ import numpy as np
 from turnrl.data.dataset import Example
 from turnrl.data.loader import batches_of
 from turnrl.rewards.guard import ERRORS_KEY
-from turnrl.rewards.scorer import RuleReward
+from turnrl.rewards.scorer import RuleReward, rates_by_source
 from turnrl.rollout.base import Rollout, SamplingParams
 from turnrl.trainer import stages
 from turnrl.trainer.stages import Scored
@@ -52,9 +52,12 @@ def validate(
     batch_size: int,
     pad_id: int,
 ) -> tuple[dict[str, float], list[dict[str, object]]]:
-    """Metrics `val/test_score/<data_source>` (+ `/mean`) and one sample row per response."""
+    """Metrics `val/test_score/<data_source>` (+ `/mean`), `val/accuracy` and `val/format_rate` (+
+    `/<data_source>`) where the scorers report them (`rewards.scorer.RATE_KEYS`), and one sample row
+    per response."""
     per_source: dict[str, list[float]] = defaultdict(list)
     extras: dict[str, list[float]] = defaultdict(list)
+    rates: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     samples: list[dict[str, object]] = []
     for scored in scored_batches(rollout, reward, examples, params, batch_size, pad_id):
         batch = scored.batch
@@ -70,9 +73,15 @@ def validate(
             )
         for k, v in scored.extras.items():
             extras[k] += v
+        for name, by_source in rates_by_source(list(batch["data_source"]), scored.extras).items():
+            for src, v in by_source.items():
+                rates[name][src] += v
     metrics = {f"val/test_score/{src}": float(np.mean(v)) for src, v in per_source.items()}
     metrics["val/test_score/mean"] = float(np.mean([s for v in per_source.values() for s in v]))
     errors = extras.pop(ERRORS_KEY, [])
     metrics.update({f"val/{k}/mean": float(np.mean(v)) for k, v in extras.items()})
     metrics[f"val/{ERRORS_KEY}"] = float(sum(errors))
+    for name, by_source in rates.items():
+        metrics[f"val/{name}"] = float(np.mean([v for vs in by_source.values() for v in vs]))
+        metrics.update({f"val/{name}/{src}": float(np.mean(v)) for src, v in by_source.items() if src})
     return metrics, samples
