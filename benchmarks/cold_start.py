@@ -1,28 +1,43 @@
-"""Cold start for the search agent: does SFT on scripted demonstrations help RL? Four conditions.
+"""Cold start for the search agent (task v2): does SFT on scripted demonstrations help RL, and does RL
+add to SFT on two-hop questions the demonstrations never show? Four conditions, several seeds.
 
-    python benchmarks/cold_start.py                                  # embedded SmolLM2-135M, sized for ~1 h on 2 cores
-    python benchmarks/cold_start.py --steps 15 --demos 600 --out runs/cold_start
-    python benchmarks/cold_start.py --model tiny-random --tiny       # smoke run (~2 min, scores are 0)
+    python benchmarks/cold_start.py                                  # embedded SmolLM2-135M, 3 seeds
+    python benchmarks/cold_start.py --seeds 1 --steps 15 --demos 600 --out runs/cold_start
+    python benchmarks/cold_start.py --model tiny-random --tiny       # smoke run (~2-3 min, scores are 0)
 
 Every stage is the real CLI in a child process, one after the other:
 
-    untrained    turnrl eval search_agent model.path=MODEL
+    untrained    turnrl eval search_agent model.path=MODEL                  (once: greedy, seed-free)
     SFT          turnrl data search_sft, turnrl sft on its demonstrations, turnrl eval of <sft>/model
-    RL           turnrl train search_agent model.path=MODEL                (its final validation)
-    SFT + RL     turnrl train search_agent model.path=<sft>/model          (the same RL config)
+    RL           turnrl train search_agent model.path=MODEL                  (its final validation)
+    SFT + RL     turnrl train search_agent model.path=<sft>/model           (the same RL config)
 
-Validation is the task's 128 held-out questions, greedy, exact match (`val/test_score/mean` of a
-training run's final validation, `greedy_score` of `turnrl eval`: the same pass, docs/eval.md); the
-demonstrations come from training questions only. Each condition's wall time is split into training
-(data + SFT and/or RL) and evaluation. `turnrl report` plots each run directory. The table is printed
-and written with the settings to `<out>/cold_start.json`.
+Validation is the task's held-out questions (a world of entities training never names), greedy,
+reported by sort: one-hop (`turnrl/search/1hop`), two-hop through a bridge entity
+(`turnrl/search/2hop`; the demonstrations never show these templates) and comparisons
+(`turnrl/search/compare`). From the validation samples' response texts (`turnrl eval --out`'s
+`samples.jsonl`, a run's `val_samples/step_N.jsonl`) come the searches per episode and, for two-hop
+questions, the fraction of episodes whose second query names the bridge entity (the row's
+`extra_info.bridge`): the behaviour a two-hop question needs and one search cannot fake.
 
-CPU sizing (defaults): RL 8 prompts x 4 samples, 8 steps, at most 2 tool turns, no KL term (no
-reference forward); SFT 256 demonstrations, one epoch, 8 per step, at lr 1e-4; one passage per search
-(`--topk 1`: BM25 ranks the entity's own document first for every training question), so that a
-one-search episode takes 104-160 tokens of the 192-token response budget (with 3 passages it takes
-190-270: invented names tokenise long). Demonstrations have one search (`--retry-fraction 0`). On a
-2-core CPU a training token costs ~10 ms forward + backward, which is what bounds these sizes.
+Counterfactual: each trained model is evaluated again on a corpus with the same entities and
+re-sampled facts (`turnrl data task search --arg facts_seed=F`, its own index by `turnrl retriever
+index`, rows with the new answers): a model that searches and reads keeps its score, one that
+memorised training facts does not (validation entities are never trained on anyway, so this mostly
+tests the one-hop and comparison reading).
+
+Each condition runs for `--seeds` seeds (trainer seed, demonstration order and wording); the table
+gives the mean and the spread (min-max) over seeds. Everything is written to `<out>/cold_start.json`.
+
+CPU sizing (defaults): RL 6 prompts x 4 samples, 8 steps, at most 3 tool turns, no KL term (no
+reference forward); SFT 192 demonstrations, one epoch, 8 per step, at lr 1e-4, with one search per
+one-hop question (`--retry-fraction 0`); 3 passages per search, as the recipe (namesakes make the
+right document not always first); a 512-token response budget. With SmolLM2's tokenizer a prompt is
+271-286 tokens (the worked example is ~120 of them), a one-hop demonstration 175-284 response tokens
+(median 227) and a two-hop one 361-521 (median 433). The counterfactual pass takes the first
+`--cf-prompts` validation questions. On a 2-core CPU a training token costs ~10 ms forward +
+backward: SFT ~110k tokens (~20 min), RL ~17k tokens a step (~30 min for 8 steps), so SFT then RL
+aims at an hour per seed; this is an estimate from that cost, not yet a measurement.
 """
 
 from __future__ import annotations
@@ -31,14 +46,17 @@ import argparse
 import json
 import os
 import platform
+import re
 import shlex
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-TINY = {  # a smoke run: every stage and file, in about two minutes
+TINY = {  # a smoke run: every stage and file, in a few minutes
+    "seeds": 1,
     "steps": 1,
     "batch": 2,
     "n": 2,
@@ -48,7 +66,10 @@ TINY = {  # a smoke run: every stage and file, in about two minutes
     "sft_batch": 8,
     "max_turns": 1,
     "val_prompts": 8,
+    "cf_prompts": 4,
 }
+SORTS = ("1hop", "2hop", "compare")
+QUERY = re.compile(r"<search>(.*?)</search>", re.DOTALL)
 
 
 def cli(args: list[str], log: Path) -> float:
@@ -69,26 +90,75 @@ def cli(args: list[str], log: Path) -> float:
     return wall
 
 
-def common(a: argparse.Namespace, val_file: Path | None) -> list[str]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# -- what a condition scores, from its validation samples ------------------------------------------
+
+
+def sort_of(row: dict[str, Any]) -> str:
+    return row["data_source"].rsplit("/", 1)[-1]
+
+
+def episode_stats(samples: list[dict[str, Any]], rows: dict[int, dict[str, Any]]) -> dict[str, float]:
+    """Accuracy (exact match: score 1) and format rate (score > 0: a well-formed answer) by sort and
+    overall; searches per episode; for two-hop rows the share of episodes whose second query names
+    the bridge entity (of all two-hop episodes, and of those that searched twice)."""
+    out: dict[str, float] = {}
+    by_sort: dict[str, list[dict[str, Any]]] = {s: [] for s in SORTS}
+    for s in samples:
+        by_sort[sort_of(rows[int(s["index"])])].append(s)
+    for sort, group in [*by_sort.items(), ("all", samples)]:
+        if group:
+            out[f"acc/{sort}"] = statistics.fmean(float(s["score"]) >= 1.0 for s in group)
+            out[f"format/{sort}"] = statistics.fmean(float(s["score"]) > 0.0 for s in group)
+            out[f"searches/{sort}"] = statistics.fmean(len(QUERY.findall(s["response"])) for s in group)
+    named = twice = 0
+    for s in by_sort["2hop"]:
+        queries = QUERY.findall(s["response"])
+        bridge = rows[int(s["index"])]["extra_info"]["bridge"]
+        twice += len(queries) >= 2
+        named += len(queries) >= 2 and bridge.lower() in queries[1].lower()
+    if by_sort["2hop"]:
+        out["bridge_named/2hop"] = named / len(by_sort["2hop"])
+        out["bridge_named/2hop_searched_twice"] = named / twice if twice else 0.0
+    return out
+
+
+# -- the stages -------------------------------------------------------------------------------------
+
+
+def common(a: argparse.Namespace, val_file: Path, seed: int, index: Path | None = None) -> list[str]:
     """What the evaluations and both RL runs share: the task, budgets, sampling and validation."""
     return [
         "search_agent",
-        *([f"data.val_files=[{val_file}]"] if val_file else []),  # else the task's 128 questions
+        f"data.val_files=[{val_file}]",
         f"data.max_response_length={a.response_length}",
         f"data.val_batch_size={a.val_batch}",
         # one engine call per validation batch or RL rollout (the engine cuts its calls to this size)
         f"rollout.generation_batch_size={max(a.val_batch, a.batch * a.n)}",
         f"rollout.multi_turn.max_turns={a.max_turns}",
         f"rollout.multi_turn.search.topk={a.topk}",
-        f"trainer.seed={a.seed}",
+        *([f"rollout.multi_turn.search.index={index}"] if index else []),
+        f"trainer.seed={seed}",
         f"trainer.num_threads={a.threads}",
     ]
 
 
-def rl_args(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path | None) -> list[str]:
-    return [
+def evaluate(a: argparse.Namespace, model: str, out: Path, val_file: Path, seed: int, index: Path | None = None) -> tuple[list[dict[str, Any]], float]:  # fmt: skip
+    """`turnrl eval`, greedy only: (its samples, wall seconds of the process)."""
+    args = ["eval", *common(a, val_file, seed, index), f"model.path={model}", "eval.n=0", "--out", str(out)]
+    wall = cli(args, out.with_suffix(".log"))
+    samples = [s for s in read_jsonl(out / "samples.jsonl") if s["pass"] == "greedy"]
+    return samples, wall
+
+
+def rl(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path, seed: int) -> tuple[list[dict[str, Any]], float, float]:  # fmt: skip
+    """One RL run: (its final validation's samples, seconds of that validation, wall seconds)."""
+    args = [
         "train",
-        *common(a, val_file),
+        *common(a, val_file, seed),
         f"model.path={model}",
         f"data.train_batch_size={a.batch}",
         f"rollout.n={a.n}",
@@ -100,42 +170,47 @@ def rl_args(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path | N
         f"trainer.total_training_steps={a.steps}",
         "trainer.val_before_train=false",
         "trainer.test_freq=0",  # validated once, after the last step
-        "trainer.save_freq=0",
+        "trainer.save_freq=0",  # the run still saves its last step: the counterfactual evaluates it
         "trainer.logger=[jsonl]",
         f"trainer.default_local_dir={run_dir}",
     ]
+    wall = cli(args, run_dir.with_suffix(".log"))
+    metrics = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "val/test_score/mean" in r][-1]
+    last = max((run_dir / "val_samples").glob("step_*.jsonl"), key=lambda p: int(p.stem.split("_")[1]))
+    return read_jsonl(last), float(metrics.get("timing_s/validate", 0.0)), wall
 
 
-def evaluate(
-    a: argparse.Namespace, model: str, out: Path, val_file: Path | None
-) -> tuple[float, float, float]:
-    """`turnrl eval` on the validation questions: (greedy exact match, seconds of the greedy pass,
-    wall seconds of the process, start-up included)."""
-    args = ["eval", *common(a, val_file), f"model.path={model}", "eval.n=0", "--out", str(out)]
-    wall = cli(args, out.with_suffix(".log"))
-    summary = json.loads((out / "summary.json").read_text())
-    greedy = summary["passes"]["greedy"]["seconds"]
-    return float(summary["metrics"]["overall"]["greedy_score"]), float(greedy), wall
+def sft(a: argparse.Namespace, out: Path, seed: int) -> tuple[Path, float]:
+    """Demonstrations and `turnrl sft` on them: (the model directory, wall seconds)."""
+    demos = out / f"demos_s{seed}"
+    data_s = cli(
+        ["data", "search_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(seed),
+         "--topk", str(a.topk), "--retry-fraction", str(a.retry_fraction)],
+        out / f"demos_s{seed}.log",
+    )  # fmt: skip
+    sft_dir = out / f"sft_s{seed}"
+    sft_s = cli(
+        ["sft", f"model.path={a.model}", f"data.train_files=[{demos / 'train.jsonl'}]",
+         "data.max_obs_length=500",  # the search_agent recipe's rollout.multi_turn.max_obs_length
+         f"trainer.total_epochs={a.sft_epochs}", f"trainer.train_batch_size={a.sft_batch}",
+         "trainer.micro_batch_size=4", f"optim.lr={a.sft_lr}", f"trainer.seed={seed}",
+         f"trainer.num_threads={a.threads}", "trainer.logger=[jsonl]", f"trainer.default_local_dir={sft_dir}"],
+        out / f"sft_s{seed}.log",
+    )  # fmt: skip
+    return sft_dir, data_s + sft_s
 
 
-def rl(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path | None) -> tuple[float, float, float]:
-    """One RL run: (final validation exact match, seconds of that validation, wall seconds)."""
-    wall = cli(rl_args(a, model, run_dir, val_file), run_dir.with_suffix(".log"))
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    final = [r for r in rows if "val/test_score/mean" in r][-1]
-    return float(final["val/test_score/mean"]), float(final.get("timing_s/validate", 0.0)), wall
-
-
-def validation_subset(k: int, out: Path) -> Path | None:
-    """The first `k` of the task's validation questions as a file (None: all of them, the task's own)."""
-    if not k:
-        return None
-    from turnrl.tasks import write_task
-
-    val = write_task("search", out / "task", 0).val
-    path = out / f"val_{k}.jsonl"
-    path.write_text("".join(val.read_text().splitlines(keepends=True)[:k]))
-    return path
+def task_files(out: Path, name: str, k: int, facts_seed: int | None = None) -> tuple[Path, dict[int, dict[str, Any]]]:  # fmt: skip
+    """The task's validation rows (`turnrl data task search`, with `facts_seed` the counterfactual's,
+    and its corpus), the first `k` (0: all) as a file; and every validation row by index."""
+    task = out / name
+    extra = ["--arg", f"facts_seed={facts_seed}"] if facts_seed is not None else []
+    cli(["data", "task", "search", "--out", str(task), *extra], out / f"{name}.log")
+    lines = (task / "val.jsonl").read_text().splitlines(keepends=True)
+    path = out / f"{name}_val.jsonl"
+    path.write_text("".join(lines[:k] if k else lines))
+    rows = {r["extra_info"]["index"]: r for r in map(json.loads, lines)}
+    return path, rows
 
 
 def report(run_dir: Path) -> str:
@@ -143,28 +218,74 @@ def report(run_dir: Path) -> str:
     return str(run_dir / "report" / "report.html")
 
 
+# -- the table --------------------------------------------------------------------------------------
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"mean": statistics.fmean(values), "min": min(values), "max": max(values)}
+
+
+def summarise(per_seed: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Condition -> metric -> mean, min, max over the seeds that ran it."""
+    return {
+        cond: {k: spread([r[k] for r in runs if k in r]) for k in sorted({k for r in runs for k in r})}
+        for cond, runs in per_seed.items()
+    }
+
+
+def cell(stats: dict[str, dict[str, float]], key: str) -> str:
+    if key not in stats:
+        return "-"
+    s = stats[key]
+    return f"{s['mean']:.3f}" + (f" ({s['min']:.2f}-{s['max']:.2f})" if s["max"] > s["min"] else "")
+
+
+COLUMNS = (
+    ("1hop acc", "acc/1hop"), ("2hop acc", "acc/2hop"), ("cmp acc", "acc/compare"), ("format", "format/all"),
+    ("searches", "searches/all"), ("2hop bridge", "bridge_named/2hop"), ("cf 2hop", "cf/acc/2hop"),
+    ("cf all", "cf/acc/all"), ("train s", "train_s"),
+)  # fmt: skip
+
+
+def print_table(summary: dict[str, dict[str, dict[str, float]]]) -> None:
+    width = 20
+    print(f"{'condition':<10}" + "".join(f"{name:>{width}}" for name, _ in COLUMNS))
+    for cond, stats in summary.items():
+        print(f"{cond:<10}" + "".join(f"{cell(stats, key):>{width}}" for _, key in COLUMNS))
+    print(
+        "acc: exact match, greedy, on the held-out one-hop, two-hop (bridge) and comparison questions; "
+        "format: well-formed answers; searches: per episode; 2hop bridge: two-hop episodes whose second "
+        "query names the bridge entity; cf: the same on the counterfactual corpus; mean (min-max) over seeds"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct", help="model.path of the untrained model")
     ap.add_argument("--out", default="", help="output directory (default runs/cold_start-<time>)")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per condition (1, 2, ...)")
     ap.add_argument("--steps", type=int, default=8, help="RL steps")
-    ap.add_argument("--batch", type=int, default=8, help="RL prompts per step")
+    ap.add_argument("--batch", type=int, default=6, help="RL prompts per step")
     ap.add_argument("--n", type=int, default=4, help="RL samples per prompt")
     ap.add_argument("--rl-lr", type=float, default=1e-5, help="RL actor learning rate")
-    ap.add_argument("--response-length", type=int, default=192, help="tokens of a whole episode's response")
-    ap.add_argument("--max-turns", type=int, default=2, help="tool turns per episode")
-    ap.add_argument("--topk", type=int, default=1, help="passages per search (demonstrations and RL alike)")
+    ap.add_argument("--response-length", type=int, default=512, help="tokens of a whole episode's response")
+    ap.add_argument("--max-turns", type=int, default=3, help="tool turns per episode")
+    ap.add_argument("--topk", type=int, default=3, help="passages per search (demonstrations and RL alike)")
     ap.add_argument("--val-batch", type=int, default=128, help="validation prompts per generation call")
     ap.add_argument(
         "--val-prompts", type=int, default=0, help="validate on the first K questions (0 = all 128)"
     )
-    ap.add_argument("--demos", type=int, default=256, help="SFT demonstrations")
-    ap.add_argument("--retry-fraction", type=float, default=0.0, help="demonstrations with a second search")
+    ap.add_argument(
+        "--cf-prompts", type=int, default=64, help="counterfactual: the first K questions (0 = all)"
+    )
+    ap.add_argument("--facts-seed", type=int, default=1, help="the counterfactual corpus's facts seed")
+    ap.add_argument("--demos", type=int, default=192, help="SFT demonstrations")
+    ap.add_argument("--retry-fraction", type=float, default=0.0, help="one-hop demonstrations with a missed first search")  # fmt: skip
     ap.add_argument("--sft-epochs", type=int, default=1)
     ap.add_argument("--sft-lr", type=float, default=1e-4)
     ap.add_argument("--sft-batch", type=int, default=8, help="SFT demonstrations per optimizer step")
-    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0, help="torch threads per process (0 = torch's default)")
+    ap.add_argument("--no-report", action="store_true", help="skip `turnrl report` of each run")
     ap.add_argument(
         "--tiny",
         action="store_true",
@@ -181,65 +302,56 @@ def main() -> None:
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; model {a.model}; out {out}"
     )
-    results: dict[str, dict[str, Any]] = {}
-    val = validation_subset(a.val_prompts, out)
+    val, rows = task_files(out, "task", a.val_prompts)
+    cf_val, cf_rows = task_files(out, "cf", a.cf_prompts, a.facts_seed)
+    cf_index = out / "cf_index"
+    cli(["retriever", "index", "--corpus", str(out / "cf" / "corpus.jsonl"), "--out", str(cf_index),
+         "--no-progress"], out / "cf_index.log")  # fmt: skip
 
-    def record(name: str, em: float, eval_s: float, wall_s: float, run_dir: Path | None) -> None:
-        """`eval_s`: the validation pass; `wall_s`: every process of the condition (start-ups, data,
-        SFT, RL, evaluation); training is the rest."""
-        results[name] = {
-            "val_em": em,
-            "train_s": wall_s - eval_s if run_dir else 0.0,
-            "eval_s": eval_s,
-            "wall_s": wall_s,
-            "run_dir": str(run_dir) if run_dir else None,
-            "report": report(run_dir) if run_dir else None,
-        }
-        print(f"  {name}: val EM {em:.3f}, validation {eval_s:.0f} s, wall {wall_s:.0f} s", flush=True)
+    per_seed: dict[str, list[dict[str, float]]] = {c: [] for c in ("untrained", "SFT", "RL", "SFT + RL")}
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in per_seed}
 
-    em, eval_s, wall = evaluate(a, a.model, out / "eval_untrained", val)
-    record("untrained", em, eval_s, wall, None)
+    def record(cond: str, seed: int, samples: list[dict[str, Any]], cf: list[dict[str, Any]] | None,
+               train_s: float, eval_s: float, run_dir: Path | None) -> None:  # fmt: skip
+        stats = episode_stats(samples, rows)
+        if cf is not None:
+            stats.update({f"cf/{k}": v for k, v in episode_stats(cf, cf_rows).items()})
+        stats.update(train_s=train_s, eval_s=eval_s)
+        per_seed[cond].append(stats)
+        link = report(run_dir) if run_dir and not a.no_report else None
+        runs[cond].append(
+            {"seed": seed, "run_dir": str(run_dir) if run_dir else None, "report": link, **stats}
+        )
+        shown = ", ".join(
+            f"{k} {stats[k]:.3f}" for k in ("acc/1hop", "acc/2hop", "acc/compare") if k in stats
+        )
+        print(f"  {cond} (seed {seed}): {shown}; train {train_s:.0f} s, eval {eval_s:.0f} s", flush=True)
 
-    demos = out / "demos"
-    data_s = cli(
-        ["data", "search_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(a.seed),
-         "--topk", str(a.topk), "--retry-fraction", str(a.retry_fraction)],
-        out / "demos.log",
-    )  # fmt: skip
-    sft_dir = out / "sft"
-    sft_s = cli(
-        ["sft", f"model.path={a.model}", f"data.train_files=[{demos / 'train.jsonl'}]",
-         "data.max_obs_length=500",  # the search_agent recipe's rollout.multi_turn.max_obs_length
-         f"trainer.total_epochs={a.sft_epochs}", f"trainer.train_batch_size={a.sft_batch}",
-         "trainer.micro_batch_size=4", f"optim.lr={a.sft_lr}", f"trainer.seed={a.seed}",
-         f"trainer.num_threads={a.threads}", "trainer.logger=[jsonl]", f"trainer.default_local_dir={sft_dir}"],
-        out / "sft.log",
-    )  # fmt: skip
-    em, eval_s, wall = evaluate(a, str(sft_dir / "model"), out / "eval_sft", val)
-    record("SFT", em, eval_s, data_s + sft_s + wall, sft_dir)
+    samples, wall = evaluate(a, a.model, out / "eval_untrained", val, 1)  # greedy: the same for every seed
+    record("untrained", 0, samples, None, 0.0, wall, None)
+    for seed in range(1, a.seeds + 1):
+        sft_dir, sft_s = sft(a, out, seed)
+        samples, eval_s = evaluate(a, str(sft_dir / "model"), out / f"eval_sft_s{seed}", val, seed)
+        cf, _ = evaluate(a, str(sft_dir / "model"), out / f"cf_sft_s{seed}", cf_val, seed, cf_index)
+        record("SFT", seed, samples, cf, sft_s, eval_s, sft_dir)
+        for cond, start, extra in (("RL", a.model, 0.0), ("SFT + RL", str(sft_dir / "model"), sft_s)):
+            run_dir = out / f"{'sft_rl' if extra else 'rl'}_s{seed}"
+            samples, val_s, wall = rl(a, start, run_dir, val, seed)
+            cf, _ = evaluate(a, str(run_dir), out / f"cf_{run_dir.name}", cf_val, seed, cf_index)
+            record(cond, seed, samples, cf, extra + wall - val_s, val_s, run_dir)
 
-    em, eval_s, wall = rl(a, a.model, out / "rl", val)
-    record("RL", em, eval_s, wall, out / "rl")
-
-    em, eval_s, wall = rl(a, str(sft_dir / "model"), out / "sft_rl", val)
-    record("SFT + RL", em, eval_s, data_s + sft_s + wall, out / "sft_rl")
-
+    summary = summarise(per_seed)
     print(
-        f"\nsearch agent cold start: {a.model}; RL {a.steps} steps x {a.batch} prompts x {a.n} samples, "
-        f"response {a.response_length} tokens; SFT {a.demos} demonstrations x {a.sft_epochs} epochs, lr {a.sft_lr}"
+        f"\nsearch agent cold start: {a.model}; {a.seeds} seeds; RL {a.steps} steps x {a.batch} prompts x {a.n} "
+        f"samples, response {a.response_length} tokens, top {a.topk}; SFT {a.demos} demonstrations x "
+        f"{a.sft_epochs} epochs, lr {a.sft_lr}"
     )
-    print(f"{'condition':<10} {'val EM':>7} {'train s':>8} {'val s':>6} {'wall s':>7}")
-    for name, r in results.items():
-        print(f"{name:<10} {r['val_em']:>7.3f} {r['train_s']:>8.0f} {r['eval_s']:>6.0f} {r['wall_s']:>7.0f}")
-    print(
-        "val EM: exact match, greedy, on the validation questions; val s: that pass; wall s: every process "
-        "of the condition (start-ups, data, SFT, RL, validation); train s: wall s - val s"
-    )
-    settings = {k: v for k, v in vars(a).items()}
+    print_table(summary)
     machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
     path = out / "cold_start.json"
     path.write_text(
-        json.dumps({"settings": settings, "machine": machine, "results": results}, indent=1) + "\n"
+        json.dumps({"settings": vars(a), "machine": machine, "summary": summary, "runs": runs}, indent=1)
+        + "\n"
     )
     print(f"results: {path}")
 

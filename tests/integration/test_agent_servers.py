@@ -68,19 +68,25 @@ def test_python_runs_in_the_sandbox(tools):
 
 def test_code_reward_runs_hidden_tests_in_the_same_sandbox(tools):
     toolset, _ = tools
-    score = registered(toolset.sandbox_url, scorers())["turnrl/code"]  # RuleReward(sandbox_url=...)'s table
+    table = registered(toolset.sandbox_url, scorers())  # RuleReward(sandbox_url=...)'s table
     truth = {"inputs": ["abc\n", "hello\n"], "outputs": ["cba\n", "olleh\n"]}
     good = "<answer>\n```python\nprint(input()[::-1])\n```\n</answer>"
     half = "<answer>\n```python\ns = input()\nprint('cba' if s == 'abc' else s)\n```\n</answer>"
-    assert score("turnrl/code", good, truth) == {
-        "score": 1.0,
-        "pass_rate": 1.0,
-        "formatted": 1.0,
-    }
-    assert score("turnrl/code", half, truth)["pass_rate"] == 0.5
-    assert score("turnrl/code", half, truth)["score"] == 0.0
+    # the public sources' scorer: all or nothing
+    assert table["apps"]("apps", good, truth) == {"score": 1.0, "pass_rate": 1.0, "formatted": 1.0}
+    assert table["apps"]("apps", half, truth) == {"score": 0.0, "pass_rate": 0.5, "formatted": 1.0}
     asserts = {"assert": "assert double(4) == 8"}
-    assert score("turnrl/code", "```python\ndef double(x):\n    return 2 * x\n```", asserts)["score"] == 1.0
+    assert table["apps"]("apps", "```python\ndef double(x):\n    return 2 * x\n```", asserts)["score"] == 1.0
+    # the code task's: 0.1 for a program that runs, plus 0.9 x the fraction of tests passed
+    task = table["turnrl/code"]
+    assert task("turnrl/code", good, truth) == {
+        "score": 1.0,
+        "acc": 1.0,
+        "formatted": 1.0,
+        "pass_rate": 1.0,
+        "ran": 1.0,
+    }
+    assert task("turnrl/code", half, truth)["score"] == pytest.approx(0.1 + 0.9 * 0.5)
 
 
 @pytest.mark.parametrize("tool", ["search", "python"])

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 
 import pytest
 
 from turnrl.cli import main
-from turnrl.rewards.qa import compute_score
 from turnrl.tasks import write_task
-from turnrl.tasks.search import N_VAL, demos, split_questions
-from turnrl.tasks.search.corpus import ENTITIES, SEED, builtin_qa
+from turnrl.tasks.search import N_VAL, compute_score, demos, indexed
+from turnrl.tasks.search.questions import DEMO_TEMPLATES, TEMPLATES, VAL_TWO_HOP
 
 ANSWER = re.compile(r"<answer> (.*) </answer>$")
 
@@ -36,27 +36,31 @@ def full(tmp_path_factory):
 
 
 def test_only_training_questions_and_the_task_rows_prompt(full, tmp_path):
-    rows, _ = full
-    qa = builtin_qa(ENTITIES, SEED)
-    val, train = split_questions(qa)
-    held_out = {q.question for q in val}
-    asked = [r["prompt"][0]["content"].rsplit("Question: ", 1)[1].strip() for r in rows]
+    rows_, _ = full
+    val, train = indexed()
+    held_out = {q.text for _, q in val}
+    val_entities = {e for _, q in val for e in q.entities}
+    asked = [r["prompt"][0]["content"].rsplit("Question: ", 1)[1].strip() for r in rows_]
     assert not held_out & set(asked)
-    assert len(rows) == len(train) == len(set(asked))  # every training question once, none skipped
+    eligible = [q for _, q in train if q.template in DEMO_TEMPLATES]
+    assert len(rows_) == len(eligible) == len(set(asked))  # every eligible question once, none skipped
+    assert not {r["extra_info"]["template"] for r in rows_} & VAL_TWO_HOP  # left for RL to generalise to
+    assert not val_entities & {e for r in rows_ for e in r["extra_info"]["entities"]}
     # each row is the task's own training row (the prompt RL samples from), plus its episode
     task_train = write_task("search", tmp_path, 0).train
     task = {r["extra_info"]["index"]: r for r in map(json.loads, task_train.read_text().splitlines())}
-    for r in rows:
+    for r in rows_:
         assert r["extra_info"]["index"] >= N_VAL
         same = task[r["extra_info"]["index"]]
         assert {k: r[k] for k in same if k != "extra_info"} == {
             k: v for k, v in same.items() if k != "extra_info"
         }
+        assert {k: r["extra_info"][k] for k in same["extra_info"]} == same["extra_info"]
 
 
 def test_every_demonstration_is_a_correct_episode(full):
     rows, _ = full
-    searches = {1: 0, 2: 0}
+    searches: Counter[tuple[int, int]] = Counter()  # (hops, searches)
     for r in rows:
         episode, answers = r["episode"], r["reward_model"]["ground_truth"]["target"]
         roles = [s["role"] for s in episode]
@@ -71,10 +75,13 @@ def test_every_demonstration_is_a_correct_episode(full):
         )
         assert any(a in last_observation["content"] for a in answers)
         assert r["extra_info"]["searches"] == len(roles) // 2
-        searches[r["extra_info"]["searches"]] += 1
+        searches[(r["extra_info"]["hops"], r["extra_info"]["searches"])] += 1
         response = "\n".join(s["content"] for s in episode)  # scored as RL scores it
-        assert compute_score(r["data_source"], response, r["reward_model"]["ground_truth"])["em"] == 1.0
-    assert searches[2] > 0.05 * len(rows)  # the nameless first queries missed and were searched again
+        assert compute_score(r["data_source"], response, r["reward_model"]["ground_truth"])["acc"] == 1.0
+    one_hop = sum(v for (hops, _), v in searches.items() if hops == 1)
+    assert searches[(1, 2)] > 0.05 * one_hop  # the nameless first queries missed and were searched again
+    # a bridge takes two searches at least
+    assert searches[(2, 2)] > 0 and not any(n < 2 for hops, n in searches if hops == 2)
 
 
 def test_seeded_and_independent_of_n(full, tmp_path, capsys):
@@ -87,13 +94,14 @@ def test_seeded_and_independent_of_n(full, tmp_path, capsys):
 
 
 def test_a_training_question_equal_to_a_validation_one_is_excluded(tmp_path, capsys, monkeypatch):
-    qa = builtin_qa(ENTITIES, SEED)
-    twin = qa[N_VAL + 5] = qa[3]  # a training slot now asks a held-out question
-    monkeypatch.setattr(demos, "builtin_qa", lambda n, seed: list(qa))
+    val, train = indexed()
+    twin = next(q for _, q in val if q.hops == 1)
+    train[5] = (train[5][0], twin)  # a training slot now asks a held-out question
+    monkeypatch.setattr(demos, "indexed", lambda: (val, train))
     rows, out = generate(tmp_path, capsys, "dup", "--retry-fraction", "0")
-    assert twin.question not in {r["prompt"][0]["content"].rsplit("Question: ", 1)[1].strip() for r in rows}
+    assert twin.text not in {r["prompt"][0]["content"].rsplit("Question: ", 1)[1].strip() for r in rows}
     assert "(1 excluded as identical to a validation question)" in out
-    assert all(r["extra_info"]["searches"] == 1 for r in rows)  # no nameless first query
+    assert all(r["extra_info"]["searches"] == r["extra_info"]["hops"] for r in rows)  # no nameless query
 
 
 def test_topk_sets_the_passages_per_search(tmp_path, capsys):
@@ -126,22 +134,22 @@ def test_generator_flags_are_refused_for_converters(tmp_path, capsys):
 
 
 def test_every_relation_has_phrasing():
-    relations = {q.relation for q in builtin_qa(ENTITIES, SEED)}
+    relations = {relation for t in TEMPLATES.values() for relation in t.chain}
     assert relations == set(demos.RELATIONS)
 
 
 class FakeSearch:
     """Finds the fact only from query number `hit_at` on (never when None)."""
 
-    def __init__(self, q, hit_at: int | None):
-        self.q, self.hit_at, self.queries = q, hit_at, []
+    def __init__(self, q, doc_id: str, hit_at: int | None):
+        self.q, self.doc_id, self.hit_at, self.queries = q, doc_id, hit_at, []
 
     def __call__(self, query: str):
         self.queries.append(query)
         other = {"id": "x", "contents": "Other\nNothing here."}
         found = self.hit_at is not None and len(self.queries) > self.hit_at
         docs = (
-            [{"id": self.q.doc_id, "contents": f"{self.q.title}\nIt is {self.q.answers[0]}."}]
+            [{"id": self.doc_id, "contents": f"{self.q.entities[0]}\nIt is {self.q.answers[0]}."}]
             if found
             else [other]
         )
@@ -149,14 +157,16 @@ class FakeSearch:
 
 
 def test_a_missed_named_query_is_searched_again_and_a_question_never_found_is_skipped():
-    q = builtin_qa(ENTITIES, SEED)[N_VAL]
+    index, q = next((i, q) for i, q in indexed()[1] if q.hops == 1)
+    doc_ids = demos.build_doc_ids()
+    doc_id = doc_ids[q.entities[0]]
     report = demos.Report()
-    search = FakeSearch(q, hit_at=1)
-    row = demos.demonstration(q, N_VAL, 0, search, 0.0, report)
+    search = FakeSearch(q, doc_id, hit_at=1)
+    row = demos.demonstration(q, index, 0, search, 0.0, report, doc_ids)
     assert row["extra_info"]["searches"] == 2 and len(search.queries) == 2
     assert "The results do not say" in row["episode"][2]["content"]
     assert sum(report.missed.values()) == 1 and not report.skipped
-    search = FakeSearch(q, hit_at=None)
-    assert demos.demonstration(q, N_VAL, 0, search, 0.0, report) is None
+    search = FakeSearch(q, doc_id, hit_at=None)
+    assert demos.demonstration(q, index, 0, search, 0.0, report, doc_ids) is None
     assert len(search.queries) == demos.MAX_SEARCHES
     assert len(report.skipped) == 1 and sum(report.missed.values()) == 2  # + the first of the two misses

@@ -1,4 +1,5 @@
-"""The built-in corpus is answerable by search: BM25 finds each question's document in the top 3."""
+"""The built-in corpus is answerable by search: BM25 finds each one-hop fact question's document in
+the top 3 (two-hop questions are not meant to be: tests/unit/test_search_task_v2.py)."""
 
 from __future__ import annotations
 

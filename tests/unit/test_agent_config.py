@@ -9,7 +9,7 @@ from turnrl.config.agent_schema import MultiTurnConfig
 from turnrl.data.dataset import load_examples
 from turnrl.models.loader import load_tokenizer
 from turnrl.rewards.registry import registered, resolve
-from turnrl.tasks import scorers, write_task
+from turnrl.tasks import TASKS, scorers, write_task
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -71,8 +71,9 @@ def test_agent_tasks_write_loadable_rows_with_a_scorer(task, tmp_path, tok):
     examples = load_examples([str(val)], tok, 1024)
     assert len(examples) >= 10
     sources = {e.data_source for e in examples}
-    assert sources == {f"turnrl/{task}"}
-    resolve(next(iter(sources)), None, registered(extra=scorers()))  # the task has a scorer
+    assert sources == set(TASKS[task].data_sources)  # the search task's: one per hop count
+    for source in sources:
+        resolve(source, None, registered(extra=scorers()))  # the task has a scorer
     assert len(load_examples([str(train)], tok, 1024)) > len(examples)
     again = write_task(task, tmp_path / "again", seed=3).train
     assert again.read_text() == train.read_text()  # a pure function of the seed

@@ -4,7 +4,7 @@ import pytest
 from turnrl.rewards import code, math, qa
 from turnrl.rewards.registry import registered, resolve
 from turnrl.rewards.scorer import RuleReward
-from turnrl.tasks import calculator, scorers
+from turnrl.tasks import calculator, scorers, search
 
 
 def test_normalisation_follows_search_r1():
@@ -50,7 +50,7 @@ def test_qa_ground_truth_forms_metric_and_format_score():
     with pytest.raises(ValueError, match="'target'"):
         qa.targets({"answers": ["x"]})
     assert resolve("nq") is qa.compute_score
-    assert resolve("turnrl/search", None, registered(extra=scorers())) is qa.compute_score
+    assert resolve("turnrl/search/2hop", None, registered(extra=scorers())) is search.compute_score
 
 
 def test_math_verify_equivalence():
@@ -135,7 +135,8 @@ def test_rule_reward_binds_its_sandbox_into_the_code_scorers(monkeypatch):
     monkeypatch.setattr(code, "_child_sandbox_url", lambda: "http://child")
     bound = RuleReward(None, sandbox_url="http://run-sandbox", scorers=scorers()).table
     unbound = RuleReward(None, scorers=scorers()).table
-    sources = (*code.CODE_SOURCES, "turnrl/code")  # the built-in code task's source is bound too
+    # (the code task's own scorer is bound too; tests/integration/test_code_task.py checks it for real)
+    sources = code.CODE_SOURCES
     for source in sources:
         # verl's signature, extra_info untouched: the URL is bound, not smuggled in the row
         bound[source](source, PROGRAM, TESTS, {"run_timeout": 2.0})

@@ -8,6 +8,7 @@ from turnrl.batch import Batch
 from turnrl.rewards.registry import RewardError, load_custom, registered, resolve, split_score
 from turnrl.rewards.scorer import RuleReward, last_token_index
 from turnrl.tasks import scorers
+from turnrl.tasks import search as search_task
 from turnrl.tasks.addition import compute_score, extract_answer
 
 
@@ -90,6 +91,7 @@ def test_scores_land_on_last_model_token():
 
 def test_builtin_table_keeps_every_data_source():
     from turnrl.rewards import code, math, qa
+    from turnrl.tasks import code as code_task
 
     public = [
         *("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math"),
@@ -99,11 +101,13 @@ def test_builtin_table_keeps_every_data_source():
     ]
     assert sorted(registered()) == sorted(public)  # the reward layer knows no built-in task
     table = registered(extra=scorers())  # a run adds the built-in tasks' sources
-    tasks = ["turnrl/addition", "turnrl/calculator", "turnrl/search", "turnrl/code"]
+    search = ["turnrl/search/1hop", "turnrl/search/2hop", "turnrl/search/compare"]
+    tasks = ["turnrl/addition", "turnrl/calculator", *search, "turnrl/code", "reasoning_gym/*"]
     assert sorted(table) == sorted(public + tasks)
-    assert table["lighteval/MATH"] is math.compute_score and table["turnrl/search"] is qa.compute_score
+    assert table["lighteval/MATH"] is math.compute_score and table["nq"] is qa.compute_score
+    assert all(table[s] is search_task.compute_score for s in search)  # exact match + format credit
     assert table["apps"] is code.compute_score  # no URL given: the code scorer picks its own sandbox
-    assert table["turnrl/code"] is code.compute_score
+    assert table["turnrl/code"] is code_task.compute_score  # the code task's partial-credit scorer
     table["turnrl/addition"] = None
     assert registered(extra=scorers())["turnrl/addition"] is compute_score  # a copy: callers cannot change it
 

@@ -16,10 +16,9 @@ from turnrl.config.agent_schema import MultiTurnConfig
 from turnrl.config.checks import BUILT_IN_TASKS
 from turnrl.data.dataset import load_examples, read_rows
 from turnrl.models.loader import load_tokenizer
-from turnrl.rewards import code, qa
 from turnrl.rewards.registry import registered
 from turnrl.servers.retriever.corpus import read_corpus
-from turnrl.tasks import TASKS, UnknownTask, addition, calculator, get, scorers, write_task
+from turnrl.tasks import TASKS, UnknownTask, addition, calculator, code, get, scorers, search, write_task
 
 # sha256 (first 16 hex digits) of each split's JSONL at seed 0, and its row count: the rows every
 # earlier run trained and validated on. A change here changes what `turnrl train` learns.
@@ -28,10 +27,10 @@ PINNED = {
     ("addition", "val"): (40, "a3b3e6900e4affea"),
     ("calculator", "train"): (2048, "2d5e243ec47541c9"),
     ("calculator", "val"): (64, "b7f4a4a248b70d7b"),
-    ("code", "train"): (512, "142c31d0f26925ce"),
-    ("code", "val"): (20, "bd6732c67309a6f6"),
-    ("search", "train"): (847, "fdf6cae702ab8c95"),
-    ("search", "val"): (128, "2d496f24155023be"),
+    ("code", "train"): (512, "fce5adcc6df864db"),
+    ("code", "val"): (32, "e043f6d6361c0e77"),
+    ("search", "train"): (1890, "d3f8da2f76c19afc"),
+    ("search", "val"): (128, "56367286294072aa"),
 }
 
 
@@ -62,11 +61,13 @@ def test_the_table_is_what_the_config_accepts_and_the_reward_routes():
     assert tuple(sorted(TASKS)) == BUILT_IN_TASKS
     assert all(task.name == name for name, task in TASKS.items())
     table = scorers()
-    assert sorted(table) == sorted(s for t in TASKS.values() for s in t.data_sources)
+    # plus one entry for every reasoning-gym dataset's source (`reasoning_gym/chain_sum`, ...)
+    assert sorted(table) == sorted([*(s for t in TASKS.values() for s in t.data_sources), "reasoning_gym/*"])
     assert table["turnrl/addition"] is addition.compute_score
     assert table["turnrl/calculator"] is calculator.compute_score
-    assert table["turnrl/search"] is qa.compute_score  # Search-R1's exact match
-    # the code task's scorer is the generic one, bound to the run's sandbox like the public sources'
+    # Search-R1's exact match, plus format credit, for each hop count
+    assert all(table[s] is search.compute_score for s in TASKS["search"].data_sources)
+    # the code task's own scorer (partial credit), bound to the run's sandbox like the public sources'
     bound = registered("http://sandbox", table)["turnrl/code"]
     assert bound.func is code.compute_score and bound.keywords == {"sandbox_url": "http://sandbox"}
     with pytest.raises(
@@ -85,9 +86,9 @@ def test_each_task_scores_its_own_right_answer():
         assert result["score"] == 1.0, (name, result)
 
 
-def test_only_the_search_task_has_a_corpus_and_demonstrations():
+def test_only_the_search_task_has_a_corpus_and_search_and_code_demonstrations():
     assert [n for n, t in TASKS.items() if t.corpus is not None] == ["search"]
-    assert [n for n, t in TASKS.items() if t.demos is not None] == ["search"]
+    assert [n for n, t in TASKS.items() if t.demos is not None] == ["code", "search"]
     assert {n: t.tools for n, t in TASKS.items()} == {
         "addition": (), "calculator": ("calculator",), "code": ("python",), "search": ("search",),
     }  # fmt: skip
@@ -115,7 +116,7 @@ def test_data_task_takes_a_seed_and_writes_the_corpus(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["corpus.jsonl", "qa.jsonl", "train.jsonl", "val.jsonl"]
     assert read_rows(out / "train.jsonl") == TASKS["search"].rows("train", 3)
     ids, contents = read_corpus(out / "corpus.jsonl", show_progress=False)  # what `retriever index` reads
-    assert len(ids) == 300 and all("\n" in c for c in contents)
+    assert len(ids) == 400 and all("\n" in c for c in contents)
     again = write_task("search", tmp_path / "again", 3)  # the same files without the corpus
     assert again.corpus is None and again.train.read_bytes() == (out / "train.jsonl").read_bytes()
 

@@ -19,6 +19,8 @@ ON_ERROR_MODES = ("fail", "zero", "fail_first_step")
 BUILT_IN_TASKS = ("addition", "calculator", "code", "search")
 """`data.task`: the built-in tasks' names; the task registry holds one writer per name (a test keeps
 the two equal), declared here so that checking a config needs no task code."""
+REASONING_GYM = "reasoning_gym:"
+"""`data.task` prefix of a reasoning-gym dataset (`turnrl.tasks.gym.PREFIX`)."""
 
 
 class ConfigError(TurnrlInputError):
@@ -277,7 +279,14 @@ def _check_data(cfg: Config) -> None:
     d = cfg.data
     if d.train_files and d.val_files:
         return  # the built-in task is only written when a split has no files
-    _one_of("data.task", d.task, BUILT_IN_TASKS)
+    # a reasoning-gym dataset's name is checked where its rows are made: that needs the package
+    if d.task.startswith(REASONING_GYM) and d.task != REASONING_GYM:
+        return
+    if d.task not in BUILT_IN_TASKS:
+        raise ConfigError(
+            f"unknown 'data.task' '{d.task}'; valid: {', '.join(BUILT_IN_TASKS)}, or "
+            f"{REASONING_GYM}<dataset> (e.g. {REASONING_GYM}chain_sum)"
+        )
 
 
 def _check_multi_turn(mt: MultiTurnConfig) -> None:

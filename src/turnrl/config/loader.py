@@ -35,14 +35,21 @@ def _schema_keys(cls: type, prefix: str = "") -> dict[str, type]:
         if dataclasses.is_dataclass(default):
             out[key] = type(default)
             out.update(_schema_keys(type(default), key + "."))
+        elif isinstance(default, dict):
+            out[key] = dict  # free-form (`data.task_args`): its own keys are checked by their reader
         else:
             out[key] = ftype or object
     return out
 
 
 @cache
+def _schema_keys_of(schema: type = Config) -> dict[str, type]:
+    return _schema_keys(schema)
+
+
+@cache
 def valid_keys(schema: type = Config) -> tuple[str, ...]:
-    return tuple(_schema_keys(schema))
+    return tuple(_schema_keys_of(schema))
 
 
 # leaf names verl and TRL users type for keys turnrl spells differently
@@ -70,7 +77,7 @@ def _check_keys(tree: Any, source: str, prefix: str = "", schema: type = Config)
         key = f"{prefix}{k}"
         if key not in keys:
             raise ConfigError(f"unknown config key '{key}' in {source}{_suggest(key, schema)}")
-        if isinstance(v, dict):
+        if isinstance(v, dict) and _schema_keys_of(schema)[key] is not dict:
             _check_keys(v, source, key + ".", schema)
 
 

@@ -8,6 +8,7 @@ below names its unit.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from turnrl.config.rollout_schema import RolloutConfig
 from turnrl.config.rollout_schema import ServerConfig as ServerConfig  # its importers read it here too
@@ -20,7 +21,12 @@ class DataConfig:
     val_files: list[str] = field(default_factory=list)
     """Validation data, same format. Empty = generate `data.task`'s validation split."""
     task: str = "addition"
-    """Built-in task written into `<run>/data/` when no files are given (see `turnrl.tasks`)."""
+    """Built-in task written into `<run>/data/` when no files are given (see `turnrl.tasks`), or
+    `reasoning_gym:<dataset>` (`reasoning_gym:chain_sum`; needs `pip install -e ".[gym]"`)."""
+    task_args: dict[str, Any] = field(default_factory=dict)
+    """Arguments of `data.task`'s rows, by name (`data.task_args.size=200`); a key the task does not
+    take is an error. reasoning-gym tasks take `size`, `val_size`, `format_credit`, `worked_example`
+    and the dataset's own parameters (docs/data.md)."""
     train_batch_size: int = 8
     """Prompts per training step (each is sampled `rollout.n` times)."""
     val_batch_size: int = 64

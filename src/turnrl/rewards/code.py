@@ -8,7 +8,9 @@ Ground truth (a dict, or the same as a JSON string, as verl/Code-R1 datasets sto
   line by line with trailing whitespace ignored;
 - `{"assert": "assert f(2) == 4\\n..."}`: appended to the program, one run, passes if it exits 0.
 
-Score 1 when every test passes, else 0 (`pass_rate` is reported as a metric).
+Score 1 when every test passes, else 0 (`pass_rate` is reported as a metric). `run_stdio_tests`
+gives each test's result to scorers that grade by more than all or nothing (the built-in code task's,
+`turnrl.tasks.code`, which has its own data source).
 
 The sandbox: the `sandbox_url` argument (an agent run binds its own through
 `RuleReward(sandbox_url=...)`), else `$TURNRL_SANDBOX_URL`, else a turnrl sandbox started on first
@@ -24,6 +26,7 @@ import json
 import os
 import re
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -87,17 +90,49 @@ def same_output(actual: str, expected: str) -> bool:
     return lines(actual) == lines(expected)
 
 
-async def _run_tests(url: str, program: str, tests: dict[str, Any], run_timeout: float) -> list[bool]:
+@dataclass(frozen=True)
+class CaseRun:
+    """One stdin/stdout test of a program: did it run cleanly (exit 0, no time-out), and was its
+    output the expected one."""
+
+    ran: bool
+    passed: bool
+
+
+async def _run_stdio(
+    url: str, program: str, inputs: list[str], outputs: list[str], run_timeout: float
+) -> list[CaseRun]:
     from turnrl.servers.sandbox import SandboxClient
 
     async with SandboxClient(url, timeout=30.0, retries=2) as client:
-        if "assert" in tests:
-            result = await client.run_code(program + "\n\n" + tests["assert"], run_timeout=run_timeout)
-            return [result.ok]
         runs = await asyncio.gather(
-            *(client.run_code(program, stdin=i, run_timeout=run_timeout) for i in tests["inputs"])
+            *(client.run_code(program, stdin=i, run_timeout=run_timeout) for i in inputs)
         )
-        return [r.ok and same_output(r.stdout, o) for r, o in zip(runs, tests["outputs"], strict=True)]
+    return [CaseRun(r.ok, r.ok and same_output(r.stdout, o)) for r, o in zip(runs, outputs, strict=True)]
+
+
+def run_stdio_tests(
+    program: str,
+    inputs: list[str],
+    outputs: list[str],
+    *,
+    run_timeout: float = DEFAULT_RUN_TIMEOUT,
+    sandbox_url: str | None = None,
+) -> list[CaseRun]:
+    """Run `program` once per input in the sandbox (`resolve_sandbox(sandbox_url)`), all at once;
+    one `CaseRun` per test, in order. For scorers that grade by more than all-or-nothing."""
+    return _run_sync(_run_stdio(resolve_sandbox(sandbox_url), program, inputs, outputs, run_timeout))
+
+
+async def _run_tests(url: str, program: str, tests: dict[str, Any], run_timeout: float) -> list[bool]:
+    if "assert" in tests:
+        from turnrl.servers.sandbox import SandboxClient
+
+        async with SandboxClient(url, timeout=30.0, retries=2) as client:
+            result = await client.run_code(program + "\n\n" + tests["assert"], run_timeout=run_timeout)
+        return [result.ok]
+    runs = await _run_stdio(url, program, tests["inputs"], tests["outputs"], run_timeout)
+    return [r.passed for r in runs]
 
 
 def _run_sync(coro: Any) -> Any:

@@ -40,12 +40,21 @@ def registered(
     sandbox_url: str | None = None, extra: Mapping[str, ScoreFn] | None = None
 ) -> dict[str, ScoreFn]:
     """A copy of the built-in table plus `extra` (data sources it adds or overrides); with
-    `sandbox_url`, every code scorer in it sends programs there."""
+    `sandbox_url`, every scorer in it that takes a `sandbox_url` keyword sends programs there."""
     table = {**BUILTIN, **(extra or {})}
     if sandbox_url:
-        bound = functools.partial(code.compute_score, sandbox_url=sandbox_url)
-        table = {source: bound if fn is code.compute_score else fn for source, fn in table.items()}
+        table = {source: _bind_sandbox(fn, sandbox_url) for source, fn in table.items()}
     return table
+
+
+def _bind_sandbox(fn: ScoreFn, sandbox_url: str) -> ScoreFn:
+    """`fn` sending its programs to `sandbox_url` when it takes that keyword (the code scorer, and a
+    task's scorer built on it, such as the code task's), else `fn` itself."""
+    try:
+        takes_url = "sandbox_url" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a callable without a signature takes no sandbox
+        return fn
+    return functools.partial(fn, sandbox_url=sandbox_url) if takes_url else fn
 
 
 def load_custom(path: str, name: str) -> ScoreFn:
@@ -67,12 +76,22 @@ def resolve(
     if custom is not None:
         return custom
     table = BUILTIN if table is None else table
-    if data_source not in table:
+    fn = lookup(data_source, table)
+    if fn is None:
         raise RewardError(
             f"no reward function for data_source '{data_source}'; registered: {sorted(table)}; "
             "or set reward.custom_function.path"
         )
-    return table[data_source]
+    return fn
+
+
+def lookup(data_source: str, table: Mapping[str, ScoreFn]) -> ScoreFn | None:
+    """`table[data_source]`, else the entry of its family (`reasoning_gym/chain_sum` ->
+    `reasoning_gym/*`: one scorer for a hundred generated datasets), else None."""
+    if data_source in table:
+        return table[data_source]
+    family, sep, _ = data_source.partition("/")
+    return table.get(f"{family}/*") if sep else None
 
 
 class BadScore(ValueError):

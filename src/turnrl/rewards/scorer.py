@@ -12,7 +12,7 @@ import torch
 from turnrl.batch import Batch
 from turnrl.config.checks import ON_ERROR_MODES
 from turnrl.rewards.guard import ERRORS_KEY, InProcess, Outcome, RewardProcess
-from turnrl.rewards.registry import RewardError, ScoreFn, load_custom, registered, resolve
+from turnrl.rewards.registry import RewardError, ScoreFn, load_custom, lookup, registered, resolve
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class RuleReward:
         failed: list[str] = []
         for i, text in enumerate(texts):
             source = batch["data_source"][i]
-            if self.missing_ok and self.custom is None and source not in self.table:
+            if self.missing_ok and self.custom is None and lookup(source, self.table) is None:
                 continue
             out = self.calls(source, text, batch["ground_truth"][i], batch["extra_info"][i])
             if out.error:

@@ -38,6 +38,8 @@ import random
 import re
 from typing import Any
 
+from turnrl.tasks.args import reject_unknown
+
 DATA_SOURCE = "turnrl/addition"
 QUESTION = "Compute {a} + {b}. Respond with only <answer>NUMBER</answer>."
 WORKED = "{a} + {b} = {s}. <answer>{s}</answer>"
@@ -91,9 +93,10 @@ def _example(rng: random.Random, a: int, b: int, shown: list[Problem]) -> Proble
             return c, d
 
 
-def rows(split: str, seed: int, n_train: int = N_TRAIN) -> list[dict[str, Any]]:
+def rows(split: str, seed: int, n_train: int = N_TRAIN, **args: Any) -> list[dict[str, Any]]:
     """`train`: `n_train` rows drawn from `seed` over the training problems; `val`: every held-out
     problem once, in (a, b) order, each with a worked example from the training problems."""
+    reject_unknown(args, ("n_train",), "addition")  # its keywords come from data.task_args
     train_problems, val_problems = split_problems()
     if split == "train":
         rng = random.Random(seed)

@@ -20,7 +20,8 @@ from turnrl.rewards.scorer import RuleReward
 from turnrl.rollout.base import Rollout, RolloutEngine
 from turnrl.rollout.single_turn import SingleTurnRollout
 from turnrl.runtime import seed_everything
-from turnrl.tasks import scorers, write_task
+from turnrl.tasks import gym, scorers, write_task
+from turnrl.tasks.args import args_key
 from turnrl.tasks.search.corpus import builtin_index
 from turnrl.trainer.run_dirs import resolve_model_path, resolve_model_paths
 from turnrl.workers.actor import Actor
@@ -43,10 +44,18 @@ def resolve_data_files(cfg: Config) -> None:
     """Fill `data.train_files` / `val_files` with the built-in task when none are given."""
     if cfg.data.train_files and cfg.data.val_files:
         return
-    out = cache_root(cfg.model.cache_dir) / "tasks" / f"{cfg.data.task}-seed{cfg.trainer.seed}"
-    files = write_task(cfg.data.task, out, cfg.trainer.seed)
+    name = task_dir_name(cfg.data.task, cfg.trainer.seed, cfg.data.task_args)
+    out = cache_root(cfg.model.cache_dir) / "tasks" / name
+    files = write_task(cfg.data.task, out, cfg.trainer.seed, args=cfg.data.task_args)
     cfg.data.train_files = cfg.data.train_files or [str(files.train)]
     cfg.data.val_files = cfg.data.val_files or [str(files.val)]
+
+
+def task_dir_name(task: str, seed: int, args: dict[str, Any]) -> str:
+    """`addition-seed0`, `reasoning_gym_chain_sum-seed0-args3f9c0a1b2d`: the task's cached rows
+    are keyed by everything they are made from, so runs with other arguments never share them."""
+    key = args_key(args)
+    return f"{task.replace(':', '_')}-seed{seed}" + (f"-args{key}" if key else "")
 
 
 @dataclass
@@ -80,6 +89,12 @@ def check_scorers(cfg: Config, examples: list[Example]) -> None:
         table = registered(extra=scorers())
         for source in sorted({e.data_source for e in examples}):
             resolve(source, None, table)
+    if not cfg.reward.custom_function.path:
+        # reasoning-gym rows (also ones written earlier by `turnrl data task`) are scored by the
+        # package: without it, or for a dataset it lacks, fail now rather than at the first reward
+        gym_sources = {e.data_source for e in examples if e.data_source.startswith(gym.SOURCE_PREFIX)}
+        for source in sorted(gym_sources):
+            gym.check_dataset(source.removeprefix(gym.SOURCE_PREFIX))
 
 
 def build_rollout(

@@ -1,5 +1,6 @@
 """`turnrl data NAME (--input FILE ... | --from-hub) --out DIR`: the command around `convert`; and
-`turnrl data task NAME --out DIR`, `turnrl data search_sft --out DIR`: the built-in tasks' files."""
+`turnrl data task NAME --out DIR`, `turnrl data search_sft --out DIR`, `turnrl data code_sft --out DIR`:
+the built-in tasks' files."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from turnrl.errors import TurnrlInputError
 
 SHOWN_SKIPS = 10  # skipped rows listed one by one; the rest are counted
 SEARCH_SFT = "search_sft"
+CODE_SFT = "code_sft"
 TASK = "task"
 GENERATOR_FLAGS = ("n", "seed", "topk", "retry_fraction", "cache_dir")
 
@@ -24,14 +26,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "data",
         help="convert a public dataset's files (gsm8k, MATH, nq/hotpotqa) to verl-format parquet, "
-        "write a built-in task's files (task NAME), or search-agent demonstrations (search_sft)",
+        "write a built-in task's files (task NAME), or search- or code-agent demonstrations (search_sft, code_sft)",
         description="Convert GSM8K, MATH or FlashRAG QA files into the verl-format parquet files that "
         "verl's and Search-R1's preprocessing scripts write (train.parquet, test.parquet); with `task NAME`, "
         "write a built-in task's train.jsonl and val.jsonl (and its corpus.jsonl); or, with search_sft, "
-        "write scripted search-agent episodes for `turnrl sft` (train.jsonl). See docs/data.md.",
+        "write scripted search-agent (search_sft) or code-agent (code_sft) episodes for `turnrl sft` "
+        "(train.jsonl). See docs/data.md.",
     )
-    p.add_argument("dataset", choices=[*RECIPES, TASK, SEARCH_SFT], help="which converter or generator")
-    p.add_argument("name", nargs="?", help="task: the built-in task (addition, calculator, code, search)")
+    p.add_argument(
+        "dataset", choices=[*RECIPES, TASK, SEARCH_SFT, CODE_SFT], help="which converter or generator"
+    )
+    p.add_argument(
+        "name",
+        nargs="?",
+        help="task: the built-in task (addition, calculator, code, search) or reasoning_gym:<dataset>",
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--input",
@@ -47,12 +56,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", choices=("train", "test"), help="the split of every --input file")
     p.add_argument("--data-source", help="the data_source of every row (default: the upstream script's)")
     p.add_argument("--overwrite", action="store_true", help="replace the split files in a non-empty --out")
+    p.add_argument(
+        "--arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="task: one of the task's arguments, as data.task_args.KEY (repeatable; the value is read "
+        "as YAML: size=200, allow_negation=true)",
+    )
     gen = p.add_argument_group("search_sft (demonstrations from the built-in corpus; no --input)")
-    gen.add_argument("--n", type=int, help="demonstrations to make (default: every training question)")
+    gen.add_argument(
+        "--n",
+        type=int,
+        help="demonstrations to make (default: search_sft every training question, code_sft 512)",
+    )
     gen.add_argument(
         "--seed",
         type=int,
-        help="task: the rows' seed; search_sft: orders the questions and picks the wording (default 0)",
+        help="task, code_sft: the rows' seed; search_sft: orders the questions and picks the wording "
+        "(default 0)",
     )
     gen.add_argument("--topk", type=int, help="passages per search, as the search tool's topk (default 3)")
     gen.add_argument(
@@ -83,7 +104,9 @@ def run(ns: argparse.Namespace) -> int:
         raise DataError(
             f"{ns.dataset}: unexpected argument '{ns.name}' (a NAME is only for `turnrl data task`)"
         )
-    if ns.dataset in (TASK, SEARCH_SFT):
+    if getattr(ns, "arg", None) and ns.dataset != TASK:
+        raise DataError(f"{ns.dataset}: --arg is only for turnrl data task NAME")
+    if ns.dataset in (TASK, SEARCH_SFT, CODE_SFT):
         if ns.input or ns.from_hub or ns.split or ns.data_source:
             what = "the built-in corpus" if ns.dataset == SEARCH_SFT else "the built-in task"
             raise DataError(
@@ -94,6 +117,11 @@ def run(ns: argparse.Namespace) -> int:
 
         if ns.dataset == SEARCH_SFT:
             return tasks.run_search_sft(ns)
+        if ns.dataset == CODE_SFT:
+            not_code = [f for f in generator_flags if f not in ("--n", "--seed")]
+            if not_code:
+                raise DataError(f"{', '.join(not_code)}: only for search_sft")
+            return tasks.run_code_sft(ns)
         only_sft = [f for f in generator_flags if f != "--seed"]
         if only_sft:
             raise DataError(f"{', '.join(only_sft)}: only for search_sft")

@@ -1,4 +1,4 @@
-"""`turnrl data task NAME` and `turnrl data search_sft`: the built-in tasks' files, for a user to read
+"""`turnrl data task NAME`, `turnrl data search_sft` and `turnrl data code_sft`: the built-in tasks' files, for a user to read
 or train on (the rows, corpora and demonstrations themselves are made in `turnrl.tasks`)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 from turnrl.data.dataset import DataError
 from turnrl.data.prepare.output import check_out_dir
 from turnrl.tasks import TASKS, get, write_task
+from turnrl.tasks.args import parse_args
 
 OUT_FILE = "train.jsonl"
 
@@ -23,11 +24,13 @@ def run_task(ns: argparse.Namespace) -> int:
     if not ns.name:
         raise DataError(f"task: name the task: turnrl data task NAME --out DIR; tasks: {', '.join(TASKS)}")
     task = get(ns.name)  # an unknown name fails before --out is looked at
+    args = parse_args(getattr(ns, "arg", None))
     seed = ns.seed if ns.seed is not None else 0
     out = Path(ns.out)
     check_out_dir(out, ns.overwrite)
-    files = write_task(task.name, out, seed, with_corpus=True)
-    print(f"{task.name}: {task.summary} (seed {seed})")
+    files = write_task(task.name, out, seed, with_corpus=True, args=args)
+    given = "".join(f", {k}={v}" for k, v in sorted(args.items()))
+    print(f"{task.name}: {task.summary} (seed {seed}{given})")
     for path in files.paths:  # train, val, and a corpus with its questions
         print(f"  {path}: {_lines(path)} rows")
     return 0
@@ -86,6 +89,27 @@ def run_search_sft(ns: argparse.Namespace) -> int:
     print(f"  first query: {_counts(report.first_styles)}")
     print(f"  queries that missed the fact and were followed by another search: {_counts(report.missed)}")
     print(f"  skipped (no query found the fact): {len(report.skipped)}")
+    return 0
+
+
+def run_code_sft(ns: argparse.Namespace) -> int:
+    """Write the code task's demonstrations (`turnrl.tasks.code.demos`) as `train.jsonl`."""
+    from turnrl.tasks import code
+
+    seed = ns.seed if ns.seed is not None else 0
+    if ns.n is not None and ns.n < 1:
+        raise DataError(f"--n must be >= 1, got {ns.n}")
+    out = Path(ns.out)
+    check_out_dir(out, ns.overwrite)
+    rows, report = code.demonstrations(ns.n, seed)
+    path = out / OUT_FILE
+    write_rows(rows, path)
+    print(
+        f"code_sft: {report.used} demonstrations from the code task's training rows (seed {seed}), "
+        f"{len(report.problems)} problems of the training families; each runs the reference program on "
+        "its example, then answers with it"
+    )
+    print(f"  {path}: {len(rows)} demonstrations")
     return 0
 
 

@@ -1,58 +1,149 @@
-"""Search-agent task over a corpus of invented facts.
+"""Search-agent task over a corpus of invented facts: one-hop, two-hop and comparison questions.
 
-Every question is about an invented entity (`corpus`), so the model can only answer by searching:
-the retriever that agent runs start by default indexes the same corpus (`corpus.builtin_index`,
-300 entities, seed 0). The prompt follows Search-R1's protocol (think, `<search>`, `<information>`,
-`<answer>`); its example answer names nothing in the corpus, and the reward (Search-R1's exact
-match, `turnrl.rewards.qa`) reads only the response anyway. `demos` scripts successful episodes
-for a supervised cold start (`turnrl data search_sft`).
+Every question is about invented entities (`corpus`), so the model can only answer by searching:
+the retriever that agent runs start by default indexes the same corpus (`corpus.builtin_index`).
+Validation asks about a world of entities that training never names (`corpus`, `questions`), mostly
+with two-hop questions whose second search must name an entity that only the first search reveals,
+partly in phrasings training never uses. The prompt follows Search-R1's protocol (think,
+`<search>`, `<information>`, `<answer>`) and, by default, shows one worked one-hop episode about a
+person who is not in the corpus.
+
+Rows' data sources split validation by hops, so `val/test_score/<source>` reports each:
+`turnrl/search/1hop`, `turnrl/search/2hop` (a bridge entity between two facts) and
+`turnrl/search/compare` (the same fact of two named entities, `hops` 2: two facts to read, but
+no bridge to find, and one search naming both often shows both, so reported on its own). All are scored by `compute_score`: Search-R1's exact match, plus a
+small credit for a well-formed wrong answer.
+
+Task arguments (`data.task_args`, `turnrl data task search --arg KEY=VALUE`): `example` (default
+true: the worked example in the prompt) and `facts_seed` (default 0: another value gives a
+counterfactual corpus, the same entities with re-sampled facts, and rows with its answers).
+`demos` scripts successful episodes for a supervised cold start (`turnrl data search_sft`).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from turnrl.tasks.search.corpus import ENTITIES, SEED, builtin_qa
+from turnrl.rewards.qa import em_check, extract_answer, targets
+from turnrl.tasks.args import TaskArgError, reject_unknown
+from turnrl.tasks.search.corpus import ENTITIES, FACTS_SEED, SEED, write_builtin_corpus
+from turnrl.tasks.search.questions import N_VAL as N_VAL_BY_SORT
+from turnrl.tasks.search.questions import Question, split
 
-T = TypeVar("T")
+SOURCES = {sort: f"turnrl/search/{sort}" for sort in ("1hop", "2hop", "compare")}
+DATA_SOURCES = tuple(SOURCES.values())
+N_VAL = sum(N_VAL_BY_SORT.values())
+FORMAT_SCORE = 0.1  # a well-formed wrong answer: enough to learn the protocol, far below a right one
+MAX_ANSWER_WORDS = 8  # longer is an explanation, not an answer: no format credit
+ARGS = ("example", "facts_seed")
 
-DATA_SOURCE = "turnrl/search"
-N_VAL = 128
-PROMPT = (
+INSTRUCTIONS = (
     "Answer the question below. Think step by step inside <think> and </think> whenever you get new "
     "information. If you are missing a fact, search for it by writing <search> your query </search>; "
     "the top results come back between <information> and </information>. You may search several "
-    "times. When you know the answer, write it between <answer> and </answer> with no explanation, "
-    "for example <answer> Paris </answer>.\nQuestion: {question}\n"
+    "times: when a result names something else you need to look up, search for that next. When you "
+    "know the answer, write it between <answer> and </answer> with no explanation."
 )
+# One one-hop episode about a person who is not in the corpus (`corpus.EXAMPLE_NAMES` are never
+# generated): it shows the protocol, not a fact the model could reuse.
+EXAMPLE = (
+    "\nExample:\nQuestion: In which town was Orsolya Pennick born?\n"
+    "<think> I need to find the town where Orsolya Pennick was born. </think>\n"
+    "<search> Orsolya Pennick born town </search>\n"
+    "<information> Doc 1(Title: Orsolya Pennick) Orsolya Pennick is a weaver, born in 1790 in the town "
+    "of Ashgrove. </information>\n"
+    "<think> Doc 1 says Orsolya Pennick was born in Ashgrove. </think>\n"
+    "<answer> Ashgrove </answer>\n"
+)
+NO_EXAMPLE = " For example, <answer> Paris </answer>.\n"
 
 
-def split_questions(questions: Sequence[T]) -> tuple[list[T], list[T]]:
-    """(validation, training): the first `N_VAL` questions of `builtin_qa`'s order are held out."""
-    return list(questions[:N_VAL]), list(questions[N_VAL:])
+@dataclass(frozen=True)
+class Options:
+    example: bool = True
+    facts_seed: int = FACTS_SEED
 
 
-def make_row(question: str, answers: list[str], split: str, index: int, relation: str) -> dict[str, Any]:
+def options(args: dict[str, Any]) -> Options:
+    """The task's arguments, checked: an unknown key or a wrongly typed value is one line."""
+    reject_unknown(args, ARGS, "search")
+    example, facts_seed = args.get("example", True), args.get("facts_seed", FACTS_SEED)
+    if not isinstance(example, bool):
+        raise TaskArgError(f"task 'search': example must be true or false, got {example!r}")
+    if isinstance(facts_seed, bool) or not isinstance(facts_seed, int):
+        raise TaskArgError(f"task 'search': facts_seed must be an integer, got {facts_seed!r}")
+    return Options(example, facts_seed)
+
+
+def prompt(question: str, example: bool = True) -> str:
+    shown = EXAMPLE if example else NO_EXAMPLE
+    return f"{INSTRUCTIONS}{shown}Question: {question}\n"
+
+
+def make_row(q: Question, split_name: str, index: int, example: bool = True) -> dict[str, Any]:
     return {
-        "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": PROMPT.format(question=question)}],
+        "data_source": SOURCES[q.sort],
+        "prompt": [{"role": "user", "content": prompt(q.text, example)}],
         "ability": "fact-reasoning",
-        "reward_model": {"style": "rule", "ground_truth": {"target": answers}},
-        "extra_info": {"split": split, "index": index, "relation": relation},
+        "reward_model": {"style": "rule", "ground_truth": {"target": list(q.answers)}},
+        "extra_info": {
+            "split": split_name,
+            "index": index,
+            "template": q.template,
+            "hops": q.hops,
+            "bridge": q.bridge,
+            "entities": list(q.entities),
+            "phrasing": q.phrasing,
+            "relation": q.relation,
+        },
     }
 
 
-def rows(split: str, seed: int) -> list[dict[str, Any]]:
-    """`val`: the held-out questions in corpus order; `train`: the rest, shuffled by `seed` (the
-    corpus itself is fixed, so `seed` changes only the training order)."""
-    qa = builtin_qa(ENTITIES, SEED)
-    val, train = split_questions(list(enumerate(qa)))
-    if split == "train":
-        out = [make_row(q.question, list(q.answers), "train", i, q.relation) for i, q in train]
+def indexed(facts_seed: int = FACTS_SEED) -> tuple[list[tuple[int, Question]], list[tuple[int, Question]]]:
+    """(validation, training) questions with their row index: validation 0 .. N_VAL-1, training
+    after, in the fixed order (the index is the same whatever the training order)."""
+    val, train = split(SEED, facts_seed, ENTITIES)
+    return list(enumerate(val)), [(len(val) + i, q) for i, q in enumerate(train)]
+
+
+def rows(split_name: str, seed: int, **args: Any) -> list[dict[str, Any]]:
+    """`val`: the held-out questions in a fixed order; `train`: the training world's questions,
+    shuffled by `seed` (the corpus is fixed, so `seed` changes only the training order)."""
+    opts = options(args)
+    val, train = indexed(opts.facts_seed)
+    if split_name == "train":
+        out = [make_row(q, "train", i, opts.example) for i, q in train]
         random.Random(seed).shuffle(out)
         return out
-    if split != "val":
-        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
-    return [make_row(q.question, list(q.answers), "test", i, q.relation) for i, q in val]
+    if split_name != "val":
+        raise ValueError(f"split must be 'train' or 'val', got {split_name!r}")
+    return [make_row(q, "test", i, opts.example) for i, q in val]
+
+
+def write_corpus(out_dir: Path, **args: Any) -> tuple[Path, ...]:
+    """The task's corpus (`corpus.jsonl`) and its one-hop fact questions (`qa.jsonl`) into `out_dir`;
+    `facts_seed` writes the counterfactual one."""
+    opts = options(args)  # `example` is accepted (a run passes the same arguments to both) and unused
+    paths = write_builtin_corpus(out_dir, ENTITIES, SEED, opts.facts_seed)
+    return paths.corpus, paths.qa
+
+
+def well_formed(answer: str | None) -> bool:
+    """An answer tag holding a short, non-empty answer."""
+    return answer is not None and 0 < len(answer.split()) <= MAX_ANSWER_WORDS
+
+
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None
+) -> dict[str, float]:
+    """1 for an exact match of the last `<answer>` (Search-R1's normalisation), `FORMAT_SCORE` for a
+    well-formed wrong one, else 0; `acc` is the exact match, `formatted` whether the answer is
+    well-formed (the validation's `val/accuracy` and `val/format_rate`)."""
+    answer = extract_answer(solution_str)
+    formatted = well_formed(answer)
+    acc = em_check(answer, targets(ground_truth)) if formatted and answer is not None else 0.0
+    score = 1.0 if acc else FORMAT_SCORE if formatted else 0.0
+    return {"score": score, "acc": acc, "formatted": float(formatted)}

@@ -1,24 +1,28 @@
 """Scripted search-agent episodes for a supervised cold start (`turnrl data search_sft` writes them).
 
-Each row is the search task's training row (`tasks.search.make_row`, the very prompt
-RL samples from) plus an `episode`: what a successful agent episode holds in the XML protocol, model
-turns and observations in order (docs/sft.md):
+Each row is the search task's training row (`tasks.search.make_row`, the very prompt RL samples
+from) plus an `episode`: what a successful agent episode holds in the XML protocol, model turns and
+observations in order (docs/sft.md):
 
     assistant    <think> I need to find the year Velmora Quist was born. </think>\\n<search> Velmora Quist birth year </search>
     observation  tag "information": Doc 1(Title: Velmora Quist) Velmora Quist is a poet, born in 1854 ...
     assistant    <think> Doc 1 says: ... So the answer is 1854. </think>\\n<answer> 1854 </answer>
 
+A two-hop demonstration searches twice: the first search finds the bridge entity ("So Velmora Quist
+was born in Drelith. Now I need the river the town of Drelith lies on."), the second names it.
+
+Which questions: training-world questions only (`questions.split`), one-hop ones and the two-hop
+templates validation never asks (`questions.DEMO_TEMPLATES`): the templates validation asks are
+left for RL to generalise to. A training question whose text equals a validation question's is
+excluded too.
+
 The observation is a real search: the built-in BM25 index, searched in-process with the tool's `topk`
 and rendered by the tool's own `passages_text`, so a live search for that query shows the model the
-same text. A demonstration is kept only when the passages include the one document stating the fact;
-when a query misses, the episode searches again with a named query, and a question no query finds
-is skipped. A `--retry-fraction` of first queries leave the entity's name out (as a careless first
-query would), so the data also shows a second search after a miss: with the name in the query the
-built-in index always ranks the right document first.
-
-Only training questions are used (`tasks.search.split_questions`), never the validation ones;
-a training question whose text equals a validation question's is excluded too. Phrasing is drawn
-from (seed, question), so a question's demonstration does not depend on `--n`.
+same text. A step is kept only when the passages include the document stating its fact; when a
+query misses, the episode searches again with another query, and a question no query finds is
+skipped. A `--retry-fraction` of one-hop first queries leave the entity's name out (as a careless
+first query would), so the data also shows a second search after a miss. Phrasing is drawn from
+(seed, question), so a question's demonstration does not depend on `--n`.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from turnrl.errors import TurnrlInputError
-from turnrl.tasks.search import make_row, split_questions
-from turnrl.tasks.search.corpus import ENTITIES, SEED, QAPair, builtin_index, builtin_qa
+from turnrl.tasks.search import indexed, make_row
+from turnrl.tasks.search.corpus import build as build_corpus
+from turnrl.tasks.search.corpus import builtin_index
+from turnrl.tasks.search.questions import DEMO_TEMPLATES, TEMPLATES, Question
 
 
 class Phrasing(NamedTuple):
@@ -63,6 +69,16 @@ FIRST_THOUGHTS = (
     "The question asks for {what}. Let me search.",
     "I have never heard of {e}. I should look up {what}.",
 )
+TWO_HOP_THOUGHTS = (
+    "This takes two steps. First I need to find {what}.",
+    "I do not know {e}. First I will look up {what}, then search again for what the question asks about it.",
+    "The answer depends on {what}, which I do not know yet. Let me search for it first.",
+)
+BRIDGE_THOUGHTS = (
+    "Doc {i} says: {sentence} So it is {bridge}. Now I need {what}.",
+    "According to Doc {i}, the answer to the first step is {bridge}. Next I need {what}.",
+    "I found it in Doc {i}: {bridge}. Now I will search for {what}.",
+)
 RETRY_THOUGHTS = {  # after a query that missed: with the name left out, or with it
     False: "These passages are about other {kind}, not {e}. I should search again with its name.",
     True: "The results do not say {what}. Let me try a more specific query.",
@@ -73,7 +89,7 @@ ANSWER_THOUGHTS = (
     "The passage about {title} gives it: {answer}.",
     "I found it in Doc {i}. {sentence}",
 )
-MAX_SEARCHES = 2
+MAX_SEARCHES = 2  # per fact looked up
 
 
 class DemoError(TurnrlInputError):
@@ -101,7 +117,7 @@ class InProcessSearch:
 @dataclass
 class Report:
     questions: int = 0
-    """Training questions of the task."""
+    """Training questions a demonstration may use (one-hop and the demonstrated two-hop templates)."""
     excluded: int = 0
     """Training questions whose text equals a validation question's."""
     used: int = 0
@@ -111,6 +127,8 @@ class Report:
     """Queries that missed the fact, by style (each followed by another search)."""
     skipped: list[str] = field(default_factory=list)
     first_styles: Counter[str] = field(default_factory=Counter)
+    templates: Counter[str] = field(default_factory=Counter)
+    """Written demonstrations by template."""
 
 
 def _fact_sentence(contents: str, answer: str) -> str:
@@ -122,51 +140,108 @@ def _found(docs: list[dict[str, str]], doc_id: str) -> bool:
     return any(d["id"] == doc_id for d in docs)
 
 
-def demonstration(
-    q: QAPair, index: int, seed: int, search: InProcessSearch, retry_fraction: float, report: Report
-) -> dict[str, Any] | None:
-    """The task row of question `q` with its scripted `episode`, or None when no query finds its fact."""
-    p = RELATIONS.get(q.relation)
-    if p is None:
-        raise DemoError(f"search_sft: no phrasing for relation '{q.relation}' (add it to RELATIONS)")
-    rng = random.Random(f"{seed}/{q.question}")  # a question's wording does not depend on --n
-    e, answer = q.title, q.answers[0]
-    fill = {"e": e, "what": p.what.format(e=e), "kind": p.kind}
-    queries = {"question": q.question, "keywords": p.keywords.format(e=e), "vague": p.vague}
-    styles = rng.sample(["question", "keywords"], 2)
-    # a nameless first query only where it really misses: one that hits by luck teaches nothing
-    if rng.random() < retry_fraction and not _found(search(p.vague)[1], q.doc_id):
-        styles.insert(0, "vague")
-    thought = rng.choice(FIRST_THOUGHTS).format(**fill)
-    episode: list[dict[str, str]] = []
+@dataclass
+class _Step:
+    """One fact looked up: the searches it took, and where the document came back."""
+
+    turns: list[dict[str, str]]
+    missed: list[str]
+    docs: list[dict[str, str]]
+    rank: int  # -1: no query found it
+
+
+def _look_up(
+    search: Any, queries: dict[str, str], styles: list[str], doc_id: str, thought: str, retry: dict[str, str]
+) -> _Step:
+    """Search with each style's query in turn until the passages include `doc_id` (at most
+    `MAX_SEARCHES`); `retry` is the thought after a miss, by whether the missed query was named."""
+    turns: list[dict[str, str]] = []
     missed: list[str] = []
     for style in styles[:MAX_SEARCHES]:
         text, docs = search(queries[style])
-        episode.append(
+        turns.append(
             {
                 "role": "assistant",
                 "content": f"<think> {thought} </think>\n<search> {queries[style]} </search>",
             }
         )
-        episode.append({"role": "observation", "tag": "information", "content": text})
-        if _found(docs, q.doc_id):
-            break
+        turns.append({"role": "observation", "tag": "information", "content": text})
+        if _found(docs, doc_id):
+            rank = next(i for i, d in enumerate(docs) if d["id"] == doc_id)
+            return _Step(turns, missed, docs, rank)
         missed.append(style)
-        thought = RETRY_THOUGHTS[style != "vague"].format(**fill)
-    else:
-        report.missed.update(missed[:-1])  # the last miss was followed by no search
-        report.skipped.append(f"{q.question} (no query retrieved its document {q.doc_id})")
-        return None
+        thought = retry["named" if style != "vague" else "vague"]
+    return _Step(turns, missed, [], -1)
+
+
+def _phrasing(relation: str) -> Phrasing:
+    p = RELATIONS.get(relation)
+    if p is None:
+        raise DemoError(f"search_sft: no phrasing for relation '{relation}' (add it to RELATIONS)")
+    return p
+
+
+def demonstration(
+    q: Question,
+    index: int,
+    seed: int,
+    search: Any,
+    retry_fraction: float,
+    report: Report,
+    doc_ids: dict[str, str],
+) -> dict[str, Any] | None:
+    """The task row of question `q` with its scripted `episode`, or None when no query finds a fact."""
+    t = TEMPLATES[q.template]
+    rng = random.Random(f"{seed}/{q.text}")  # a question's wording does not depend on --n
+    answer = q.answers[0]
+    episode: list[dict[str, str]] = []
+    missed: list[str] = []
+    first_style = ""
+    thought = ""
+    step: _Step | None = None
+    for hop, relation in enumerate(t.chain):
+        e, p = q.entities[hop], _phrasing(relation)
+        fill = {"e": e, "what": p.what.format(e=e), "kind": p.kind}
+        queries = {"keywords": p.keywords.format(e=e), "vague": p.vague, "question": q.text, "name": e}
+        styles = rng.sample(["question" if hop == 0 else "name", "keywords"], 2)
+        if hop == 0:
+            one = t.hops == 1
+            thought = rng.choice(FIRST_THOUGHTS if one else TWO_HOP_THOUGHTS).format(**fill)
+            # a nameless first query only where it really misses: one that hits by luck teaches nothing
+            if one and rng.random() < retry_fraction and not _found(search(p.vague)[1], doc_ids[e]):
+                styles.insert(0, "vague")
+            first_style = styles[0]
+        else:
+            prev = step  # the bridge step: quote where the bridge entity was read
+            assert prev is not None
+            sentence = _fact_sentence(prev.docs[prev.rank]["contents"], e)
+            thought = rng.choice(BRIDGE_THOUGHTS).format(
+                i=prev.rank + 1, sentence=sentence, bridge=e, what=fill["what"]
+            )
+        retry = {
+            "named": RETRY_THOUGHTS[True].format(**fill),
+            "vague": RETRY_THOUGHTS[False].format(**fill),
+        }
+        step = _look_up(search, queries, styles, doc_ids[e], thought, retry)
+        if step.rank < 0:
+            report.missed.update(missed + step.missed[:-1])  # the last miss was followed by no search
+            report.skipped.append(f"{q.text} (no query retrieved the document of {e})")
+            return None
+        episode += step.turns
+        missed += step.missed
+    assert step is not None
     report.missed.update(missed)
-    rank = next(i for i, d in enumerate(docs) if d["id"] == q.doc_id)
-    sentence = _fact_sentence(docs[rank]["contents"], answer)
-    final = rng.choice(ANSWER_THOUGHTS).format(i=rank + 1, sentence=sentence, answer=answer, title=e)
+    sentence = _fact_sentence(step.docs[step.rank]["contents"], answer)
+    final = rng.choice(ANSWER_THOUGHTS).format(
+        i=step.rank + 1, sentence=sentence, answer=answer, title=q.entities[t.hops - 1]
+    )
     episode.append({"role": "assistant", "content": f"<think> {final} </think>\n<answer> {answer} </answer>"})
     searches = len(episode) // 2
     report.searches[searches] += 1
-    report.first_styles[styles[0]] += 1
-    row = make_row(q.question, list(q.answers), "train", index, q.relation)
-    row["extra_info"].update(searches=searches, first_query=styles[0])
+    report.first_styles[first_style] += 1
+    report.templates[q.template] += 1
+    row = make_row(q, "train", index)
+    row["extra_info"].update(searches=searches, first_query=first_style)
     row["episode"] = episode
     return row
 
@@ -175,15 +250,21 @@ def build(
     n: int | None, seed: int, topk: int, retry_fraction: float, cache: Path
 ) -> tuple[list[dict[str, Any]], Report]:
     """Demonstrations for up to `n` training questions (all when None), in a seed-shuffled order."""
-    indexed = list(enumerate(builtin_qa(ENTITIES, SEED)))  # index = the task row's
-    val, train = split_questions(indexed)
-    held_out = {q.question for _, q in val}
+    val, train = indexed()
+    held_out = {q.text for _, q in val}
+    train = [(i, q) for i, q in train if q.template in DEMO_TEMPLATES]
     report = Report(questions=len(train))
-    train = [(i, q) for i, q in train if q.question not in held_out]
+    train = [(i, q) for i, q in train if q.text not in held_out]
     report.excluded = report.questions - len(train)
     random.Random(seed).shuffle(train)
     train = train[:n] if n is not None else train
     report.used = len(train)
     search = InProcessSearch(cache, topk)
-    rows = [demonstration(q, i, seed, search, retry_fraction, report) for i, q in train]
+    doc_ids = build_doc_ids()
+    rows = [demonstration(q, i, seed, search, retry_fraction, report, doc_ids) for i, q in train]
     return [r for r in rows if r is not None], report
+
+
+def build_doc_ids() -> dict[str, str]:
+    """Title -> document id of the built-in corpus (the index `InProcessSearch` searches)."""
+    return dict(build_corpus().doc_ids)

@@ -1,0 +1,271 @@
+"""Code agent: does SFT on scripted solutions, then RL, teach a held-out skill? Three conditions.
+
+    python benchmarks/code_agent.py                                  # embedded SmolLM2-135M, SFT then RL sized for ~45 min on 2 cores
+    python benchmarks/code_agent.py --steps 8 --demos 256 --out runs/code_agent
+    python benchmarks/code_agent.py --model tiny-random --tiny       # smoke run (~2-3 min, scores are ~0)
+
+Every stage is the real CLI in a child process, one after the other:
+
+    untrained    turnrl eval code_agent model.path=MODEL
+    SFT          turnrl data code_sft, turnrl sft on its demonstrations, turnrl eval of <sft>/model
+    SFT + RL     turnrl train code_agent model.path=<sft>/model                  (its final validation)
+
+The measure is the held-out pass rate: the fraction of hidden tests passed by the greedy answer's
+program on the code task's validation rows, whose problem families (`list_transform`, `words`) no
+training row or demonstration shows (`acc` of the task's reward: `val/acc/mean` of a training run's
+final validation, `reward_extra/acc/mean` of `turnrl eval`'s greedy pass). The reward itself
+(0.1 for a program that runs + 0.9 x the pass rate) and the share of answers holding a program are
+reported beside it. Each condition's wall time is split into training (data + SFT and/or RL) and
+evaluation. The table is printed and written with the settings to `<out>/code_agent.json`.
+
+CPU sizing (defaults): SFT 192 demonstrations (about 450 tokens each, prompt included), one
+epoch, 8 per step at lr 1e-4; RL 6 steps of 8 prompts x 4 samples, at most 2 code runs per episode
+in a 256-token response, no KL term (no reference forward). On a 2-core CPU a token costs ~10 ms
+forward + backward for SmolLM2-135M, and an RL step of 4 x 4 such episodes took 79-104 s (README),
+so the estimate is SFT ~12 min (24 steps) and RL ~3-3.5 min a step: SFT then RL ~35 min with its validations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+TINY = {  # a smoke run: every stage and file, in about two minutes
+    "steps": 1,
+    "batch": 2,
+    "n": 2,
+    "response_length": 32,
+    "demos": 8,
+    "sft_batch": 8,
+    "max_turns": 1,
+    "val_prompts": 8,
+    "val_batch": 8,
+}
+
+
+def cli(args: list[str], log: Path) -> float:
+    """Run `turnrl ARGS` (this interpreter's turnrl); its output goes to `log`. Returns wall seconds."""
+    cmd = [sys.executable, "-m", "turnrl.cli", *args]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with log.open("w") as fh:
+        fh.write(shlex.join(cmd) + "\n")
+        fh.flush()
+        done = subprocess.run(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "TQDM_DISABLE": "1"}
+        )
+    wall = time.perf_counter() - start
+    if done.returncode:
+        tail = log.read_text().splitlines()[-30:]
+        sys.exit(f"failed ({done.returncode}): {shlex.join(cmd)}\n" + "\n".join(tail))
+    return wall
+
+
+def common(a: argparse.Namespace, val_file: Path | None) -> list[str]:
+    """What the evaluations and the RL run share: the task, budgets, sampling and validation."""
+    return [
+        "code_agent",
+        *([f"data.val_files=[{val_file}]"] if val_file else []),  # else the task's 32 held-out rows
+        f"data.max_response_length={a.response_length}",
+        f"data.val_batch_size={a.val_batch}",
+        # one engine call per validation batch or RL rollout (the engine cuts its calls to this size)
+        f"rollout.generation_batch_size={max(a.val_batch, a.batch * a.n)}",
+        f"rollout.multi_turn.max_turns={a.max_turns}",
+        f"trainer.seed={a.seed}",
+        f"trainer.num_threads={a.threads}",
+    ]
+
+
+def rl_args(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path | None) -> list[str]:
+    return [
+        "train",
+        *common(a, val_file),
+        f"model.path={model}",
+        f"data.train_batch_size={a.batch}",
+        f"rollout.n={a.n}",
+        f"actor.ppo_mini_batch_size={max(1, a.batch // 2)}",
+        "actor.ppo_micro_batch_size=8",
+        f"actor.optim.lr={a.rl_lr}",
+        "actor.optim.lr_warmup_steps=0",
+        "actor.use_kl_loss=false",
+        f"trainer.total_training_steps={a.steps}",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=0",  # validated once, after the last step
+        "trainer.save_freq=0",
+        "trainer.logger=[jsonl]",
+        f"trainer.default_local_dir={run_dir}",
+    ]
+
+
+def first(metrics: dict[str, Any], *keys: str) -> float:
+    """The first of `keys` that `metrics` holds (the name a metric goes by may differ by version)."""
+    for key in keys:
+        if key in metrics:
+            return float(metrics[key])
+    raise KeyError(f"none of {keys} in {sorted(metrics)}")
+
+
+def evaluate(a: argparse.Namespace, model: str, out: Path, val_file: Path | None) -> dict[str, float]:
+    """`turnrl eval` on the held-out rows, greedy: pass rate, reward, format rate, the greedy pass's
+    seconds and the process's wall seconds (start-up included)."""
+    args = ["eval", *common(a, val_file), f"model.path={model}", "eval.n=0", "--out", str(out)]
+    wall = cli(args, out.with_suffix(".log"))
+    summary = json.loads((out / "summary.json").read_text())
+    greedy = {**summary["diagnostics"]["greedy"], **summary["metrics"]["overall"]}
+    return {
+        "pass_rate": first(greedy, "accuracy", "reward_extra/acc/mean"),
+        "score": first(greedy, "greedy_score"),
+        "formatted": first(greedy, "format_rate", "reward_extra/formatted/mean"),
+        "eval_s": float(summary["passes"]["greedy"]["seconds"]),
+        "wall_s": wall,
+    }
+
+
+def rl(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path | None) -> dict[str, float]:
+    """One RL run, measured by its final validation (the same greedy pass `turnrl eval` makes)."""
+    wall = cli(rl_args(a, model, run_dir, val_file), run_dir.with_suffix(".log"))
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    final = [r for r in rows if "val/test_score/mean" in r][-1]
+    return {
+        "pass_rate": first(final, "val/accuracy", "val/acc/mean"),
+        "score": first(final, "val/test_score/mean"),
+        "formatted": first(final, "val/format_rate", "val/formatted/mean"),
+        "eval_s": float(final.get("timing_s/validate", 0.0)),
+        "wall_s": wall,
+    }
+
+
+def validation_subset(k: int, out: Path) -> Path | None:
+    """The first `k` held-out rows as a file (None: all of them, the task's own). The rows cycle
+    through the held-out problems, so any k >= 8 covers each of them."""
+    if not k:
+        return None
+    from turnrl.tasks import write_task
+
+    val = write_task("code", out / "task", 0).val
+    path = out / f"val_{k}.jsonl"
+    path.write_text("".join(val.read_text().splitlines(keepends=True)[:k]))
+    return path
+
+
+def report(run_dir: Path) -> str:
+    cli(["report", str(run_dir)], run_dir.with_name(run_dir.name + "_report.log"))
+    return str(run_dir / "report" / "report.html")
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="model.path of the untrained model")
+    ap.add_argument("--out", default="", help="output directory (default runs/code_agent-<time>)")
+    ap.add_argument("--steps", type=int, default=6, help="RL steps")
+    ap.add_argument("--batch", type=int, default=8, help="RL prompts per step")
+    ap.add_argument("--n", type=int, default=4, help="RL samples per prompt")
+    ap.add_argument("--rl-lr", type=float, default=1e-5, help="RL actor learning rate")
+    ap.add_argument("--response-length", type=int, default=256, help="tokens of a whole episode's response")
+    ap.add_argument("--max-turns", type=int, default=2, help="code runs per episode")
+    ap.add_argument("--val-batch", type=int, default=32, help="validation prompts per generation call")
+    ap.add_argument(
+        "--val-prompts", type=int, default=0, help="validate on the first K held-out rows (0 = all 32)"
+    )
+    ap.add_argument("--demos", type=int, default=192, help="SFT demonstrations")
+    ap.add_argument("--sft-epochs", type=int, default=1)
+    ap.add_argument("--sft-lr", type=float, default=1e-4)
+    ap.add_argument("--sft-batch", type=int, default=8, help="SFT demonstrations per optimizer step")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads per process (0 = torch's default)")
+    ap.add_argument(
+        "--tiny",
+        action="store_true",
+        help="smoke-run sizes: " + ", ".join(f"{k}={v}" for k, v in TINY.items()),
+    )
+    a = ap.parse_args()
+    if a.tiny:
+        for key, value in TINY.items():
+            setattr(a, key, value)
+    return a
+
+
+def main() -> None:
+    a = parse()
+    out = Path(a.out or f"runs/code_agent-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    if out.exists() and any(out.iterdir()):
+        sys.exit(f"--out {out} is not empty")
+    out.mkdir(parents=True, exist_ok=True)
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; model {a.model}; out {out}"
+    )
+    results: dict[str, dict[str, Any]] = {}
+    val = validation_subset(a.val_prompts, out)
+
+    def record(name: str, got: dict[str, float], train_s: float, run_dir: Path | None) -> None:
+        """`train_s`: the processes before the measuring one (data, SFT); the measuring process's
+        wall time less its validation pass is training too (RL), or start-up (eval)."""
+        wall = train_s + got["wall_s"]
+        results[name] = {
+            **got,
+            "wall_s": wall,
+            "train_s": wall - got["eval_s"] if run_dir else 0.0,
+            "run_dir": str(run_dir) if run_dir else None,
+            "report": report(run_dir) if run_dir else None,
+        }
+        print(
+            f"  {name}: held-out pass rate {got['pass_rate']:.3f}, reward {got['score']:.3f}, "
+            f"validation {got['eval_s']:.0f} s, wall {wall:.0f} s",
+            flush=True,
+        )
+
+    record("untrained", evaluate(a, a.model, out / "eval_untrained", val), 0.0, None)
+
+    demos = out / "demos"
+    data_s = cli(
+        ["data", "code_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(a.seed)],
+        out / "demos.log",
+    )
+    sft_dir = out / "sft"
+    sft_s = cli(
+        ["sft", f"model.path={a.model}", f"data.train_files=[{demos / 'train.jsonl'}]",
+         "data.max_obs_length=256",  # the code_agent recipe's rollout.multi_turn.max_obs_length
+         f"trainer.total_epochs={a.sft_epochs}", f"trainer.train_batch_size={a.sft_batch}",
+         "trainer.micro_batch_size=4", f"optim.lr={a.sft_lr}", f"trainer.seed={a.seed}",
+         f"trainer.num_threads={a.threads}", "trainer.logger=[jsonl]", f"trainer.default_local_dir={sft_dir}"],
+        out / "sft.log",
+    )  # fmt: skip
+    record("SFT", evaluate(a, str(sft_dir / "model"), out / "eval_sft", val), data_s + sft_s, sft_dir)
+    record("SFT + RL", rl(a, str(sft_dir / "model"), out / "sft_rl", val), data_s + sft_s, out / "sft_rl")
+
+    print(
+        f"\ncode agent: {a.model}; SFT {a.demos} demonstrations x {a.sft_epochs} epochs, lr {a.sft_lr}; "
+        f"RL {a.steps} steps x {a.batch} prompts x {a.n} samples, response {a.response_length} tokens"
+    )
+    print(
+        f"{'condition':<10} {'pass':>6} {'reward':>7} {'format':>7} {'train s':>8} {'val s':>6} {'wall s':>7}"
+    )
+    for name, r in results.items():
+        print(
+            f"{name:<10} {r['pass_rate']:>6.3f} {r['score']:>7.3f} {r['formatted']:>7.3f} "
+            f"{r['train_s']:>8.0f} {r['eval_s']:>6.0f} {r['wall_s']:>7.0f}"
+        )
+    print(
+        "pass: fraction of hidden tests passed on the held-out families, greedy; reward: 0.1 x runs + 0.9 x "
+        "pass; format: answers holding a program; val s: that pass; wall s: every process of the "
+        "condition (start-ups, data, SFT, RL, validation); train s: wall s - val s"
+    )
+    settings = dict(vars(a))
+    machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
+    path = out / "code_agent.json"
+    path.write_text(
+        json.dumps({"settings": settings, "machine": machine, "results": results}, indent=1) + "\n"
+    )
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()

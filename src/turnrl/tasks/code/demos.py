@@ -1,0 +1,99 @@
+"""Scripted code-agent episodes for a supervised cold start (`turnrl data code_sft` writes them).
+
+Each row is one of the code task's training rows (`rows("train", seed)`, the very prompt RL samples
+from) plus an `episode` in the XML protocol (docs/sft.md), model turns and observations in order:
+
+    assistant    <code>\\nimport io, sys\\nsys.stdin = io.StringIO('3 5 -2\\\\n')\\nnums = ...\\nprint(sum(nums))\\n</code>
+    observation  tag "observation": 6
+    assistant    <answer>\\n```python\\nnums = ...\\nprint(sum(nums))\\n```\\n</answer>
+
+The first turn tests the problem's reference program on the row's example input (standard input
+replaced in the program, since the python tool passes none); the observation is that program really
+run in a Python subprocess and rendered by the python tool's own `render_run`, so it is what the
+tool would show. A demonstration is kept only when the run printed the example's expected output.
+Only training rows are used: their problems' families never appear in validation.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from turnrl.tasks.code.problems import PROBLEMS
+from turnrl.tasks.code.task import N_TRAIN, rows
+
+if TYPE_CHECKING:
+    from turnrl.servers.sandbox.client import RunResult
+
+BY_NAME = {p.name: p for p in PROBLEMS}
+RUN_TIMEOUT = 10.0
+WORKERS = 4
+OBS_TAG = "observation"  # the code_agent recipe's rollout.multi_turn.python.obs_tag
+
+
+class DemoRunError(RuntimeError):
+    """A reference program that failed on its own example: a bug in `problems.py`."""
+
+
+@dataclass
+class Report:
+    used: int = 0
+    problems: dict[str, int] = field(default_factory=dict)
+    """Demonstrations per problem."""
+
+
+def probe_program(solution: str, example_input: str) -> str:
+    """The reference program with standard input replaced by the example's: what the model runs."""
+    return f"import io, sys\nsys.stdin = io.StringIO({example_input + chr(10)!r})\n{solution}"
+
+
+def run_python(program: str) -> RunResult:
+    """`program` in a fresh Python subprocess, as a `RunResult` the python tool can render."""
+    from turnrl.servers.sandbox.client import RunResult  # httpx: only when demonstrations are made
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", program], capture_output=True, text=True, timeout=RUN_TIMEOUT
+        )
+    except subprocess.TimeoutExpired as err:
+        return RunResult("Failed", "TimeLimitExceeded", stdout=str(err.stdout or ""))
+    status = "Success" if done.returncode == 0 else "Failed"
+    return RunResult(status, "Finished", done.stdout, done.stderr, done.returncode)
+
+
+def episode(solution: str, example_input: str, expected: str) -> list[dict[str, str]]:
+    """Test on the example, read the output, answer with the program."""
+    from turnrl.agent.tools.python import render_run  # the tool's own rendering of a run
+
+    probe = probe_program(solution, example_input)
+    result = run_python(probe)
+    if not result.ok or result.stdout.strip() != expected.strip():
+        raise DemoRunError(
+            f"reference program printed {render_run(result)!r} on its example, not {expected!r}"
+        )
+    return [
+        {"role": "assistant", "content": f"<code>\n{probe}</code>"},
+        {"role": "observation", "tag": OBS_TAG, "content": render_run(result)},
+        {"role": "assistant", "content": f"<answer>\n```python\n{solution}```\n</answer>"},
+    ]
+
+
+def build(n: int | None, seed: int, **args: Any) -> tuple[list[dict[str, Any]], Report]:
+    """Demonstrations for the first `n` training rows of `seed` (all `N_TRAIN` when None); `args`
+    are the task's (`example`, ...), so the prompts are the RL run's."""
+    count = n if n is not None else int(args.pop("n_train", N_TRAIN))
+    args.pop("n_train", None)
+    train = rows("train", seed, n_train=count, **args)
+    problems = [BY_NAME[row["extra_info"]["problem"]] for row in train]
+    shown = [row["extra_info"]["example_input"] for row in train]
+    # each run is a subprocess that mostly waits to start: a few at once, results kept in row order
+    with ThreadPoolExecutor(WORKERS) as pool:
+        episodes = list(pool.map(lambda p, x: episode(p.solution, x, p.solve(x)), problems, shown))
+    report = Report(used=len(train))
+    for row, problem, steps in zip(train, problems, episodes, strict=True):
+        row["episode"] = steps
+        report.problems[problem.name] = report.problems.get(problem.name, 0) + 1
+    return train, report

@@ -1,0 +1,111 @@
+"""The code task against turnrl's real sandbox: every problem's reference program passes every test
+of its rows, the partial-credit reward graded by hand, the run's sandbox bound into the task's
+scorer, and `turnrl data code_sft` demonstrations that really run and pass."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+
+import pytest
+
+from turnrl.cli import main
+from turnrl.config.supervised_schema import SFTDataConfig
+from turnrl.models.loader import load_tokenizer
+from turnrl.rewards.registry import registered
+from turnrl.servers.sandbox.process import SandboxProcess
+from turnrl.supervised.sft_data import load_conversations
+from turnrl.tasks import code, scorers
+from turnrl.tasks.code.problems import PROBLEMS, TRAIN_FAMILIES
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[str]:
+    with SandboxProcess(workers=4, queue=64) as proc:
+        yield str(proc.url)
+
+
+def answer(program: str) -> str:
+    return f"<answer>\n```python\n{program}```\n</answer>"
+
+
+def test_every_reference_program_passes_all_its_tests(sandbox):
+    rng = random.Random(0)
+    failed = {}
+    for problem in PROBLEMS:
+        row = code.make_row(problem, rng, "train", 0)
+        truth = row["reward_model"]["ground_truth"]
+        got = code.compute_score(code.DATA_SOURCE, answer(problem.solution), truth, sandbox_url=sandbox)
+        if got != {"score": 1.0, "acc": 1.0, "formatted": 1.0, "pass_rate": 1.0, "ran": 1.0}:
+            failed[problem.name] = got
+    assert failed == {}
+
+
+def test_partial_credit_graded_by_hand(sandbox):
+    # 10 tests of "print 2n": the program is right on n <= 3 only
+    truth = {"inputs": [f"{n}\n" for n in range(1, 11)], "outputs": [f"{2 * n}\n" for n in range(1, 11)]}
+    three = "n = int(input())\nprint(2 * n if n <= 3 else n)\n"
+    got = code.compute_score(code.DATA_SOURCE, answer(three), truth, sandbox_url=sandbox)
+    assert got["score"] == pytest.approx(0.1 + 0.9 * 0.3) and got["acc"] == pytest.approx(0.3)
+    constant = code.compute_score(code.DATA_SOURCE, answer("print(4)\n"), truth, sandbox_url=sandbox)
+    assert constant["score"] == pytest.approx(0.1 + 0.9 * 0.1) and constant["ran"] == 1.0
+    crash = code.compute_score(code.DATA_SOURCE, answer("raise SystemExit(3)\n"), truth, sandbox_url=sandbox)
+    assert crash == {"score": 0.0, "acc": 0.0, "formatted": 1.0, "pass_rate": 0.0, "ran": 0.0}
+
+
+def test_the_run_sandbox_is_bound_into_the_task_scorer(sandbox):
+    bound = registered(sandbox, scorers())["turnrl/code"]  # what RuleReward(sandbox_url=...) holds
+    assert bound.func is code.compute_score and bound.keywords == {"sandbox_url": sandbox}
+    row = code.rows("val", 0)[0]
+    solution = {p.name: p.solution for p in PROBLEMS}[row["extra_info"]["problem"]]
+    truth = row["reward_model"]["ground_truth"]
+    assert bound(code.DATA_SOURCE, answer(solution), truth, row["extra_info"])["score"] == 1.0
+
+
+def test_code_sft_writes_episodes_that_run_and_pass(tmp_path, capsys, sandbox):
+    out = tmp_path / "demos"
+    assert main(["data", "code_sft", "--out", str(out), "--n", "30", "--seed", "3"]) == 0
+    assert [p.name for p in out.iterdir()] == ["train.jsonl"]
+    rows = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
+    assert len(rows) == 30 and "code_sft: 30 demonstrations" in capsys.readouterr().out
+    task_rows = code.rows("train", 3)[:30]
+    solutions = {p.name: p.solution for p in PROBLEMS}
+    for row, task_row in zip(rows, task_rows, strict=True):
+        assert {k: v for k, v in row.items() if k != "episode"} == task_row  # the RL prompt and tests
+        assert row["extra_info"]["family"] in TRAIN_FAMILIES
+        probe, observation, final = row["episode"]
+        assert probe["content"].startswith("<code>\nimport io, sys\nsys.stdin = io.StringIO(")
+        shown = row["prompt"][0]["content"].rsplit("Example output:\n", 1)[1].strip()
+        assert observation == {"role": "observation", "tag": "observation", "content": shown}
+        assert final["content"] == answer(solutions[row["extra_info"]["problem"]])
+    # the final answers score 1 with the task's reward in the real sandbox
+    for row in rows[:5]:
+        truth = row["reward_model"]["ground_truth"]
+        assert code.compute_score(
+            code.DATA_SOURCE, row["episode"][-1]["content"], truth, sandbox_url=sandbox
+        )["score"] == pytest.approx(1.0)
+    # and `turnrl sft` reads them as episodes: the model turns trained, the observation not
+    tok = load_tokenizer("tiny-random")
+    path = str(out / "train.jsonl")
+    examples = load_conversations([path], tok, SFTDataConfig(train_files=[path]), {tok.eos_token_id})
+    assert len(examples) == 30
+    for example, row in zip(examples, rows, strict=True):
+        trained = tok.decode([i for i, m in zip(example.ids, example.mask, strict=True) if m])
+        assert trained == row["episode"][0]["content"] + row["episode"][2]["content"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--topk", "2"], "--topk: only for search_sft"),
+        (["--n", "0"], "--n must be >= 1"),
+        (["--input", "x.jsonl"], "code_sft generates its rows from the built-in task"),
+    ],
+)
+def test_code_sft_errors_are_one_line(tmp_path, capsys, argv, expected):
+    out = tmp_path / "o"
+    assert main(["data", "code_sft", *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err
+    assert not out.exists()
