@@ -285,6 +285,10 @@ def main() -> None:
     ap.add_argument("--sft-lr", type=float, default=1e-4)
     ap.add_argument("--sft-batch", type=int, default=8, help="SFT demonstrations per optimizer step")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per process (0 = torch's default)")
+    ap.add_argument(
+        "--no-rl-alone", action="store_true",
+        help="skip RL from the untrained model (it never searches, so no sample is rewarded: README)",
+    )  # fmt: skip
     ap.add_argument("--no-report", action="store_true", help="skip `turnrl report` of each run")
     ap.add_argument(
         "--tiny",
@@ -334,7 +338,8 @@ def main() -> None:
         samples, eval_s = evaluate(a, str(sft_dir / "model"), out / f"eval_sft_s{seed}", val, seed)
         cf, _ = evaluate(a, str(sft_dir / "model"), out / f"cf_sft_s{seed}", cf_val, seed, cf_index)
         record("SFT", seed, samples, cf, sft_s, eval_s, sft_dir)
-        for cond, start, extra in (("RL", a.model, 0.0), ("SFT + RL", str(sft_dir / "model"), sft_s)):
+        conditions = [("RL", a.model, 0.0), ("SFT + RL", str(sft_dir / "model"), sft_s)]
+        for cond, start, extra in conditions[a.no_rl_alone :]:
             run_dir = out / f"{'sft_rl' if extra else 'rl'}_s{seed}"
             samples, val_s, wall = rl(a, start, run_dir, val, seed)
             cf, _ = evaluate(a, str(run_dir), out / f"cf_{run_dir.name}", cf_val, seed, cf_index)

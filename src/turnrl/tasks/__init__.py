@@ -3,7 +3,7 @@ of turnrl reads.
 
     addition    single-digit sums; the default task                         tasks/addition.py
     calculator  large products, solved with the calculator tool             tasks/calculator.py
-    code        small stdin/stdout programs, tested in the sandbox          tasks/code.py
+    code        small stdin/stdout programs, tested in the sandbox          tasks/code/
     search      questions over a corpus of invented facts, with demos       tasks/search/
 
 and `reasoning_gym:<dataset>`: any of reasoning-gym's procedural datasets (`chain_sum`,

@@ -8,12 +8,13 @@ to reliably work the sum and close with the tag.
 
 Validation is held out by the problem. There are 100 problems (a, b in 0..9); a fixed 20 of the
 45 pairs {a, b} with a != b are validation's, both orders of each (`3+4` and `4+3`: one problem,
-written twice), 40 problems in all, the same for every seed. Training draws 80 rows with
-replacement from the other 60 problems (one epoch = 10 steps of 8 prompts), and the worked
+written twice), 40 problems in all, the same for every seed. Training draws 32 rows with
+replacement from the other 60 problems (one epoch = 4 steps of 8 prompts), and the worked
 examples, in training and validation prompts alike, are training problems only: no validation
 problem or its answer is ever shown during training. `extra_info.problem` (`"3+4"`) names each
-row's problem so anyone can check. Ten steps are enough (benchmarks and the trade-off: README,
-"What `turnrl train` does").
+row's problem so anyone can check. Four steps are enough: on the held-out problems the greedy
+accuracy went 0.675 -> 0.95 by step 2, stayed there at step 4 and drifted to 0.90-0.925 at steps
+6-10 of a longer run at this learning rate (README, "What `turnrl train` does").
 
 The example's numbers differ from row to row and its sum is never the asked one: a fixed
 example is a trap the policy falls into (it learns to copy the example's answer).
@@ -43,7 +44,7 @@ from turnrl.tasks.args import reject_unknown
 DATA_SOURCE = "turnrl/addition"
 QUESTION = "Compute {a} + {b}. Respond with only <answer>NUMBER</answer>."
 WORKED = "{a} + {b} = {s}. <answer>{s}</answer>"
-N_TRAIN = 80
+N_TRAIN = 32
 VAL_PAIRS = 20  # 40 of the 100 problems
 HOLDOUT_SEED = 24_680  # fixed: every seed validates on the same problems
 Problem = tuple[int, int]
