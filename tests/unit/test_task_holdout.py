@@ -30,7 +30,9 @@ def test_addition_validates_on_problems_training_never_asks_or_shows(seed):
         assert shown is not None
         assert frozenset(map(int, shown.groups())) not in val_problems
         a, b = row["extra_info"]["a"], row["extra_info"]["b"]
-        assert row["extra_info"]["problem"] == f"{a}+{b}" and row["reward_model"]["ground_truth"] == str(a + b)
+        assert row["extra_info"]["problem"] == f"{a}+{b}" and row["reward_model"]["ground_truth"] == str(
+            a + b
+        )
     # the held-out problems are fixed: every seed validates on the same 40
     assert val_problems == {unordered(r["extra_info"]["problem"], "+") for r in addition.rows("val", 99)}
 
