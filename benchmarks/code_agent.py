@@ -31,12 +31,12 @@ import argparse
 import json
 import os
 import platform
-import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from _cli import cli, report
 
 TINY = {  # a smoke run: every stage and file, in about two minutes
     "steps": 1,
@@ -49,24 +49,6 @@ TINY = {  # a smoke run: every stage and file, in about two minutes
     "val_prompts": 8,
     "val_batch": 8,
 }
-
-
-def cli(args: list[str], log: Path) -> float:
-    """Run `turnrl ARGS` (this interpreter's turnrl); its output goes to `log`. Returns wall seconds."""
-    cmd = [sys.executable, "-m", "turnrl.cli", *args]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with log.open("w") as fh:
-        fh.write(shlex.join(cmd) + "\n")
-        fh.flush()
-        done = subprocess.run(
-            cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "TQDM_DISABLE": "1"}
-        )
-    wall = time.perf_counter() - start
-    if done.returncode:
-        tail = log.read_text().splitlines()[-30:]
-        sys.exit(f"failed ({done.returncode}): {shlex.join(cmd)}\n" + "\n".join(tail))
-    return wall
 
 
 def common(a: argparse.Namespace, val_file: Path | None) -> list[str]:
@@ -154,11 +136,6 @@ def validation_subset(k: int, out: Path) -> Path | None:
     path = out / f"val_{k}.jsonl"
     path.write_text("".join(val.read_text().splitlines(keepends=True)[:k]))
     return path
-
-
-def report(run_dir: Path) -> str:
-    cli(["report", str(run_dir)], run_dir.with_name(run_dir.name + "_report.log"))
-    return str(run_dir / "report" / "report.html")
 
 
 def parse() -> argparse.Namespace:

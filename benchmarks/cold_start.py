@@ -47,13 +47,13 @@ import json
 import os
 import platform
 import re
-import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from _cli import cli, report
 
 TINY = {  # a smoke run: every stage and file, in a few minutes
     "seeds": 1,
@@ -70,24 +70,6 @@ TINY = {  # a smoke run: every stage and file, in a few minutes
 }
 SORTS = ("1hop", "2hop", "compare")
 QUERY = re.compile(r"<search>(.*?)</search>", re.DOTALL)
-
-
-def cli(args: list[str], log: Path) -> float:
-    """Run `turnrl ARGS` (this interpreter's turnrl); its output goes to `log`. Returns wall seconds."""
-    cmd = [sys.executable, "-m", "turnrl.cli", *args]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with log.open("w") as fh:
-        fh.write(shlex.join(cmd) + "\n")
-        fh.flush()
-        done = subprocess.run(
-            cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "TQDM_DISABLE": "1"}
-        )
-    wall = time.perf_counter() - start
-    if done.returncode:
-        tail = log.read_text().splitlines()[-30:]
-        sys.exit(f"failed ({done.returncode}): {shlex.join(cmd)}\n" + "\n".join(tail))
-    return wall
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -211,11 +193,6 @@ def task_files(out: Path, name: str, k: int, facts_seed: int | None = None) -> t
     path.write_text("".join(lines[:k] if k else lines))
     rows = {r["extra_info"]["index"]: r for r in map(json.loads, lines)}
     return path, rows
-
-
-def report(run_dir: Path) -> str:
-    cli(["report", str(run_dir)], run_dir.with_name(run_dir.name + "_report.log"))
-    return str(run_dir / "report" / "report.html")
 
 
 # -- the table --------------------------------------------------------------------------------------
