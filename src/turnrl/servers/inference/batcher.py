@@ -208,9 +208,11 @@ class Batcher:
         finally:
             self.batches_run += 1
             self.max_rows_in_a_batch = max(self.max_rows_in_a_batch, sum(j.rows for j in batch))
+        # counted before the results go out: a client that reads /health right after its answer
+        # must see its own request served
+        self.requests_served += len(batch)
         for job, part in zip(batch, parts, strict=True):
             job.future.set_result(part)
-        self.requests_served += len(batch)
 
     def _run_call(self, fn: Callable[[], Any], future: Future[Any]) -> None:
         if not future.set_running_or_notify_cancel():
