@@ -10,7 +10,9 @@
 Why one base: a run depends on these children the same way, so they fail the same way. A child
 gets a free loopback port (or a fixed one), writes its output to a log file (`log_path`, else a
 temporary directory removed at stop unless `keep_log`), and is ready once `GET /health` answers
-200 (its JSON body is kept as `health`). A child that exits at start-up, or never answers within
+200 (its JSON body is kept as `health`). Each child gets a fresh random API key (`api_key`,
+passed in its environment as $TURNRL_API_KEY, never on its command line where `ps` shows it);
+clients send `headers`. A child that exits at start-up, or never answers within
 `startup_timeout`, raises one line naming the child, its last log line and the log file, which is
 then kept so that the line can be followed.
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -40,6 +43,7 @@ from typing import Any, TypeVar
 import httpx
 
 from turnrl.runtime import free_port
+from turnrl.servers.keys import API_KEY_ENV, auth_headers
 
 PORT_ATTEMPTS = 3
 """Launches per child before giving up on finding a port nobody takes first."""
@@ -85,7 +89,10 @@ class ChildServer:
         log_path: str | Path | None = None,
         env: dict[str, str] | None = None,
         extra_args: list[str] | None = None,
+        api_key: str | None = None,
     ) -> None:
+        """`api_key`: the key the child requires; None = a fresh random one, '' = none."""
+        self.api_key = secrets.token_urlsafe(24) if api_key is None else api_key
         self.host, self.fixed_port, self.startup_timeout = host, port, startup_timeout
         self.log_path = Path(log_path) if log_path else None
         self.env, self.extra_args = env, list(extra_args or [])
@@ -118,6 +125,11 @@ class ChildServer:
     @property
     def url(self) -> str:
         return self.base_url
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a client sends to be let in (empty for a child started without a key)."""
+        return auth_headers(self.api_key) if self.api_key else {}
 
     @property
     def pid(self) -> int:
@@ -211,6 +223,7 @@ class ChildServer:
 
     def _spawn(self) -> None:
         env = {**(os.environ if self.env is None else self.env), "PYTHONUNBUFFERED": "1"}
+        env[API_KEY_ENV] = self.api_key
         with self._open_log().open("ab") as log:  # the child keeps its own copy of the descriptor
             self._log_start = log.seek(0, os.SEEK_END)
             self.process = subprocess.Popen(
@@ -237,7 +250,7 @@ class ChildServer:
                     self.start_error, f"exited at {phase}: {last_line(output) or 'no output'}"
                 )
             with contextlib.suppress(httpx.HTTPError, ValueError):
-                response = httpx.get(health, timeout=2.0)
+                response = httpx.get(health, timeout=2.0, headers=self.headers)
                 if response.status_code == 200:
                     body = response.json()
                     self.health = body if isinstance(body, dict) else {}
