@@ -85,13 +85,15 @@ def slow_retriever(latency_s: float) -> Iterator[str]:
 
             await asyncio.sleep(latency_s)
             r = await client.post(
-                real.url, content=await request.body(), headers={"content-type": "application/json"}
+                real.url,
+                content=await request.body(),
+                headers={"content-type": "application/json", **real.headers},  # the child's own key
             )
             return JSONResponse(r.json(), status_code=r.status_code)
 
         @app.get("/health")
         async def health() -> JSONResponse:
-            r = await client.get(f"{real.base_url}/health")
+            r = await client.get(f"{real.base_url}/health", headers=real.headers)
             return JSONResponse(r.json(), status_code=r.status_code)
 
         port = free_port()

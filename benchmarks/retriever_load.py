@@ -187,12 +187,15 @@ class Bm25sServer(LocalRetriever):
 def serve_bm25s(index_dir: Path, port: int) -> None:
     import uvicorn
 
+    from turnrl.servers.keys import resolve_api_key
     from turnrl.servers.retriever.index import load_index
     from turnrl.servers.retriever.server import create_app
 
     index = load_index(index_dir)
     index.searcher = Bm25sSearcher(index_dir)
-    uvicorn.run(create_app(index, 3), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    # the key Bm25sServer (a ChildServer) passed in $TURNRL_API_KEY, as `turnrl retriever serve` reads it
+    app = create_app(index, 3, api_key=resolve_api_key(None))
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
 def rss_mb(pid: int) -> dict[str, float]:
@@ -204,12 +207,14 @@ def rss_mb(pid: int) -> dict[str, float]:
     return fields
 
 
-async def load(url: str, queries: list[str], batch: int, requests: int, in_flight: int) -> dict[str, float]:
+async def load(
+    url: str, queries: list[str], batch: int, requests: int, in_flight: int, api_key: str = ""
+) -> dict[str, float]:
     latencies: list[float] = []
     gate = asyncio.Semaphore(in_flight)
     rng = random.Random(batch * 1000 + in_flight)
 
-    async with RetrieverClient(url, topk=3, timeout=120, retries=0) as client:
+    async with RetrieverClient(url, topk=3, timeout=120, retries=0, api_key=api_key) as client:
         await client.retrieve(queries[:batch])  # warm-up: connection, page cache
 
         async def one() -> None:
@@ -239,7 +244,7 @@ def http_runs(server: LocalRetriever, queries: list[str], args: argparse.Namespa
     for batch in (int(b) for b in args.batches.split(",")):
         for in_flight in (int(c) for c in args.in_flight.split(",")):
             requests = max(8, args.queries_per_run // batch)
-            runs.append(asyncio.run(load(server.url, queries, batch, requests, in_flight)))
+            runs.append(asyncio.run(load(server.url, queries, batch, requests, in_flight, server.api_key)))
     return runs
 
 

@@ -114,14 +114,17 @@ class Server:
     def cpu(self) -> dict[str, float]:
         """Seconds of CPU so far: the server process, its zygote, every run's processes (reaped by
         one of the two), and this client."""
-        zygote = httpx.get(self.process.url + "/health", timeout=10).json().get("zygote") or {}
+        health = httpx.get(self.process.url + "/health", headers=self.process.headers, timeout=10)
+        zygote = health.json().get("zygote") or {}
         server, server_runs = _process_cpu(self.process.pid)
         own, zygote_runs = _process_cpu(zygote["pid"]) if zygote.get("pid") else (0.0, 0.0)
         return {"server": server, "zygote": own, "runs": server_runs + zygote_runs, "client": _own_cpu()}
 
 
 async def measure(server: Server, concurrency: int, runs: int) -> Level:
-    async with SandboxClient(server.process.url, timeout=120, retries=5) as client:
+    async with SandboxClient(
+        server.process.url, timeout=120, retries=5, api_key=server.process.api_key
+    ) as client:
         for _ in range(min(4, concurrency)):  # warm the page cache and the connection pool
             await client.run_code(PROGRAM)
         remaining = runs
@@ -147,11 +150,14 @@ async def measure(server: Server, concurrency: int, runs: int) -> Level:
         return Level(server.name, concurrency, runs, seconds, latencies, exec_times, cpu)
 
 
-def interleave(urls: dict[str, str], runs: int) -> None:
-    """Sequential runs sent round-robin to every server; median client latency and run time each."""
+def interleave(urls: dict[str, tuple[str, str]], runs: int) -> None:
+    """Sequential runs sent round-robin to every server (name -> URL and key); median client
+    latency and run time each."""
 
     async def go() -> dict[str, list[tuple[float, float]]]:
-        clients = {name: SandboxClient(url, timeout=120, retries=5) for name, url in urls.items()}
+        clients = {
+            name: SandboxClient(url, timeout=120, retries=5, api_key=key) for name, (url, key) in urls.items()
+        }
         seen: dict[str, list[tuple[float, float]]] = {name: [] for name in urls}
         try:
             for i in range(runs + 4):  # the first rounds warm caches and connections
@@ -256,7 +262,7 @@ def main() -> int:
             urls = {}
             for name in names:
                 server = Server(name, 1, 16, args.baseline_src)
-                urls[name] = stack.enter_context(server.process).url
+                urls[name] = (stack.enter_context(server.process).url, server.process.api_key)
             interleave(urls, args.interleave)
         return 0
 

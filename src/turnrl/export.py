@@ -22,6 +22,7 @@ import torch
 
 from turnrl.errors import TurnrlInputError
 from turnrl.models.save import write_model_dir
+from turnrl.runtime import ensure_writable_dir
 from turnrl.trainer.run_dirs import (
     CPU,
     ExportError,
@@ -97,6 +98,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(ns: argparse.Namespace) -> int:
     try:
+        ensure_writable_dir(Path(ns.out), "--out", ExportError)  # before the model is rebuilt
         out = export(ns.run_dir, ns.out, ns.step, ns.critic)
     except TurnrlInputError as err:
         print(f"turnrl export: {err}", file=sys.stderr)

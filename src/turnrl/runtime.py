@@ -1,4 +1,4 @@
-"""Process-level helpers every layer may use: they import nothing of turnrl's.
+"""Process-level helpers every layer may use: they import nothing of turnrl's but its errors.
 
 Kept free of heavy imports at module level (no torch): the sandbox server and the HTTP clients
 import this module, and their start-up must not pay for torch.
@@ -6,8 +6,13 @@ import this module, and their start-up must not pay for torch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import tempfile
+from pathlib import Path
+
+from turnrl.errors import TurnrlInputError
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -36,3 +41,55 @@ def seed_everything(seed: int, deterministic: bool = False) -> None:
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
+
+
+def ensure_writable_dir(path: Path, what: str, error: type[Exception] = TurnrlInputError) -> Path:
+    """`path`, checked to be a directory this process can create (parents included) and write files
+    in; raises `error` with one line naming `what` (the flag or key that chose it), the path and the
+    OS's reason, e.g. `--out /proc/x: cannot create (No such file or directory)`.
+
+    The check does both for real and undoes them, so nothing is left behind: permission bits
+    cannot tell (root passes `os.access` on /proc, which refuses every mkdir; a read-only mount
+    shows only on write), the OS can. Commands call it before any model loads."""
+    problem = write_problem(path)
+    if problem:
+        raise error(f"{what} {path}: {problem}")
+    return path
+
+
+def write_problem(path: Path) -> str:
+    """Why creating directory `path` and writing a file in it fails ('' if it works); see
+    `ensure_writable_dir`."""
+    missing: list[Path] = []
+    probe = path
+    while not os.path.lexists(probe) and probe.parent != probe:
+        missing.append(probe)
+        probe = probe.parent  # the nearest existing ancestor: where mkdir would write first
+    if not probe.is_dir():
+        kind = "is a file, not a directory" if probe.is_file() else "is not a directory"
+        return kind if probe == path else f"{probe} {kind}"
+    created: list[Path] = []
+    step = "create"
+    try:
+        for directory in reversed(missing):
+            try:
+                os.mkdir(directory)
+            except FileExistsError:
+                if directory.is_dir():
+                    continue  # made meanwhile by another process: not ours to remove
+                raise
+            created.append(directory)
+        step = "write into it"
+        fd, probe_file = tempfile.mkstemp(dir=path, prefix=".turnrl-write-probe-")
+        os.close(fd)
+        os.unlink(probe_file)
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        failed = err.filename if step == "create" else None
+        where = f" {failed}" if failed is not None and Path(failed) != path else ""
+        return f"cannot {step}{where} ({reason})"
+    finally:
+        for directory in reversed(created):
+            with contextlib.suppress(OSError):  # someone else wrote into it meanwhile: theirs now
+                os.rmdir(directory)
+    return ""

@@ -47,7 +47,7 @@ def test_a_remote_retriever_going_down_mid_run_and_coming_back(tmp_path):
     port = free_port()
     remote = LocalRetriever(index, port=port).start()  # stands in for someone else's server
     cfg = MultiTurnConfig(enable=True, tools=["search"], tool_timeout=30)
-    cfg.search.url = remote.url
+    cfg.search.url, cfg.search.api_key = remote.url, remote.api_key
     toolset = ToolSet(cfg, tmp_path).start()
     ex = ToolExecutor(toolset.tools, timeout=30)
     try:

@@ -6,6 +6,7 @@ absence of a traceback are checked on the real process too."""
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +79,64 @@ def test_missing_and_malformed_data_files(tmp_path, cli):
     )
     assert "bad.jsonl row 0" in line and "ground_truth" in line
     assert not run.exists()
+
+
+# Numbers out of range and output paths the OS refuses, on the real console script: each is one line
+# on stderr naming the key or flag, exit code 2, no traceback, nothing written. `model.path` names no
+# model: the line is about the number or the path, so it was found before any model was looked at.
+NO_MODEL = "model.path=/no/such/model"
+REAL_PROCESS_CASES = {
+    "steps below 0": (
+        ["train", "trainer.total_training_steps=-1", NO_MODEL],
+        "turnrl train: 'trainer.total_training_steps' must be >= 0 (0 = run trainer.total_epochs), got -1",
+    ),
+    "negative learning rate": (
+        ["train", "actor.optim.lr=-1e-5", NO_MODEL],
+        "turnrl train: 'actor.optim.lr' must be > 0, got -1e-05",
+    ),
+    "NaN learning rate": (
+        ["train", "actor.optim.lr=nan", NO_MODEL],
+        "turnrl train: 'actor.optim.lr' must be finite and > 0, got nan",
+    ),
+    "no samples per prompt": (
+        ["train", "rollout.n=0", NO_MODEL],
+        "turnrl train: 'rollout.n' must be >= 1, got 0",
+    ),
+    "sft steps below 0": (
+        ["sft", "trainer.total_training_steps=-1", NO_MODEL],
+        "turnrl sft: 'trainer.total_training_steps' must be >= 0 (0 = run trainer.total_epochs), got -1",
+    ),
+    "run directory in /proc": (
+        ["train", "trainer.default_local_dir=/proc/x/run", NO_MODEL],
+        "turnrl train: run directory (trainer.default_local_dir) /proc/x/run: cannot create /proc/x "
+        "(No such file or directory)",
+    ),
+    "eval --out in /proc": (
+        ["eval", NO_MODEL, "--out", "/proc/x"],
+        "turnrl eval: --out /proc/x: cannot create (No such file or directory)",
+    ),
+    "data --out in /proc": (
+        ["data", "task", "addition", "--out", "/proc/x"],
+        "turnrl data: --out /proc/x: cannot create (No such file or directory)",
+    ),
+    "data --out under a file": (
+        ["data", "task", "addition", "--out", "notes/addition"],
+        "turnrl data: --out notes/addition: notes is a file, not a directory",
+    ),
+    "export --out in /proc": (
+        ["export", "no_run", "--out", "/proc/x"],
+        "turnrl export: --out /proc/x: cannot create (No such file or directory)",
+    ),
+}
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+@pytest.mark.parametrize("case", list(REAL_PROCESS_CASES))
+def test_bad_numbers_and_output_paths_are_one_line(tmp_path, case):
+    argv, line = REAL_PROCESS_CASES[case]
+    (tmp_path / "notes").write_text("a file where a directory should be\n")
+    proc = subprocess.run(
+        [console_script(), *argv], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert (proc.returncode, proc.stderr.splitlines()) == (2, [line]), proc.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["notes"]  # nothing written

@@ -21,9 +21,15 @@ from turnrl.tasks.code.problems import PROBLEMS, TRAIN_FAMILIES
 
 
 @pytest.fixture(scope="module")
-def sandbox() -> Iterator[str]:
+def sandbox_process() -> Iterator[SandboxProcess]:
     with SandboxProcess(workers=4, queue=64) as proc:
-        yield str(proc.url)
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def sandbox(sandbox_process: SandboxProcess) -> Iterator[dict[str, str]]:
+    """The keywords that send a scorer's programs to the test's sandbox, with its key."""
+    yield {"sandbox_url": str(sandbox_process.url), "sandbox_api_key": sandbox_process.api_key}
 
 
 def answer(program: str) -> str:
@@ -36,7 +42,7 @@ def test_every_reference_program_passes_all_its_tests(sandbox):
     for problem in PROBLEMS:
         row = code.make_row(problem, rng, "train", 0)
         truth = row["reward_model"]["ground_truth"]
-        got = code.compute_score(code.DATA_SOURCE, answer(problem.solution), truth, sandbox_url=sandbox)
+        got = code.compute_score(code.DATA_SOURCE, answer(problem.solution), truth, **sandbox)
         if got != {"score": 1.0, "acc": 1.0, "formatted": 1.0, "pass_rate": 1.0, "ran": 1.0}:
             failed[problem.name] = got
     assert failed == {}
@@ -46,17 +52,18 @@ def test_partial_credit_graded_by_hand(sandbox):
     # 10 tests of "print 2n": the program is right on n <= 3 only
     truth = {"inputs": [f"{n}\n" for n in range(1, 11)], "outputs": [f"{2 * n}\n" for n in range(1, 11)]}
     three = "n = int(input())\nprint(2 * n if n <= 3 else n)\n"
-    got = code.compute_score(code.DATA_SOURCE, answer(three), truth, sandbox_url=sandbox)
+    got = code.compute_score(code.DATA_SOURCE, answer(three), truth, **sandbox)
     assert got["score"] == pytest.approx(0.1 + 0.9 * 0.3) and got["acc"] == pytest.approx(0.3)
-    constant = code.compute_score(code.DATA_SOURCE, answer("print(4)\n"), truth, sandbox_url=sandbox)
+    constant = code.compute_score(code.DATA_SOURCE, answer("print(4)\n"), truth, **sandbox)
     assert constant["score"] == pytest.approx(0.1 + 0.9 * 0.1) and constant["ran"] == 1.0
-    crash = code.compute_score(code.DATA_SOURCE, answer("raise SystemExit(3)\n"), truth, sandbox_url=sandbox)
+    crash = code.compute_score(code.DATA_SOURCE, answer("raise SystemExit(3)\n"), truth, **sandbox)
     assert crash == {"score": 0.0, "acc": 0.0, "formatted": 1.0, "pass_rate": 0.0, "ran": 0.0}
 
 
 def test_the_run_sandbox_is_bound_into_the_task_scorer(sandbox):
-    bound = registered(sandbox, scorers())["turnrl/code"]  # what RuleReward(sandbox_url=...) holds
-    assert bound.func is code.compute_score and bound.keywords == {"sandbox_url": sandbox}
+    # what RuleReward(sandbox_url=..., sandbox_api_key=...) holds
+    bound = registered(sandbox["sandbox_url"], scorers(), sandbox["sandbox_api_key"])["turnrl/code"]
+    assert bound.func is code.compute_score and bound.keywords == sandbox
     row = code.rows("val", 0)[0]
     solution = {p.name: p.solution for p in PROBLEMS}[row["extra_info"]["problem"]]
     truth = row["reward_model"]["ground_truth"]
@@ -82,9 +89,9 @@ def test_code_sft_writes_episodes_that_run_and_pass(tmp_path, capsys, sandbox):
     # the final answers score 1 with the task's reward in the real sandbox
     for row in rows[:5]:
         truth = row["reward_model"]["ground_truth"]
-        assert code.compute_score(
-            code.DATA_SOURCE, row["episode"][-1]["content"], truth, sandbox_url=sandbox
-        )["score"] == pytest.approx(1.0)
+        assert code.compute_score(code.DATA_SOURCE, row["episode"][-1]["content"], truth, **sandbox)[
+            "score"
+        ] == pytest.approx(1.0)
     # and `turnrl sft` reads them as episodes: the model turns trained, the observation not
     tok = load_tokenizer("tiny-random")
     path = str(out / "train.jsonl")

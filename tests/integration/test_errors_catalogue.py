@@ -169,7 +169,7 @@ CASES = {
     ),
     "run directory under a file": (
         make_run_dir_under_a_file,
-        r"run directory notes/run \(trainer\.default_local_dir\) cannot be written: notes is a file, not a directory",
+        r"run directory \(trainer\.default_local_dir\) notes/run: notes is a file, not a directory",
     ),
     "model path: a directory of random files": (
         make_directory_of_random_files,
@@ -242,7 +242,7 @@ def test_run_directory_without_write_permission(work, train):
     finally:
         locked.chmod(0o755)
     assert line == (
-        "turnrl train: run directory locked/run (trainer.default_local_dir) cannot be written: locked is not writable"
+        "turnrl train: run directory (trainer.default_local_dir) locked/run: cannot create (Permission denied)"
     )
 
 

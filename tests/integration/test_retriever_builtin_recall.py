@@ -21,13 +21,13 @@ def test_builtin_questions_are_retrievable(tmp_path_factory: pytest.TempPathFact
     qa = builtin_qa(seed=seed)
     questions = [pair.question for pair in qa]
 
-    async def ask(url: str) -> list[list[Passage]]:
-        async with RetrieverClient(url, topk=3, timeout=60) as client:
+    async def ask(url: str, api_key: str) -> list[list[Passage]]:
+        async with RetrieverClient(url, topk=3, timeout=60, api_key=api_key) as client:
             batches = [client.retrieve(questions[i : i + 256]) for i in range(0, len(questions), 256)]
             return [block for batch in await asyncio.gather(*batches) for block in batch]
 
     with LocalRetriever(root / "index", startup_timeout=60) as server:
-        results = asyncio.run(ask(server.url))
+        results = asyncio.run(ask(server.url, server.api_key))
 
     assert len(results) == len(qa) > 900
     hit3 = [pair.doc_id in {p.id for p in block} for pair, block in zip(qa, results, strict=True)]

@@ -49,10 +49,11 @@ def test_dense_index_and_serve(tmp_path: Path) -> None:
     assert meta["dense"]["model"] == "bundled:all-MiniLM-L6-v2"  # no site-packages path baked in
 
     with LocalRetriever(tmp_path / "ix", topk=2, startup_timeout=180) as server:
-        assert httpx.get(f"{server.base_url}/health", timeout=10).json()["method"] == "dense"
+        health = httpx.get(f"{server.base_url}/health", timeout=10, headers=server.headers)
+        assert health.json()["method"] == "dense"
         # Paraphrases that share almost no word with their document: only embeddings match them.
         queries = ["which pet animal purrs", "mountain that spits fire", "musical instrument with strings"]
         body = {"queries": queries, "topk": 2, "return_scores": True}
-        result = httpx.post(server.url, json=body, timeout=60).json()["result"]
+        result = httpx.post(server.url, json=body, timeout=60, headers=server.headers).json()["result"]
     assert [block[0]["document"]["id"] for block in result] == ["cat", "volcano", "violin"]
     assert all(-1.0 <= item["score"] <= 1.0 for block in result for item in block)  # cosine similarity

@@ -10,20 +10,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.retriever_docs import EXTRA_DOCS
 from turnrl.servers.retriever.client import RetrieverClient, check_server, format_passages
 from turnrl.servers.retriever.corpus import split_title
 from turnrl.servers.retriever.index import build_index
 from turnrl.servers.retriever.launcher import LocalRetriever
 from turnrl.tasks.search.corpus import builtin_documents
-
-# Search-R1 corpus rows, wiki-18 style: quoted title on the first line.
-EXTRA_DOCS = [
-    {"id": "wiki-1", "contents": '"Harbour of Ostrevant"\nThe harbour of Ostrevant freezes every winter.'},
-    {
-        "id": "wiki-2",
-        "contents": '"Quellmark Observatory"\nQuellmark Observatory was built on a basalt ridge.',
-    },
-]
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +36,20 @@ def server(
 
 
 def post(server: LocalRetriever, body: object) -> httpx.Response:
-    return httpx.post(server.url, json=body, timeout=30)
+    return httpx.post(server.url, json=body, timeout=30, headers=server.headers)
 
 
 def test_health(server: LocalRetriever, corpus: list[dict[str, str]]) -> None:
-    body = httpx.get(f"{server.base_url}/health", timeout=10).json()
+    body = httpx.get(f"{server.base_url}/health", timeout=10, headers=server.headers).json()
     assert body["status"] == "ok" and body["method"] == "bm25" and body["num_docs"] == len(corpus)
     assert body["topk"] == 3 and Path(body["index"]).name == "index"
-    assert check_server(server.url)["num_docs"] == len(corpus)
+    assert body["limits"] == {
+        "max_queries": 1024,
+        "max_results": 16384,
+        "max_query_chars": 4096,
+        "max_body": 8 << 20,
+    }
+    assert check_server(server.url, api_key=server.api_key)["num_docs"] == len(corpus)
 
 
 def test_exact_title_query_ranks_its_document_first(
@@ -153,21 +151,23 @@ def test_bad_requests_get_one_line_422(server: LocalRetriever, body: object, nee
     [(b'{"queries": ["a"', "request body: not valid JSON"), (b"", "request body: missing")],
 )
 def test_malformed_body(server: LocalRetriever, raw: bytes, needle: str) -> None:
-    response = httpx.post(server.url, content=raw, headers={"Content-Type": "application/json"}, timeout=10)
+    headers = {"Content-Type": "application/json", **server.headers}
+    response = httpx.post(server.url, content=raw, headers=headers, timeout=10)
     assert response.status_code == 422 and needle in response.json()["detail"]
-    assert httpx.get(f"{server.base_url}/health", timeout=10).status_code == 200
+    assert httpx.get(f"{server.base_url}/health", timeout=10, headers=server.headers).status_code == 200
 
 
 def test_json_without_content_type_is_understood(server: LocalRetriever) -> None:
     # curl -d sends application/x-www-form-urlencoded; the body is still JSON.
     raw = json.dumps({"queries": ["Quellmark Observatory"], "topk": 1}).encode()
-    response = httpx.post(server.url, content=raw, headers={"Content-Type": "text/plain"}, timeout=10)
+    headers = {"Content-Type": "text/plain", **server.headers}
+    response = httpx.post(server.url, content=raw, headers=headers, timeout=10)
     assert response.json()["result"][0][0]["id"] == "wiki-2"
 
 
 def test_client_round_trip(server: LocalRetriever) -> None:
     async def run() -> list[list]:
-        async with RetrieverClient(server.url, topk=2, timeout=10) as client:
+        async with RetrieverClient(server.url, topk=2, timeout=10, api_key=server.api_key) as client:
             return await client.retrieve(["Harbour of Ostrevant", "Quellmark Observatory"])
 
     result = asyncio.run(run())
@@ -182,7 +182,7 @@ def test_concurrent_requests(server: LocalRetriever, corpus: list[dict[str, str]
     titles = [split_title(r["contents"])[0] for r in corpus[:16]]
 
     async def run() -> list[list]:
-        async with RetrieverClient(server.url, topk=1, timeout=30) as client:
+        async with RetrieverClient(server.url, topk=1, timeout=30, api_key=server.api_key) as client:
             return await asyncio.gather(*(client.retrieve([t]) for t in titles))
 
     results = asyncio.run(run())

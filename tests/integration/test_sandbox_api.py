@@ -37,9 +37,9 @@ def server() -> Iterator[SandboxProcess]:
 
 def post(server: SandboxProcess, body: Any, raw: bool = False) -> httpx.Response:
     if raw:
-        headers = {"content-type": "application/json"}
+        headers = {"content-type": "application/json", **server.headers}
         return httpx.post(server.url + "/run_code", content=body, headers=headers, timeout=30)
-    return httpx.post(server.url + "/run_code", json=body, timeout=30)
+    return httpx.post(server.url + "/run_code", json=body, headers=server.headers, timeout=30)
 
 
 def assert_serving(server: SandboxProcess) -> None:
@@ -124,7 +124,11 @@ def test_bash_language(server: SandboxProcess) -> None:
             "fetch_files[0]: absolute paths are not allowed",
         ),
         ({"code": "1", "run_timout": 5}, 422, "run_timout: unknown field; did you mean 'run_timeout'?"),
-        ({"code": "x" * (10 << 20)}, 413, "code: 10485760 bytes exceeds the server limit"),
+        (
+            {"code": "x" * (10 << 20)},
+            413,
+            "code: 10485760 bytes exceeds the server limit of 1048576 bytes (--max-code)",
+        ),
         ([1, 2], 422, "request body: must be a JSON object"),
     ],
 )
@@ -149,6 +153,7 @@ def test_oversized_body_is_refused_before_reading(server: SandboxProcess) -> Non
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
         conn.sendall(
             b"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer " + server.api_key.encode() + b"\r\n"
             b"Content-Length: 1000000000\r\nConnection: close\r\n\r\n"
         )
         reply = b""
@@ -161,18 +166,18 @@ def test_oversized_body_is_refused_before_reading(server: SandboxProcess) -> Non
 
 
 def test_health_and_ping(server: SandboxProcess) -> None:
-    health = httpx.get(server.url + "/health").json()
+    health = httpx.get(server.url + "/health", headers=server.headers).json()
     assert health["status"] == "ok" and health["languages"] == ["bash", "python"]
     assert health["capacity"]["workers"] == 4 and health["capacity"]["queue"] == 16
     layers = health["isolation"]["layers"]
     assert layers["process_group"] and layers["rlimits"] and layers["scrubbed_env"]
     assert health["isolation"]["network_isolated"] == layers["network_namespace"]
-    assert httpx.get(server.url + "/v1/ping").text == "pong"
+    assert httpx.get(server.url + "/v1/ping", headers=server.headers).text == "pong"
 
 
 def test_runs_beyond_workers_wait_their_turn(server: SandboxProcess) -> None:
     async def main() -> list[float]:
-        async with SandboxClient(server.url) as client:
+        async with SandboxClient(server.url, api_key=server.api_key) as client:
             start = time.monotonic()
             results = await asyncio.gather(
                 *[client.run_code("import time; time.sleep(0.6)") for _ in range(8)]
@@ -188,29 +193,34 @@ def test_overload_is_answered_503_at_once() -> None:
     with SandboxProcess(workers=1, queue=0) as small:
 
         async def main() -> None:
-            async with SandboxClient(small.url, retries=0) as client:
+            async with SandboxClient(small.url, retries=0, api_key=small.api_key) as client:
                 busy = asyncio.create_task(client.run_code("import time; time.sleep(1.5)", run_timeout=5))
                 await asyncio.sleep(0.4)
                 start = time.monotonic()
-                response = httpx.post(small.url + "/run_code", json={"code": "print(1)"}, timeout=10)
+                response = httpx.post(
+                    small.url + "/run_code", json={"code": "print(1)"}, headers=small.headers, timeout=10
+                )
                 assert time.monotonic() - start < 0.5
                 assert response.status_code == 503 and response.headers["retry-after"] == "1"
                 assert response.json()["detail"].startswith("sandbox overloaded")
                 with pytest.raises(SandboxUnavailable, match="HTTP 503"):
                     await client.run_code("print(1)")
-                patient = SandboxClient(small.url, retries=8, backoff=0.2, max_backoff=0.5)
+                patient = SandboxClient(
+                    small.url, retries=8, backoff=0.2, max_backoff=0.5, api_key=small.api_key
+                )
                 result = await patient.run_code("print('served after retries')")
                 await patient.aclose()
                 assert result.ok and result.stdout == "served after retries\n"
                 assert (await busy).ok
 
         asyncio.run(main())
-        assert httpx.get(small.url + "/health").json()["capacity"]["rejected"] >= 2
+        assert httpx.get(small.url + "/health", headers=small.headers).json()["capacity"]["rejected"] >= 2
 
 
 def test_client_result_fields_and_files(server: SandboxProcess) -> None:
     async def main() -> None:
-        async with SandboxClient(server.url + "/run_code", timeout=30) as client:  # a verl-style URL
+        # a verl-style URL
+        async with SandboxClient(server.url + "/run_code", timeout=30, api_key=server.api_key) as client:
             result = await client.run_code(
                 "print(open('in.bin', 'rb').read().hex())\nopen('o.txt', 'w').write('done')",
                 files={"in.bin": b"\x00\xff"},
@@ -230,7 +240,7 @@ def test_client_result_fields_and_files(server: SandboxProcess) -> None:
 
 def test_client_does_not_retry_4xx(server: SandboxProcess) -> None:
     async def main() -> float:
-        async with SandboxClient(server.url, retries=5, backoff=1.0) as client:
+        async with SandboxClient(server.url, retries=5, backoff=1.0, api_key=server.api_key) as client:
             start = time.monotonic()
             with pytest.raises(SandboxRequestError, match="language: unsupported 'cobol'"):
                 await client.run_code("1", language="cobol")
@@ -252,7 +262,13 @@ def test_client_retries_connection_errors_then_names_the_url() -> None:
 
 
 def test_check_server(server: SandboxProcess) -> None:
-    assert check_server(server.url)["status"] == "ok"
+    assert check_server(server.url, api_key=server.api_key)["status"] == "ok"
+    for key, reason in [(None, "api key: missing"), ("nope", "api key: wrong key")]:
+        with pytest.raises(SandboxUnavailable) as refused:
+            check_server(server.url, api_key=key)
+        message = str(refused.value)  # the server's own reason, in one line
+        assert message.startswith(f"sandbox server at {server.url} refused the key (HTTP 401: {reason}")
+        assert message.endswith("; send its key (api_key or $TURNRL_API_KEY)") and "\n" not in message
     dead = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(SandboxUnavailable) as err:
         check_server(dead, timeout=2)
@@ -272,7 +288,8 @@ def test_basic_isolation_mode_still_kills_and_cleans() -> None:
             f"subprocess.Popen(['sleep', '{marker}'], process_group=0)\n"  # leaves the process group
             "time.sleep(30)\n"
         )
-        out = httpx.post(basic.url + "/run_code", json={"code": code, "run_timeout": 1}, timeout=30).json()
+        body = {"code": code, "run_timeout": 1}
+        out = httpx.post(basic.url + "/run_code", json=body, headers=basic.headers, timeout=30).json()
         assert out["run_result"]["status"] == "TimeLimitExceeded"
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:

@@ -256,7 +256,9 @@ def flood(server: SandboxProcess, n: int, timeout: float) -> tuple[dict[str, int
 
     async def main() -> list[str]:
         limits = httpx.Limits(max_connections=n, max_keepalive_connections=0)
-        async with httpx.AsyncClient(base_url=server.url, timeout=timeout, limits=limits) as client:
+        async with httpx.AsyncClient(
+            base_url=server.url, timeout=timeout, limits=limits, headers=server.headers
+        ) as client:
             return await asyncio.gather(*[one(client, i) for i in range(n)])
 
     outcomes = asyncio.run(main())
@@ -265,12 +267,12 @@ def flood(server: SandboxProcess, n: int, timeout: float) -> tuple[dict[str, int
 
 
 def test_thousand_concurrent_requests_none_lost(server: SandboxProcess) -> None:
-    before = httpx.get(server.url + "/health", timeout=10).json()["capacity"]
+    before = httpx.get(server.url + "/health", headers=server.headers, timeout=10).json()["capacity"]
     counts, other = flood(server, 1000, timeout=120)
     assert other == [], other[:5]
     assert counts["ok"] + counts["overloaded"] == 1000
     assert counts["ok"] >= before["workers"] + before["queue"]  # the first wave all got a place
-    after = httpx.get(server.url + "/health", timeout=10).json()["capacity"]
+    after = httpx.get(server.url + "/health", headers=server.headers, timeout=10).json()["capacity"]
     assert after["running"] == after["queued"] == 0
     assert after["completed"] - before["completed"] == counts["ok"]
     assert after["rejected"] - before["rejected"] == counts["overloaded"]
@@ -283,6 +285,6 @@ def test_thousand_concurrent_requests_all_served_with_a_deep_queue() -> None:
     with SandboxProcess(workers=2, queue=1000) as deep:
         counts, other = flood(deep, 1000, timeout=600)
         assert other == [] and counts == {"ok": 1000, "overloaded": 0}, (counts, other[:5])
-        capacity = httpx.get(deep.url + "/health", timeout=10).json()["capacity"]
+        capacity = httpx.get(deep.url + "/health", headers=deep.headers, timeout=10).json()["capacity"]
         assert capacity["completed"] == 1000 and capacity["running"] == capacity["queued"] == 0
         assert_clean(deep)

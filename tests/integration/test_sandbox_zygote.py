@@ -40,11 +40,12 @@ def server() -> Iterator[SandboxProcess]:
 
 
 def health(server: SandboxProcess) -> dict[str, Any]:
-    return httpx.get(server.url + "/health", timeout=10).json()
+    return httpx.get(server.url + "/health", headers=server.headers, timeout=10).json()
 
 
 def run(server: SandboxProcess, code: str, **fields: Any) -> dict[str, Any]:
-    response = httpx.post(server.url + "/run_code", json={"code": code, **fields}, timeout=60)
+    body = {"code": code, **fields}
+    response = httpx.post(server.url + "/run_code", json=body, headers=server.headers, timeout=60)
     assert response.status_code == 200, response.text
     return response.json()
 

@@ -9,14 +9,26 @@ in-process engine's.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import socket
+from functools import partialmethod
 from pathlib import Path
 
 import httpx
 import pytest
 import torch
 
-from tests.support.serving import CAPITAL, EQ, TIME, load_start_weights, recomputed
+from tests.support.serving import (
+    CAPITAL,
+    EQ,
+    HEADERS,
+    KEY,
+    TIME,
+    load_start_weights,
+    recomputed,
+    serve_process,
+    version_of,
+)
 from turnrl.config.schema import RolloutConfig, ServerConfig
 from turnrl.models.weights_dir import write_weights_dir
 from turnrl.rollout.base import SamplingParams
@@ -25,18 +37,14 @@ from turnrl.rollout.server import ServerEngine, ServerError
 from turnrl.servers.inference.launcher import ServeProcess, start_all
 from turnrl.workers.engines import build_engine
 
-CFG = ServerConfig(timeout_s=60, max_retries=1, startup_timeout_s=60)
+CFG = ServerConfig(timeout_s=60, max_retries=1, startup_timeout_s=60, api_key=KEY)
 
 
 @pytest.fixture(scope="module")
-def servers():
-    # one torch thread: a tiny model gains nothing from more, and two spinning pools on a busy CPU crawl
-    procs = [
-        ServeProcess(
-            "tiny-random", "cpu", "float32", startup_timeout_s=120, seed=0, extra_args=["--threads", "1"]
-        )
-        for _ in range(2)
-    ]
+def servers(tmp_path_factory):
+    # one torch thread: a tiny model gains nothing from more, and two spinning pools on a busy CPU crawl;
+    # weights may come from anywhere under this session's temporary directories (every tmp_path)
+    procs = [serve_process(tmp_path_factory.getbasetemp()) for _ in range(2)]
     try:
         yield start_all(procs)  # both load at once
     finally:
@@ -51,7 +59,7 @@ def engine_for(urls, tiny, **kw) -> ServerEngine:
 
 
 def test_health_and_models(servers):
-    health = httpx.get(servers[0].url + "/health").json()
+    health = httpx.get(servers[0].url + "/health", headers=HEADERS).json()
     assert health == {
         "status": "ok",
         "model": "tiny-random",
@@ -60,9 +68,13 @@ def test_health_and_models(servers):
         "batches_run": 0,  # the first request to this server is still to come
         "requests_served": 0,
         "max_rows_in_a_batch": 0,
+        "requests_dropped": 0,
+        "requests_aborted": 0,
         "max_model_len": 2048,
+        "limits": {"max_rows_per_request": 1024, "max_tokens_per_request": 4194304, "max_body": 33554432},
     }
-    card = httpx.get(servers[0].url + "/v1/models").json()["data"][0]
+    assert httpx.get(servers[0].url + "/health").status_code == 401  # the key is asked on every route
+    card = httpx.get(servers[0].url + "/v1/models", headers=HEADERS).json()["data"][0]
     assert (card["id"], card["vocab_size"], card["max_model_len"]) == ("tiny-random", 49152, 2048)
 
 
@@ -79,7 +91,7 @@ def test_token_ids_out_verbatim_with_the_models_log_probs(servers, tiny):
         "return_tokens_as_token_ids": True,
         "return_token_ids": True,
     }
-    out = httpx.post(servers[0].url + "/v1/completions", json=body, timeout=60).json()
+    out = httpx.post(servers[0].url + "/v1/completions", json=body, timeout=60, headers=HEADERS).json()
     assert out["object"] == "text_completion" and out["policy_version"] == 0
     choices = out["choices"]
     assert [c["index"] for c in choices] == [0, 1, 2, 3]
@@ -108,9 +120,9 @@ def test_token_ids_out_verbatim_with_the_models_log_probs(servers, tiny):
     ],
 )
 def test_bad_requests_get_one_line(servers, body, status, words):
-    r = httpx.post(servers[0].url + "/v1/completions", json=body, timeout=30)
+    r = httpx.post(servers[0].url + "/v1/completions", json=body, timeout=30, headers=HEADERS)
     assert r.status_code == status and words in r.json()["detail"] and "\n" not in r.json()["detail"]
-    assert httpx.get(servers[0].url + "/health").status_code == 200
+    assert httpx.get(servers[0].url + "/health", headers=HEADERS).status_code == 200
 
 
 def test_per_row_budgets_and_stop_strings_match_the_in_process_engine(servers, tiny):
@@ -132,8 +144,9 @@ def test_per_row_budgets_and_stop_strings_match_the_in_process_engine(servers, t
 
 
 def test_two_servers_share_the_rows_and_keep_their_order(servers, tiny, tmp_path):
-    load_start_weights(servers[1], tiny, tmp_path)
+    version = load_start_weights(servers[1], tiny, tmp_path)
     engine = engine_for([servers[0].url, servers[1].url], tiny, rows_per_request=3)
+    engine.offset[servers[1].url] = version  # B holds the start policy (the engine's 0) as `version`
     try:
         prompts = [EQ, TIME, CAPITAL, EQ[:3]]
         params = SamplingParams(max_new_tokens=5, n=3, temperature=1.0, seed=11)
@@ -167,6 +180,8 @@ def test_weight_update_changes_what_is_sampled(servers, tiny, tmp_path):
         # one request (one server, one budget) with this seed samples as the in-process engine does
         params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=7)
         engine.sync_weights(1)  # the start weights (tied embeddings: lm_head is not in the file)
+        held = version_of(server)  # 1 on a fresh server; later if another test loaded weights first
+        assert held == 1 + engine.offset[server.url]
         before = engine.generate([EQ, TIME], params)
         assert before.response_ids == HFEngine(*tiny).generate([EQ, TIME], params).response_ids
         actor["state"] = new_model.state_dict()
@@ -175,7 +190,7 @@ def test_weight_update_changes_what_is_sampled(servers, tiny, tmp_path):
             tmp_path / "v2" / "config.json"
         ).is_file()
         assert sorted(p.name for p in tmp_path.iterdir()) == ["v2"]  # v1 deleted once every server has v2
-        assert httpx.get(server.url + "/health").json()["policy_version"] == 2
+        assert version_of(server) == held + 1
         after = engine.generate([EQ, TIME], params)
         want = HFEngine(new_model, tiny[1]).generate([EQ, TIME], params)
         assert after.response_ids == want.response_ids != before.response_ids
@@ -187,13 +202,14 @@ def test_weight_update_changes_what_is_sampled(servers, tiny, tmp_path):
         state = dict(new_model.state_dict())
         state["model.norm.weight"] = torch.ones(7)
         bad = write_weights_dir(state, tmp_path / "bad")
-        body = {"model_path": str(bad), "policy_version": 3}
-        r = httpx.post(server.url + "/update_weights_from_disk", json=body)
+        body = {"model_path": str(bad), "policy_version": held + 2}
+        r = httpx.post(server.url + "/update_weights_from_disk", json=body, headers=HEADERS)
         assert r.status_code == 400 and "model.norm.weight has shape [7]" in r.json()["detail"]
-        assert r.json()["policy_version"] == 2
-        r = httpx.post(server.url + "/update_weights_from_disk", json={"model_path": str(tmp_path / "nope")})
+        assert r.json()["policy_version"] == held + 1
+        nope = {"model_path": str(tmp_path / "nope")}
+        r = httpx.post(server.url + "/update_weights_from_disk", json=nope, headers=HEADERS)
         assert r.status_code == 400 and "not a directory" in r.json()["detail"]
-        assert httpx.get(server.url + "/health").json()["policy_version"] == 2
+        assert version_of(server) == held + 1
         assert engine.generate([EQ, TIME], params).response_ids == want.response_ids
     finally:
         engine.close()
@@ -205,13 +221,34 @@ def test_a_server_that_lags_behind_the_trainer_is_an_error(servers, tiny, tmp_pa
     try:
         engine.sync_weights(5)
         assert engine.generate([EQ], SamplingParams(max_new_tokens=2)).policy_version == 5
-        # someone else loads another version into it behind the trainer's back
-        body = {"model_path": str(tmp_path / "v5"), "policy_version": 6}
-        assert httpx.post(server.url + "/update_weights_from_disk", json=body).status_code == 200
+        # someone else loads another version into it behind the trainer's back (the server's next:
+        # the engine reads it as its 6)
+        body = {"model_path": str(tmp_path / "v5"), "policy_version": version_of(server) + 1}
+        assert (
+            httpx.post(server.url + "/update_weights_from_disk", json=body, headers=HEADERS).status_code
+            == 200
+        )
         with pytest.raises(
             ServerError, match=rf"{server.url} reports policy version 6, but the trainer is at version 5"
         ):
             engine.generate([EQ], SamplingParams(max_new_tokens=2))
+    finally:
+        engine.close()
+
+
+def test_a_version_synced_again_loads_as_the_servers_next(servers, tiny, tmp_path):
+    """turnrl serve takes only newer versions; a trainer that syncs a version the server holds
+    (an evaluation's 0, a resume) has it loaded as the server's next one, and reads it back as its own."""
+    server = servers[1]
+    held = version_of(server)
+    engine = engine_for([server.url], tiny, weights=tiny[0].state_dict, weights_dir=tmp_path)
+    try:
+        engine.sync_weights(0)  # refused with a 409 as version 0, loaded as held + 1
+        assert version_of(server) == held + 1 and engine.offset[server.url] == held + 1
+        assert engine.generate([EQ], SamplingParams(max_new_tokens=2)).policy_version == 0
+        engine.sync_weights(1)
+        assert version_of(server) == held + 2
+        assert engine.generate([EQ], SamplingParams(max_new_tokens=2)).policy_version == 1
     finally:
         engine.close()
 
@@ -237,16 +274,21 @@ def test_an_unreachable_server_is_named():
         ServerEngine([url], cfg, eos_ids={2}, vocab_size=49152)
 
 
-def test_build_engine_runs_a_child_server_and_survives_losing_one(servers, tiny, tmp_path: Path):
+def test_build_engine_runs_a_child_server_and_survives_losing_one(servers, tiny, tmp_path: Path, monkeypatch):
     model, tok = tiny
     assert isinstance(build_engine(RolloutConfig(), model, tok, tmp_path, "tiny-random"), HFEngine)
-    rollout = RolloutConfig(engine="server", server=CFG)
+    rollout = RolloutConfig(engine="server", server=dataclasses.replace(CFG, api_key="not the child's"))
+    # the child gets this module's key instead of a random one, so that one client (`other`, below)
+    # can use it and servers[0] together; the engine sends the child's key, not `rollout.server.api_key`
+    monkeypatch.setattr(ServeProcess, "__init__", partialmethod(ServeProcess.__init__, api_key=KEY))
     engine = build_engine(rollout, model, tok, tmp_path, "tiny-random", model.state_dict, dtype="float32")
     other = None
     try:
         child = engine.child
         child_url = child.url
         assert (tmp_path / "rollout_server.log").is_file()
+        # the child loads only from the run's weights directory
+        assert child.weights_root == str(tmp_path / "rollout_weights")
         params = SamplingParams(max_new_tokens=4, temperature=0.0)
         assert engine.generate([EQ], params).response_ids == [[446] * 4]
         engine.sync_weights(1)

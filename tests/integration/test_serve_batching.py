@@ -19,13 +19,21 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from tests.support.serving import CAPITAL, EQ, TIME, load_start_weights, recomputed
+from tests.support.serving import (
+    CAPITAL,
+    EQ,
+    HEADERS,
+    TIME,
+    load_start_weights,
+    recomputed,
+    serve_process,
+    version_of,
+)
 from turnrl.models.weights_dir import write_weights_dir
 from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.rollout.hf import HFEngine
 from turnrl.servers.inference.app import create_app
 from turnrl.servers.inference.batcher import Batcher
-from turnrl.servers.inference.launcher import ServeProcess
 
 # ---------------------------------------------------------------- the scheduler, with a fake engine
 
@@ -45,6 +53,7 @@ class FakeEngine:
         prompt_ids: list[list[int]],
         params: SamplingParams,
         max_new_tokens_per_row: list[int] | None = None,
+        abort: Any = None,
     ) -> Generation:
         self.calls.append((prompt_ids, params, max_new_tokens_per_row))
         self.started.release()
@@ -88,7 +97,13 @@ def test_waiting_requests_merge_by_sampling_params_and_seeded_ones_run_alone():
         ([[6]], None),
     ]
     assert engine.calls[1][1].max_new_tokens == 4 and engine.calls[2][1].seed == 3
-    assert batcher.stats() == {"batches_run": 5, "requests_served": 6, "max_rows_in_a_batch": 3}
+    assert batcher.stats() == {
+        "batches_run": 5,
+        "requests_served": 6,
+        "max_rows_in_a_batch": 3,
+        "requests_dropped": 0,
+        "requests_aborted": 0,
+    }
     batcher.close(5)
 
 
@@ -170,10 +185,8 @@ def test_a_failed_batch_is_a_one_line_500_for_each_of_its_requests(tiny, monkeyp
 
 
 @pytest.fixture(scope="module")
-def server():
-    proc = ServeProcess(
-        "tiny-random", "cpu", "float32", startup_timeout_s=120, seed=0, extra_args=["--threads", "1"]
-    )
+def server(tmp_path_factory):
+    proc = serve_process(tmp_path_factory.getbasetemp())
     try:
         yield proc.start()
     finally:
@@ -182,7 +195,7 @@ def server():
 
 def complete(url: str, prompt: list[int], **kw: Any) -> dict[str, Any]:
     body = {"prompt": prompt, "logprobs": 0, "return_token_ids": True, **kw}
-    r = httpx.post(url + "/v1/completions", json=body, timeout=60)
+    r = httpx.post(url + "/v1/completions", json=body, timeout=60, headers=HEADERS)
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -200,7 +213,7 @@ def concurrently(url: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 
 def counters(url: str) -> dict[str, Any]:
-    return httpx.get(url + "/health").json()
+    return httpx.get(url + "/health", headers=HEADERS).json()
 
 
 def check_choices(model: Any, eos: set[int], body: dict[str, Any], out: dict[str, Any], temperature: float):
@@ -226,6 +239,7 @@ def test_concurrent_requests_share_engine_calls(server, tiny):
         {"prompt": prompts[i % 5], "max_tokens": 1 + i % 6, "n": 1 + i % 2, "temperature": 0.8}
         for i in range(16)
     ]
+    version = before["policy_version"]
     outs = concurrently(server.url, bodies)
     after = counters(server.url)
     served, batches = (after[k] - before[k] for k in ("requests_served", "batches_run"))
@@ -233,7 +247,7 @@ def test_concurrent_requests_share_engine_calls(server, tiny):
     assert after["max_rows_in_a_batch"] > 2  # more than one request's rows in one call
     eos = HFEngine(*tiny).eos_ids
     for body, out in zip(bodies, outs, strict=True):
-        assert out["policy_version"] == 0
+        assert out["policy_version"] == version
         check_choices(tiny[0], eos, body, out, 0.8)
 
 
@@ -256,21 +270,24 @@ def test_weight_update_lands_between_batches(server, tiny, tmp_path: Path):
         for p in new_model.parameters():
             p.add_(torch.randn(p.shape, generator=gen) * 0.1)
     path = write_weights_dir(new_model.state_dict(), tmp_path / "v1")
-    models = {0: tiny[0], 1: new_model}
+    old = version_of(server)  # 0, unless another test loaded weights first
+    new = old + 1
+    models = {old: tiny[0], new: new_model}
     bodies = [{"prompt": [EQ, TIME, CAPITAL][i % 3], "max_tokens": 8, "temperature": 1.0} for i in range(12)]
     try:
         with ThreadPoolExecutor(len(bodies)) as pool:
             running = [pool.submit(complete, server.url, **body) for body in bodies]
             r = httpx.post(
                 server.url + "/update_weights_from_disk",
-                json={"model_path": str(path), "policy_version": 1},
+                json={"model_path": str(path), "policy_version": new},
                 timeout=60,
+                headers=HEADERS,
             )
-            assert r.status_code == 200 and r.json()["policy_version"] == 1
-            later = concurrently(server.url, bodies[:4])  # sent after the load: their batches use v1
+            assert r.status_code == 200 and r.json()["policy_version"] == new
+            later = concurrently(server.url, bodies[:4])  # sent after the load: their batches use it
             during = [f.result() for f in running]  # no request fails (complete() checks the 200)
-        assert {out["policy_version"] for out in during} <= {0, 1}
-        assert all(out["policy_version"] == 1 for out in later)
+        assert {out["policy_version"] for out in during} <= {old, new}
+        assert all(out["policy_version"] == new for out in later)
         # each response's version is the one that sampled it: its log-probs are that model's
         eos = HFEngine(*tiny).eos_ids
         for body, out in zip(bodies + bodies[:4], during + later, strict=True):
@@ -282,8 +299,8 @@ def test_weight_update_lands_between_batches(server, tiny, tmp_path: Path):
 def test_a_client_that_leaves_does_not_stop_the_server(server, tiny):
     body = {"prompt": [EQ, TIME] * 8, "max_tokens": 16}
     with pytest.raises(httpx.TimeoutException):  # gives up while its batch runs or waits
-        httpx.post(server.url + "/v1/completions", json=body, timeout=0.05)
-    health = httpx.get(server.url + "/health", timeout=5)  # answers while that batch runs
+        httpx.post(server.url + "/v1/completions", json=body, timeout=0.05, headers=HEADERS)
+    health = httpx.get(server.url + "/health", timeout=5, headers=HEADERS)  # answers while that batch runs
     assert health.status_code == 200
     ok = {"prompt": CAPITAL, "max_tokens": 3, "temperature": 1.0}
     check_choices(tiny[0], HFEngine(*tiny).eos_ids, ok, complete(server.url, **ok), 1.0)

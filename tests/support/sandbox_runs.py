@@ -26,7 +26,8 @@ def fork_bounded(server: SandboxProcess) -> bool:
 
 
 def run(server: SandboxProcess, code: str, timeout: float = 60.0, **fields: Any) -> dict[str, Any]:
-    response = httpx.post(server.url + "/run_code", json={"code": code, **fields}, timeout=timeout)
+    body = {"code": code, **fields}
+    response = httpx.post(server.url + "/run_code", json=body, headers=server.headers, timeout=timeout)
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -35,7 +36,7 @@ def assert_clean(server: SandboxProcess, marker: str | None = None) -> None:
     """The server answers normally and the run left nothing behind."""
     ok = run(server, "print(6 * 7)", run_timeout=10)
     assert ok["status"] == "Success" and ok["run_result"]["stdout"] == "42\n", ok
-    health = httpx.get(server.url + "/health", timeout=10).json()
+    health = httpx.get(server.url + "/health", headers=server.headers, timeout=10).json()
     assert health["pid"] == server.pid
     assert os.listdir(health["work_root"]) == [], "a work dir was left behind"
     uids = health["isolation"]["uids"]

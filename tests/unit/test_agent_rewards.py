@@ -102,13 +102,15 @@ def test_code_program_extraction_and_tests():
 
 
 class FakeSandbox:
-    """Stands in for `code._run_tests`: records the sandbox URL and passes every test."""
+    """Stands in for `code._run_tests`: records the sandbox URL and key and passes every test."""
 
     def __init__(self):
         self.urls: list[str] = []
+        self.keys: list[str | None] = []
 
-    async def __call__(self, url, program, tests, run_timeout):
+    async def __call__(self, url, program, tests, run_timeout, api_key=None):
         self.urls.append(url)
+        self.keys.append(api_key)
         return [True] * len(tests.get("inputs", [None]))
 
 
@@ -119,21 +121,26 @@ TESTS = {"inputs": ["1\n"], "outputs": ["1\n"]}
 def test_code_scorer_takes_the_sandbox_url_as_an_argument(monkeypatch):
     fake = FakeSandbox()
     monkeypatch.setattr(code, "_run_tests", fake)
-    monkeypatch.setattr(code, "_child_sandbox_url", lambda: "http://child")  # never start a real one
+    # never start a real one
+    monkeypatch.setattr(code, "_child_sandbox", lambda: ("http://child", "child-key"))
     monkeypatch.setenv("TURNRL_SANDBOX_URL", "http://from-env")
-    assert code.compute_score("turnrl/code", PROGRAM, TESTS, sandbox_url="http://given")["score"] == 1.0
+    given = code.compute_score("turnrl/code", PROGRAM, TESTS, sandbox_url="http://given", sandbox_api_key="k")
+    assert given["score"] == 1.0
     code.compute_score("turnrl/code", PROGRAM, TESTS)  # no URL: the environment's
     monkeypatch.delenv("TURNRL_SANDBOX_URL")
-    code.compute_score("turnrl/code", PROGRAM, TESTS)  # nor that: turnrl's child sandbox
+    code.compute_score("turnrl/code", PROGRAM, TESTS)  # nor that: turnrl's child sandbox, with its key
     assert fake.urls == ["http://given", "http://from-env", "http://child"]
+    assert fake.keys == ["k", None, "child-key"]  # None: the client sends $TURNRL_API_KEY
 
 
 def test_rule_reward_binds_its_sandbox_into_the_code_scorers(monkeypatch):
     fake = FakeSandbox()
     monkeypatch.setattr(code, "_run_tests", fake)
     monkeypatch.delenv("TURNRL_SANDBOX_URL", raising=False)
-    monkeypatch.setattr(code, "_child_sandbox_url", lambda: "http://child")
-    bound = RuleReward(None, sandbox_url="http://run-sandbox", scorers=scorers()).table
+    monkeypatch.setattr(code, "_child_sandbox", lambda: ("http://child", "child-key"))
+    bound = RuleReward(
+        None, sandbox_url="http://run-sandbox", sandbox_api_key="run-key", scorers=scorers()
+    ).table
     unbound = RuleReward(None, scorers=scorers()).table
     # (the code task's own scorer is bound too; tests/integration/test_code_task.py checks it for real)
     sources = code.CODE_SOURCES
@@ -142,4 +149,5 @@ def test_rule_reward_binds_its_sandbox_into_the_code_scorers(monkeypatch):
         bound[source](source, PROGRAM, TESTS, {"run_timeout": 2.0})
         unbound[source](source, PROGRAM, TESTS, None)
     assert fake.urls == ["http://run-sandbox", "http://child"] * len(sources)
+    assert fake.keys == ["run-key", "child-key"] * len(sources)
     assert resolve("apps", table=bound) is bound["apps"] and bound["nq"] is qa.compute_score

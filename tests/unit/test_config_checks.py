@@ -31,9 +31,9 @@ def agent(**settings: Any) -> dict[str, Any]:
 
 
 RULES = [
-    # every size must be positive
+    # every size must be positive (config.checks.RANGES; tests/unit/test_config_ranges.py has the table)
     *(
-        ({key.replace(".", "__"): 0}, rf"'{re.escape(key)}' must be positive, got 0")
+        ({key.replace(".", "__"): 0}, rf"'{re.escape(key)}' must be >= 1, got 0")
         for key in (
             "data.train_batch_size",
             "data.max_prompt_length",
@@ -97,7 +97,10 @@ RULES = [
     (agent(format="yaml"), r"'rollout\.multi_turn\.format' must be xml or json, got 'yaml'"),
     (agent(max_turns=-1), r"'rollout\.multi_turn\.max_turns' must be >= 0, got -1"),
     (agent(max_obs_length=0), r"'rollout\.multi_turn\.max_obs_length' must be >= 1, got 0"),
-    (agent(max_tokens_per_turn=-1), r"'rollout\.multi_turn\.max_tokens_per_turn' must be >= 0, got -1"),
+    (
+        agent(max_tokens_per_turn=-1),
+        r"'rollout\.multi_turn\.max_tokens_per_turn' must be >= 0 \(0 = up to the remaining response budget\), got -1",
+    ),
     (agent(max_concurrent_calls=0), r"'rollout\.multi_turn\.max_concurrent_calls' must be >= 1, got 0"),
     (agent(tool_timeout=0.0), r"'rollout\.multi_turn\.tool_timeout' must be > 0, got 0\.0"),
     (agent(answer_tag="  "), r"'rollout\.multi_turn\.answer_tag' must not be empty"),

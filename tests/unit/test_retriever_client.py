@@ -22,10 +22,13 @@ DOC = {"document": {"id": "3", "contents": "Dransk\nDransk trades salt."}, "scor
 
 
 class Scripted:
-    """Answers POST /retrieve with the scripted (status, body) pairs in turn, the last one forever."""
+    """Answers POST /retrieve with the scripted (status, body) pairs in turn, the last one forever;
+    a body may be a function of the request's JSON. `health`: False = no /health (Search-R1's),
+    a (status, body) pair = that answer. The headers of every request are kept in `headers`."""
 
-    def __init__(self, script: list[tuple[int, object]], health: bool = True) -> None:
+    def __init__(self, script: list[tuple[int, object]], health: bool | tuple[int, object] = True) -> None:
         self.script, self.health, self.requests = script, health, []
+        self.headers: list[dict[str, str]] = []
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -38,16 +41,21 @@ class Scripted:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
-                if owner.health and self.path == "/health":
+                owner.headers.append(dict(self.headers))
+                if isinstance(owner.health, tuple) and self.path == "/health":
+                    self._send(*owner.health)
+                elif owner.health and self.path == "/health":
                     self._send(200, {"status": "ok", "num_docs": 1})
                 else:
                     self._send(404, {"detail": "Not Found"})
 
             def do_POST(self) -> None:
+                owner.headers.append(dict(self.headers))
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner.requests.append(body)
                 step = min(len(owner.requests), len(owner.script)) - 1
-                self._send(*owner.script[step])
+                status, answer = owner.script[step]
+                self._send(status, answer(body) if callable(answer) else answer)
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -152,3 +160,35 @@ def test_constructor_rejects_bad_settings() -> None:
         RetrieverClient("http://127.0.0.1:1", topk=0)
     with pytest.raises(ValueError, match="retries"):
         RetrieverClient("http://127.0.0.1:1", retries=-1)
+
+
+def echo(body: dict) -> dict:
+    """A retriever that finds each query itself: one passage whose id is the query."""
+    return {"result": [[{"document": {"id": q, "contents": q}, "score": 1.0}] for q in body["queries"]]}
+
+
+def test_sends_the_key_and_splits_a_batch_by_the_advertised_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    health = (200, {"status": "ok", "limits": {"max_queries": 3, "max_results": 4, "max_body": 1 << 20}})
+    with Scripted([(200, echo)], health=health) as server:
+        client = RetrieverClient(server.url, topk=2, api_key="k1")
+        result = asyncio.run(client.retrieve(list("abcde")))  # topk 2: at most 4 // 2 = 2 queries a request
+    assert [block[0].id for block in result] == list("abcde")  # in query order, whatever came back first
+    assert sorted(len(r["queries"]) for r in server.requests) == [1, 2, 2]
+    assert [h.get("Authorization") for h in server.headers] == ["Bearer k1"] * 4  # /health, then 3 POSTs
+    # no key given: $TURNRL_API_KEY; a server without limits (Search-R1's) gets the whole batch at once
+    monkeypatch.setenv("TURNRL_API_KEY", "from-env")
+    with Scripted([(200, echo)], health=False) as server:
+        result = asyncio.run(RetrieverClient(server.url).retrieve(list("abcde")))
+        assert len(result) == 5 and [len(r["queries"]) for r in server.requests] == [5]
+        assert {h.get("Authorization") for h in server.headers} == {"Bearer from-env"}
+        assert check_server(server.url) == {} and server.headers[-1].get("Authorization") == "Bearer from-env"
+
+
+def test_check_server_names_a_refused_key() -> None:
+    refusal = (401, {"detail": "api key: wrong key"})
+    with Scripted([refusal], health=refusal) as server, pytest.raises(RetrieverRequestError) as info:
+        check_server(server.url, api_key="nope")
+    assert str(info.value) == (
+        f"retriever at {server.url} refused the key (HTTP 401: api key: wrong key); "
+        "set rollout.multi_turn.search.api_key or $TURNRL_API_KEY to the server's key"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import socket
 import subprocess
 import sys
 
@@ -68,6 +69,29 @@ def test_cli_refuses_bad_settings(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sandbox", "serve", "--python", "/nonexistent/python"]) == 2
     assert "--python '/nonexistent/python' is not an executable file" in capsys.readouterr().err
     assert main(["sandbox"]) == 2  # no sub-command: help
+
+
+def test_cli_refusals_to_serve_are_one_line(capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    monkeypatch.delenv("TURNRL_API_KEY", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main(["sandbox", "serve", "--port", "99999"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "turnrl sandbox serve: error: argument --port: 99999 is not a port in [0, 65535]\n"
+    )
+    assert main(["sandbox", "serve", "--host", "0.0.0.0"]) == 2  # beyond loopback without a key
+    err = capsys.readouterr().err
+    assert err.startswith("turnrl sandbox serve: error: --host 0.0.0.0: binding beyond loopback needs a key")
+    assert err.count("\n") == 1
+    with socket.socket() as taken:  # refused before the isolation probe: nothing else printed
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["sandbox", "serve", "--port", str(port)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == (
+        f"turnrl sandbox serve: error: --host 127.0.0.1 --port {port}: cannot listen (Address already in use)\n"
+    )
 
 
 def test_sandbox_modules_do_not_import_torch() -> None:

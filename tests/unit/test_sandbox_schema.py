@@ -14,9 +14,10 @@ from turnrl.servers.sandbox.schema import (
     check_relative_path,
     check_request,
     describe_validation_error,
+    parse_request,
 )
 
-CFG = SandboxConfig(max_run_timeout=60, default_run_timeout=10, max_code=100, max_files=10)
+CFG = SandboxConfig(max_run_timeout=60, default_run_timeout=10, max_code=100, max_files=2, max_files_bytes=10)
 LANGS = CFG.languages()
 
 
@@ -47,7 +48,22 @@ def test_null_stdin_and_null_file_content_are_empty() -> None:
         ({"memory_limit_MB": -2}, "memory_limit_MB: must be -1"),
         ({"language": "rust"}, "language: unsupported 'rust'; this server runs bash, python"),
         ({"code": "x" * 101}, "code: 101 bytes exceeds the server limit of 100 bytes"),
-        ({"files": {"a": base64.b64encode(b"x" * 11).decode()}}, "files: decoded size exceeds"),
+        (
+            {"files": {"a": base64.b64encode(b"x" * 11).decode()}},
+            "files: decoded size exceeds the server limit of 10 bytes (--max-files-bytes)",
+        ),
+        ({"files": dict.fromkeys("abc", "")}, "files: 3 files exceeds the server limit of 2 (--max-files)"),
+        (
+            {"fetch_files": ["a", "b", "c"]},
+            "fetch_files: 3 paths exceeds the server limit of 2 (--max-files)",
+        ),
+        ({"files": {"a": "", "./a": ""}}, "files['./a']: the same file as another entry ('a')"),
+        (
+            {"files": {"main.py/x": ""}},
+            "files['main.py/x']: 'main.py' is where the program's code is written",
+        ),
+        ({"files": {"x" * 256: ""}}, "files['xxxxx"),
+        ({"files": {"a\nb/../../x": ""}}, "files['a\\nb/../../x']: path 'a\\nb/../../x' leaves"),
         ({"files": {"a": "@@"}}, "files['a']: invalid base64"),
         (
             {"fetch_files": ["ok.txt", "a/../../x"]},
@@ -60,6 +76,31 @@ def test_refusals_name_the_field(fields: dict[str, object], message: str) -> Non
     with pytest.raises(BadRequest) as err:
         checked(**fields)
     assert str(err.value).startswith(message)
+
+
+def test_long_names_are_refused_and_cut_short_in_the_message() -> None:
+    with pytest.raises(BadRequest) as err:
+        checked(files={"x" * 256: ""})
+    message = str(err.value)
+    assert "path too long (256 bytes; at most 4096, and 255 per name)" in message and len(message) < 200
+    with pytest.raises(BadRequest, match="path too long"):
+        checked(fetch_files=["/".join(["d" * 200] * 30)])
+
+
+def test_bodies_are_parsed_whatever_their_shape() -> None:
+    assert parse_request(b'{"code": "print(1)"}').code == "print(1)"
+    for body, status, start in [
+        (b"", 422, "request body: missing; expected a JSON object like"),
+        (b'{"code": "\xff"}', 400, "request body: not valid UTF-8 (invalid start byte at byte 10)"),
+        (b'{"code": ', 422, "request body: not valid JSON"),
+        (b"[" * 10_000, 422, "request body: not valid JSON (recursion limit exceeded"),
+        (b'{"code": "1", "run_timout": 1}', 422, "run_timout: unknown field; did you mean 'run_timeout'?"),
+        (b'{"code": "1", "x\\ny": 1}', 422, "x\\ny: unknown field"),  # no newline gets through
+    ]:
+        with pytest.raises(BadRequest) as err:
+            parse_request(body)
+        assert err.value.status == status and str(err.value).startswith(start), str(err.value)
+        assert "\n" not in str(err.value)
 
 
 def test_oversized_inputs_are_413() -> None:

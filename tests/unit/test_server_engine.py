@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
 import torch
 
-from turnrl.models.weights_dir import WeightsError, load_weights_dir, write_weights_dir
+from turnrl.models.weights_dir import WeightsError, WeightsOutsideRoot, load_weights_dir, write_weights_dir
 from turnrl.rollout.server import Request, ServerError, choice_token_ids, finish_reason, plan_requests
 
 
@@ -109,3 +110,80 @@ def test_a_bad_directory_names_the_key_and_changes_nothing(small, tmp_path, edit
 def test_a_directory_without_weights(small, tmp_path):
     with pytest.raises(WeightsError, match=re.escape("no *.safetensors files")):
         load_weights_dir(small, tmp_path)
+
+
+def test_plan_cuts_requests_at_the_servers_token_limit():
+    prompts = [[1] * 10 for _ in range(6)]
+    # each prompt: 10 prompt tokens + 2 rows x 5 = 20 tokens; a cap of 45 fits two per request
+    plan = plan_requests(prompts, 2, [5] * 12, rows_per_request=64, servers=1, max_tokens=45)
+    assert [len(r.prompts) for r in plan] == [2, 2, 2]
+    # a prompt larger than the cap still goes, alone (the server then says which limit it passed)
+    plan = plan_requests(prompts[:2], 2, [5] * 4, rows_per_request=64, servers=1, max_tokens=15)
+    assert [len(r.prompts) for r in plan] == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda s: s.update({"model.norm.weight": torch.ones(8, dtype=torch.int8)}),
+            "model.norm.weight has dtype int8, the served model has float32",
+        ),
+        (
+            lambda s: s.update({"model.norm.weight": torch.ones(8, dtype=torch.bool)}),
+            "model.norm.weight has dtype bool, the served model has float32",
+        ),
+        (
+            lambda s: s["model.norm.weight"].__setitem__(3, float("nan")),
+            "model.norm.weight has NaN or infinite values",
+        ),
+        (
+            lambda s: s["model.norm.weight"].__setitem__(0, float("-inf")),
+            "model.norm.weight has NaN or infinite values",
+        ),
+        (  # finite in float64, infinite once cast to the model's float32
+            lambda s: s.update({"model.norm.weight": torch.full((8,), 1e300, dtype=torch.float64)}),
+            "model.norm.weight has NaN or infinite values (in float32)",
+        ),
+    ],
+)
+def test_wrong_dtypes_and_non_finite_values_are_refused(small, tmp_path, edit, message):
+    before = {k: v.clone() for k, v in small.state_dict().items()}
+    state = {k: v + 1 for k, v in small.state_dict().items() if k != "lm_head.weight"}
+    edit(state)
+    path = write_weights_dir(state, tmp_path / "bad")
+    with pytest.raises(WeightsError, match=re.escape(message)):
+        load_weights_dir(small, path)
+    assert all(torch.equal(before[k], v) for k, v in small.state_dict().items())
+
+
+def test_another_float_width_is_cast(small, tmp_path):
+    # a trainer holding fp32 master weights for a bf16 server: here fp64 for an fp32 model
+    state = {k: (v + 1).double() for k, v in small.state_dict().items() if k != "lm_head.weight"}
+    load_weights_dir(small, write_weights_dir(state, tmp_path / "v1"))
+    assert small.model.norm.weight.dtype == torch.float32
+    assert torch.equal(small.model.norm.weight, state["model.norm.weight"].float())
+
+
+def test_only_regular_files_inside_the_root_are_read(small, tmp_path):
+    root = tmp_path / "root"
+    state = {k: v + 1 for k, v in small.state_dict().items() if k != "lm_head.weight"}
+    good = write_weights_dir(state, root / "v1")
+    elsewhere = write_weights_dir(state, tmp_path / "elsewhere")
+    assert load_weights_dir(small, "v1", root=root) == len(state)  # relative: under the root
+    (root / "link").symlink_to(elsewhere, target_is_directory=True)
+    escapes = [str(elsewhere), "../elsewhere", str(root / "v1" / ".." / ".." / "elsewhere"), "link"]
+    for path in escapes:
+        with pytest.raises(WeightsOutsideRoot, match=re.escape(f"model_path {path!r}: outside")):
+            load_weights_dir(small, path, root=root)
+    linked = root / "v2"
+    linked.mkdir()
+    (linked / "model.safetensors").symlink_to(elsewhere / "model.safetensors")
+    with pytest.raises(WeightsOutsideRoot, match="a link to a file outside the server's weights root"):
+        load_weights_dir(small, linked, root=root)
+    fifo = root / "v3"
+    fifo.mkdir()
+    os.mkfifo(fifo / "model.safetensors")  # opening it would block until a writer came
+    with pytest.raises(WeightsError, match=r"model.safetensors: not a regular file \(a FIFO"):
+        load_weights_dir(small, fifo, root=root)
+    assert load_weights_dir(small, good, root=root) == len(state)

@@ -20,6 +20,9 @@ class SearchToolConfig:
     """Retriever URL (Search-R1's `POST /retrieve` API). Empty = start turnrl's own retriever as a child process."""
     index: str = ""
     """Index directory for the child retriever. Empty = the built-in corpus (indexed once into the cache)."""
+    api_key: str = ""
+    """Key of `url`'s retriever, sent as `Authorization: Bearer`. Empty = $TURNRL_API_KEY (prefer it:
+    a key here is saved with the run's config). turnrl's own child retriever gets a fresh key by itself."""
     topk: int = 3
     """Passages per query."""
     tag: str = "search"
@@ -32,6 +35,10 @@ class SearchToolConfig:
 class PythonToolConfig:
     url: str = ""
     """SandboxFusion-compatible `/run_code` URL. Empty = start turnrl's own sandbox as a child process."""
+    api_key: str = ""
+    """Key of `url`'s sandbox, sent as `Authorization: Bearer`. Empty = $TURNRL_API_KEY (prefer it:
+    a key here is saved with the run's config). turnrl's own child sandbox gets a fresh key by itself,
+    which the tool and the code rewards that reuse the sandbox send."""
     run_timeout: float = 5.0
     """Wall-clock seconds one program may run in the sandbox."""
     memory_limit_mb: int = -1

@@ -1,13 +1,42 @@
-"""Every cross-field rule of the config, in one place: `check_config(cfg)`.
+"""Every rule of the config, in one place: `check_config(cfg)`.
 
-`load_config` runs it on what it builds and the Trainer runs it again, so a Config made in code is
-checked too. It only reads the config (idempotent) and imports nothing heavy (cheap).
+The range of every numeric setting, in every schema (`turnrl train` / `eval` / `trace`, `turnrl sft`
+/ `rm`), is one table, `RANGES`, checked by `check_ranges`; the cross-field rules follow it.
+`load_config` runs the checks on what it builds and the Trainer runs them again, so a Config made in
+code is checked too. They only read the config (idempotent) and import nothing heavy (cheap).
 """
 
 from __future__ import annotations
 
-from turnrl.config.agent_schema import MultiTurnConfig
-from turnrl.config.schema import Config
+import dataclasses
+import math
+import operator
+import re
+from collections.abc import Callable, Iterator
+from functools import cache
+from typing import Any, NamedTuple
+
+from turnrl.config.agent_schema import MultiTurnConfig, PythonToolConfig, SearchToolConfig
+from turnrl.config.rollout_schema import RolloutConfig, ServerConfig
+from turnrl.config.schema import (
+    ActorConfig,
+    AlgorithmConfig,
+    Config,
+    CriticConfig,
+    DataConfig,
+    EvalConfig,
+    FilterGroupsConfig,
+    KLControlConfig,
+    ModelConfig,
+    OptimConfig,
+    OverlongBufferConfig,
+    RefConfig,
+    RewardConfig,
+    RewardModelConfig,
+    RolloutCorrectionConfig,
+    TrainerConfig,
+)
+from turnrl.config.supervised_schema import SFTDataConfig, SupervisedDataConfig, SupervisedTrainerConfig
 from turnrl.errors import TurnrlInputError
 
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
@@ -27,8 +56,208 @@ class ConfigError(TurnrlInputError):
     """A bad recipe or override; the message is one line naming the key and the fix."""
 
 
+class Rule(NamedTuple):
+    """The values a numeric setting may take. `spec` is what the error message says: `>= 0`, `> 0`,
+    `in (0, 1]`, `finite`, or alternatives joined by ` or ` (`>= 1 or -1`, a bare number being a
+    sentinel). NaN and +-inf are refused by every rule. `note` says what a sentinel value at the
+    edge of the range means (the field's docstring's `0 = ...`), so the message explains why it is
+    allowed."""
+
+    spec: str
+    note: str = ""
+
+
+AT_LEAST_0, AT_LEAST_1, POSITIVE = Rule(">= 0"), Rule(">= 1"), Rule("> 0")
+SEED = Rule("in [0, 4294967295]", "numpy's seed range")
+DEFAULT_RULE = AT_LEAST_0
+"""A numeric field missing from `RANGES` is held to this (tests/unit/test_config_ranges.py fails
+until its rule is written down)."""
+
+# schema class -> field -> rule. A field of a base class is found through the subclass (MRO). A
+# section switched off (its `enable` is false) is not checked: nothing reads its settings.
+RANGES: dict[type, dict[str, Rule]] = {
+    DataConfig: {
+        "train_batch_size": AT_LEAST_1,
+        "val_batch_size": AT_LEAST_1,
+        "max_prompt_length": AT_LEAST_1,
+        "max_response_length": AT_LEAST_1,
+    },
+    ModelConfig: {"lora_rank": Rule(">= 0", "0 = full fine-tuning"), "lora_alpha": AT_LEAST_1},
+    ServerConfig: {"timeout_s": POSITIVE, "max_retries": AT_LEAST_0, "startup_timeout_s": POSITIVE},
+    RolloutConfig: {
+        "n": AT_LEAST_1,
+        "temperature": POSITIVE,  # training samples; greedy is for validation (val_temperature=0)
+        "top_p": Rule("in (0, 1]"),
+        "top_k": Rule(">= 0", "0 = off"),
+        "generation_batch_size": AT_LEAST_1,
+        "sync_every": Rule(">= 0", "0 = by device"),
+        "val_temperature": Rule(">= 0", "0 = greedy"),
+        "val_n": AT_LEAST_1,
+    },
+    MultiTurnConfig: {
+        "max_turns": AT_LEAST_0,
+        "max_obs_length": AT_LEAST_1,
+        "max_tokens_per_turn": Rule(">= 0", "0 = up to the remaining response budget"),
+        "tool_timeout": POSITIVE,
+        "max_concurrent_calls": AT_LEAST_1,
+    },
+    SearchToolConfig: {"topk": AT_LEAST_1},
+    PythonToolConfig: {
+        "run_timeout": POSITIVE,
+        "memory_limit_mb": Rule(">= 1 or -1", "-1 = the server's default"),
+        "workers": Rule(">= 0", "0 = one per CPU core"),
+    },
+    AlgorithmConfig: {"gamma": Rule("in [0, 1]"), "lam": Rule("in [0, 1]")},
+    KLControlConfig: {"kl_coef": AT_LEAST_0, "target_kl": POSITIVE, "horizon": AT_LEAST_1},
+    FilterGroupsConfig: {"max_num_gen_batches": AT_LEAST_1},
+    RolloutCorrectionConfig: {"tis_cap": POSITIVE, "mis_low": AT_LEAST_0, "mis_high": POSITIVE},
+    OptimConfig: {
+        "lr": POSITIVE,
+        "lr_warmup_steps": AT_LEAST_0,
+        "weight_decay": AT_LEAST_0,
+        "betas": Rule("in [0, 1)"),  # each of the two
+        "grad_clip": Rule(">= 0", "0 = off"),
+    },
+    ActorConfig: {
+        "ppo_mini_batch_size": AT_LEAST_1,
+        "ppo_micro_batch_size": AT_LEAST_1,
+        "log_prob_micro_batch_size": AT_LEAST_1,
+        "ppo_epochs": AT_LEAST_1,
+        "clip_ratio_low": AT_LEAST_0,
+        "clip_ratio_high": AT_LEAST_0,
+        "clip_ratio_c": Rule("> 1", "dual-clip"),
+        "entropy_coeff": Rule("finite"),  # negative: an entropy penalty
+        "kl_loss_coef": AT_LEAST_0,
+        "logprob_chunk_size": AT_LEAST_1,
+        "ppo_max_token_len_per_gpu": AT_LEAST_1,
+        "log_prob_max_token_len_per_gpu": AT_LEAST_1,
+    },
+    CriticConfig: {
+        "ppo_epochs": AT_LEAST_1,
+        "ppo_mini_batch_size": AT_LEAST_1,
+        "ppo_micro_batch_size": AT_LEAST_1,
+        "ppo_max_token_len_per_gpu": AT_LEAST_1,
+        "forward_max_token_len_per_gpu": AT_LEAST_1,
+        "cliprange_value": Rule(">= 0", "0 = no clipping"),
+    },
+    RefConfig: {
+        "log_prob_micro_batch_size": AT_LEAST_1,
+        "logprob_chunk_size": AT_LEAST_1,
+        "log_prob_max_token_len_per_gpu": AT_LEAST_1,
+    },
+    RewardModelConfig: {"coef": AT_LEAST_0, "micro_batch_size": AT_LEAST_1},
+    OverlongBufferConfig: {"len": AT_LEAST_1, "penalty_factor": AT_LEAST_0},
+    RewardConfig: {"timeout_s": Rule(">= 0", "0 = no limit")},
+    TrainerConfig: {
+        "total_epochs": AT_LEAST_0,  # 0 only with total_training_steps (check_config)
+        "total_training_steps": Rule(">= 0", "0 = run trainer.total_epochs"),
+        "critic_warmup": AT_LEAST_0,
+        "test_freq": Rule(">= 0", "0 = only before and after training"),
+        "save_freq": Rule(">= 0", "0 = only at the end"),
+        "max_checkpoints_to_keep": Rule(">= 0", "0 = keep all"),
+        "rollout_dump_freq": Rule(">= 0", "0 = off"),
+        "seed": SEED,
+        "nnodes": AT_LEAST_1,
+        "n_gpus_per_node": AT_LEAST_1,
+        "num_threads": Rule(">= 0", "0 = torch's default"),
+        "max_staleness": Rule(">= 0", "0 = no overlap"),
+    },
+    EvalConfig: {
+        "max_prompts": Rule(">= 0", "0 = all"),
+        "n": Rule(">= 0", "0 = no sampled pass"),
+        "temperature": AT_LEAST_0,  # > 0 when there is a sampled pass (evaluate.inputs.check_eval)
+        "top_p": Rule("in (0, 1]"),
+        "top_k": Rule(">= 0", "0 = off"),
+        "success_threshold": Rule("finite"),  # scores may be negative
+    },
+    SupervisedDataConfig: {"max_length": AT_LEAST_1, "length_window": Rule(">= 0", "0 = no sorting")},
+    SFTDataConfig: {"max_obs_length": AT_LEAST_1},
+    SupervisedTrainerConfig: {
+        "total_epochs": AT_LEAST_0,  # 0 only with total_training_steps (supervised.checks)
+        "total_training_steps": Rule(">= 0", "0 = run trainer.total_epochs"),
+        "train_batch_size": AT_LEAST_1,
+        "micro_batch_size": AT_LEAST_1,
+        "test_freq": Rule(">= 0", "0 = only at the end"),
+        "save_freq": Rule(">= 0", "0 = only at the end"),
+        "max_checkpoints_to_keep": Rule(">= 0", "0 = keep all"),
+        "seed": SEED,
+        "num_threads": Rule(">= 0", "0 = torch's default"),
+        "logprob_chunk_size": AT_LEAST_1,
+    },
+}
+
+_NUMBER = r"-?\d+(?:\.\d*)?(?:e-?\d+)?"
+_BOUND = re.compile(rf"(>=|>|<=|<) ({_NUMBER})")
+_INTERVAL = re.compile(rf"in ([\[(])({_NUMBER}), ({_NUMBER})([\])])")
+_COMPARE = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+
+
+@cache
+def accepts(spec: str) -> Callable[[float], bool]:
+    """The test a rule's `spec` stands for (finiteness is checked apart); a spec it cannot read is
+    a bug in `RANGES` and raises ValueError."""
+    tests: list[Callable[[float], bool]] = []
+    for alt in spec.split(" or "):
+        if alt == "finite":
+            tests.append(lambda v: True)
+        elif m := _INTERVAL.fullmatch(alt):
+            lo_open, lo, hi, hi_open = m[1] == "(", float(m[2]), float(m[3]), m[4] == ")"
+            low = operator.gt if lo_open else operator.ge
+            high = operator.lt if hi_open else operator.le
+            tests.append(lambda v, lo=lo, hi=hi, low=low, high=high: low(v, lo) and high(v, hi))
+        elif m := _BOUND.fullmatch(alt):
+            tests.append(lambda v, op=_COMPARE[m[1]], x=float(m[2]): op(v, x))
+        elif re.fullmatch(_NUMBER, alt):
+            tests.append(lambda v, x=float(alt): v == x)  # a sentinel (-1 = the server's default)
+        else:
+            raise ValueError(f"unreadable range rule {spec!r}")
+    return lambda v: any(t(v) for t in tests)
+
+
+def rule_of(section: type, name: str) -> Rule | None:
+    """The rule `RANGES` gives field `name` of `section` (or of a base class), None if none."""
+    return next((RANGES[c][name] for c in section.__mro__ if name in RANGES.get(c, {})), None)
+
+
+def numeric_settings(node: Any, prefix: str = "") -> Iterator[tuple[str, float, Rule]]:
+    """Every number in the config tree (each element of a list of numbers too) with its dotted key
+    and rule, skipping sections whose `enable` is false."""
+    if getattr(node, "enable", True) is False:
+        return
+    for f in dataclasses.fields(node):
+        value, key = getattr(node, f.name), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            yield from numeric_settings(value, key + ".")
+            continue
+        rule = rule_of(type(node), f.name) or DEFAULT_RULE
+        if _is_number(value):
+            yield key, value, rule
+        elif isinstance(value, list) and value and all(_is_number(v) for v in value):
+            yield from ((f"{key}[{i}]", v, rule) for i, v in enumerate(value))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_ranges(cfg: Any) -> None:
+    """Raise ConfigError naming the first numeric setting outside its `RANGES` rule, or NaN/inf:
+    `'trainer.total_training_steps' must be >= 0 (0 = run trainer.total_epochs), got -1`."""
+    for key, value, (spec, note) in numeric_settings(cfg):
+        finite = math.isfinite(value)
+        if finite and accepts(spec)(value):
+            continue
+        want = spec if finite or spec == "finite" else f"finite and {spec}"
+        why = f" ({note})" if note else ""
+        raise ConfigError(f"'{key}' must be {want}{why}, got {value}")
+
+
 def check_config(cfg: Config) -> None:
     """Raise ConfigError naming the first key that breaks a rule a type system cannot express."""
+    check_ranges(cfg)  # first: the cross-field rules below divide by sizes and compare lengths
+    t = cfg.trainer
+    if t.total_training_steps == 0 and t.total_epochs == 0:
+        raise ConfigError("'trainer.total_epochs'=0 with trainer.total_training_steps=0 trains nothing")
     _check_sizes_and_sampling(cfg)
     _check_algorithm(cfg)
     _check_data(cfg)
@@ -36,10 +265,6 @@ def check_config(cfg: Config) -> None:
     _check_rollout_engine(cfg)
     _check_rollout_correction(cfg)
     _check_async(cfg)
-    if cfg.trainer.max_checkpoints_to_keep < 0:
-        raise ConfigError(
-            f"'trainer.max_checkpoints_to_keep' must be >= 0 (0 = keep all), got {cfg.trainer.max_checkpoints_to_keep}"
-        )
     if cfg.rollout.multi_turn.enable:
         _check_multi_turn(cfg.rollout.multi_turn)
 
@@ -47,9 +272,6 @@ def check_config(cfg: Config) -> None:
 def _check_distributed(cfg: Config) -> None:
     """Data-parallel ranks split every batch by whole prompt groups: sizes in prompts must divide."""
     t = cfg.trainer
-    for key, value in (("trainer.nnodes", t.nnodes), ("trainer.n_gpus_per_node", t.n_gpus_per_node)):
-        if value < 1:
-            raise ConfigError(f"'{key}' must be >= 1, got {value}")
     world = t.nnodes * t.n_gpus_per_node
     if cfg.model.fsdp_offload and (world == 1 or t.device == "cpu"):
         raise ConfigError(
@@ -85,17 +307,7 @@ def _check_distributed(cfg: Config) -> None:
 def _check_rollout_engine(cfg: Config) -> None:
     r = cfg.rollout
     _one_of("rollout.engine", r.engine, ENGINES)
-    if r.sync_every < 0:
-        raise ConfigError(f"'rollout.sync_every' must be >= 0 (0 = by device), got {r.sync_every}")
     sv = r.server
-    for key, value in (
-        ("timeout_s", sv.timeout_s),
-        ("startup_timeout_s", sv.startup_timeout_s),
-    ):
-        if value <= 0:
-            raise ConfigError(f"'rollout.server.{key}' must be > 0, got {value}")
-    if sv.max_retries < 0:
-        raise ConfigError(f"'rollout.server.max_retries' must be >= 0, got {sv.max_retries}")
     _one_of("rollout.server.device", sv.device, ("auto", "cpu", "cuda"))
     for url in sv.urls:
         if not url.startswith(("http://", "https://")):
@@ -115,8 +327,6 @@ def _check_rollout_engine(cfg: Config) -> None:
 def _check_async(cfg: Config) -> None:
     t = cfg.trainer
     _one_of("trainer.mode", t.mode, ("sync", "async"))
-    if t.max_staleness < 0:
-        raise ConfigError(f"'trainer.max_staleness' must be >= 0, got {t.max_staleness}")
     if t.mode != "async":
         return
     if cfg.rollout.engine != "server":
@@ -150,9 +360,7 @@ def _check_rollout_correction(cfg: Config) -> None:
     key = "algorithm.rollout_correction"
     _one_of(f"{key}.mode", rc.mode, CORRECTION_MODES)
     _one_of(f"{key}.level", rc.level, CORRECTION_LEVELS)
-    if rc.tis_cap <= 0:
-        raise ConfigError(f"'{key}.tis_cap' must be > 0, got {rc.tis_cap}")
-    if not 0 <= rc.mis_low < rc.mis_high:
+    if not rc.mis_low < rc.mis_high:  # each one's range is in RANGES
         raise ConfigError(f"'{key}' needs 0 <= mis_low < mis_high, got [{rc.mis_low}, {rc.mis_high}]")
     bypass = bypass_choice(rc.bypass)
     _one_of(f"{key}.bypass", bypass, BYPASS_CHOICES)
@@ -169,33 +377,13 @@ def _one_of(key: str, value: str, valid: tuple[str, ...]) -> None:
 
 
 def _check_sizes_and_sampling(cfg: Config) -> None:
-    d, a, r = cfg.data, cfg.actor, cfg.rollout
-    positive = {
-        "data.train_batch_size": d.train_batch_size,
-        "data.max_prompt_length": d.max_prompt_length,
-        "data.max_response_length": d.max_response_length,
-        "rollout.n": r.n,
-        "actor.ppo_mini_batch_size": a.ppo_mini_batch_size,
-        "actor.ppo_micro_batch_size": a.ppo_micro_batch_size,
-        "actor.log_prob_micro_batch_size": a.log_prob_micro_batch_size,
-        "actor.ppo_epochs": a.ppo_epochs,
-        "rollout.generation_batch_size": r.generation_batch_size,
-    }
-    for key, value in positive.items():
-        if value <= 0:
-            raise ConfigError(f"'{key}' must be positive, got {value}")
+    d, a = cfg.data, cfg.actor  # every size is >= 1 (RANGES)
     if d.train_batch_size % a.ppo_mini_batch_size:
         raise ConfigError(
             f"'data.train_batch_size'={d.train_batch_size} prompts does not divide into "
             f"'actor.ppo_mini_batch_size'={a.ppo_mini_batch_size} prompts; pick a divisor"
         )
     _check_token_budgets(cfg)
-    if r.temperature <= 0:
-        raise ConfigError(f"'rollout.temperature' must be > 0 for training rollouts, got {r.temperature}")
-    if not 0 < r.top_p <= 1:
-        raise ConfigError(f"'rollout.top_p' must be in (0, 1], got {r.top_p}")
-    if a.clip_ratio_c <= 1:
-        raise ConfigError(f"'actor.clip_ratio_c' must be > 1 (dual-clip), got {a.clip_ratio_c}")
     if cfg.model.dtype not in DTYPES:
         raise ConfigError(
             f"'model.dtype' must be auto, float32, bfloat16 or float16, got '{cfg.model.dtype}'"
@@ -266,8 +454,6 @@ def _check_algorithm(cfg: Config) -> None:
             f"'critic.ppo_mini_batch_size'={cfg.critic.ppo_mini_batch_size} prompts; pick a divisor"
         )
     _one_of("reward.on_error", cfg.reward.on_error, ON_ERROR_MODES)
-    if cfg.reward.timeout_s < 0:
-        raise ConfigError(f"'reward.timeout_s' must be >= 0 (0 = no limit), got {cfg.reward.timeout_s}")
     ob = cfg.reward.overlong_buffer
     if ob.enable and not 0 < ob.len < cfg.data.max_response_length:
         raise ConfigError(
@@ -290,23 +476,11 @@ def _check_data(cfg: Config) -> None:
 
 
 def _check_multi_turn(mt: MultiTurnConfig) -> None:
-    """`rollout.multi_turn` with `enable=true`: checked before any tool server starts."""
+    """`rollout.multi_turn` with `enable=true`: checked before any tool server starts (its numbers'
+    ranges are in RANGES)."""
     key = "rollout.multi_turn"
     if mt.format not in MULTI_TURN_FORMATS:
         raise ConfigError(f"'{key}.format' must be xml or json, got '{mt.format}'")
-    at_least = {
-        "max_turns": (mt.max_turns, 0),
-        "max_obs_length": (mt.max_obs_length, 1),
-        "max_tokens_per_turn": (mt.max_tokens_per_turn, 0),
-        "max_concurrent_calls": (mt.max_concurrent_calls, 1),
-        "search.topk": (mt.search.topk, 1),
-    }
-    for name, (value, low) in at_least.items():
-        if value < low:
-            raise ConfigError(f"'{key}.{name}' must be >= {low}, got {value}")
-    for name, seconds in (("tool_timeout", mt.tool_timeout), ("python.run_timeout", mt.python.run_timeout)):
-        if seconds <= 0:
-            raise ConfigError(f"'{key}.{name}' must be > 0, got {seconds}")
     if not mt.answer_tag.strip():
         raise ConfigError(f"'{key}.answer_tag' must not be empty")
     if not mt.tools and not mt.custom_tools:

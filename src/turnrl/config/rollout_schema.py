@@ -27,6 +27,10 @@ class ServerConfig:
     them). Empty = `<run>/rollout_weights`."""
     device: str = "auto"
     """Device of the child server: `auto` (the trainer's), `cpu` or `cuda`."""
+    api_key: str = ""
+    """Key of the servers in `urls`, sent as `Authorization: Bearer <key>`. Empty = $TURNRL_API_KEY
+    (prefer it: a key here is saved with the run's config). The child server started without `urls`
+    gets a fresh key of its own."""
 
 
 @dataclass

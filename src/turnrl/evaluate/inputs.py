@@ -12,8 +12,9 @@ from turnrl.config.loader import read_recipe
 from turnrl.data.dataset import DataError
 from turnrl.errors import TurnrlInputError
 from turnrl.models import sources
+from turnrl.runtime import ensure_writable_dir
 from turnrl.trainer import checkpoint
-from turnrl.trainer.setup import resolve_data_files, unwritable_reason
+from turnrl.trainer.setup import resolve_data_files
 
 
 class EvalError(TurnrlInputError):
@@ -54,18 +55,14 @@ def eval_config(recipe: str | None, overrides: list[str]) -> tuple[Config, Path 
 
 def check_eval(cfg: Config) -> None:
     e = cfg.eval
+    # each setting's range is checked with the rest of the config (config.checks.RANGES)
     if not e.greedy and e.n == 0:
         raise ConfigError("nothing to evaluate: eval.greedy=false and eval.n=0; enable one of the passes")
-    if e.n < 0 or e.max_prompts < 0 or e.top_k < 0:
-        bad = "eval.n" if e.n < 0 else "eval.max_prompts" if e.max_prompts < 0 else "eval.top_k"
-        raise ConfigError(f"'{bad}' must be >= 0")
     if e.n > 0 and e.temperature <= 0:
         raise ConfigError(
             f"eval.temperature={e.temperature} must be > 0 for the sampled pass; "
             "greedy responses are the greedy pass (eval.greedy=true), or set eval.n=0"
         )
-    if not 0 < e.top_p <= 1:
-        raise ConfigError(f"eval.top_p={e.top_p} must be in (0, 1]")
 
 
 def eval_files(cfg: Config) -> list[str]:
@@ -105,7 +102,4 @@ def check_out_dir(out: Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         what = "is a file" if not out.is_dir() else "exists and is not empty"
         raise EvalError(f"output directory {out} {what}; choose a new --out path")
-    problem = unwritable_reason(out)
-    if problem:
-        raise EvalError(f"output directory {out} cannot be written: {problem}")
-    return out
+    return ensure_writable_dir(out, "--out", EvalError)

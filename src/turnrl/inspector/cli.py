@@ -32,8 +32,10 @@ def trace_command(ns: argparse.Namespace) -> int:
         recipe, overrides = overrides[0], overrides[1:]
     command = shlex.join(["turnrl", "trace", *ns.args])
     from turnrl.inspector.trace import TraceSetupError, run_trace
+    from turnrl.runtime import ensure_writable_dir
 
     try:
+        ensure_writable_dir(Path(ns.out), "--out", TraceSetupError)  # before the step is set up
         result = run_trace(recipe, overrides, Path(ns.out), ns.samples, command)
     except TraceSetupError as err:
         print(f"turnrl trace: {err}", file=sys.stderr)

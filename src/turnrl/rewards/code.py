@@ -14,7 +14,8 @@ gives each test's result to scorers that grade by more than all or nothing (the 
 
 The sandbox: the `sandbox_url` argument (an agent run binds its own through
 `RuleReward(sandbox_url=...)`), else `$TURNRL_SANDBOX_URL`, else a turnrl sandbox started on first
-use as a child process (one per interpreter, stopped at exit).
+use as a child process (one per interpreter, stopped at exit). Its key: the `sandbox_api_key`
+argument (bound beside the URL), else $TURNRL_API_KEY; a child sandbox's own fresh key for the child.
 """
 
 from __future__ import annotations
@@ -38,21 +39,23 @@ _start_lock = threading.Lock()  # reward threads must not start two sandboxes
 
 
 @functools.cache
-def _child_sandbox_url() -> str:
-    """Start turnrl's sandbox once per interpreter (stopped at exit) and return its URL."""
+def _child_sandbox() -> tuple[str, str]:
+    """Start turnrl's sandbox once per interpreter (stopped at exit); its URL and its key."""
     from turnrl.servers.sandbox import SandboxProcess
 
-    return str(SandboxProcess().start().url)
+    child = SandboxProcess().start()
+    return str(child.url), child.api_key
 
 
-def resolve_sandbox(url: str | None = None) -> str:
-    """`url` if given, else `$TURNRL_SANDBOX_URL`, else the URL of the child sandbox."""
+def resolve_sandbox(url: str | None = None, api_key: str | None = None) -> tuple[str, str | None]:
+    """The sandbox and its key: `url` if given, else `$TURNRL_SANDBOX_URL`, each with `api_key`
+    (None = $TURNRL_API_KEY's, as the client sends it), else the child sandbox and its own key."""
     if url:
-        return url
+        return url, api_key
     if os.environ.get("TURNRL_SANDBOX_URL"):
-        return os.environ["TURNRL_SANDBOX_URL"]
+        return os.environ["TURNRL_SANDBOX_URL"], api_key
     with _start_lock:
-        return _child_sandbox_url()
+        return _child_sandbox()
 
 
 def extract_program(text: str) -> str | None:
@@ -100,11 +103,16 @@ class CaseRun:
 
 
 async def _run_stdio(
-    url: str, program: str, inputs: list[str], outputs: list[str], run_timeout: float
+    url: str,
+    program: str,
+    inputs: list[str],
+    outputs: list[str],
+    run_timeout: float,
+    api_key: str | None = None,
 ) -> list[CaseRun]:
     from turnrl.servers.sandbox import SandboxClient
 
-    async with SandboxClient(url, timeout=30.0, retries=2) as client:
+    async with SandboxClient(url, timeout=30.0, retries=2, api_key=api_key) as client:
         runs = await asyncio.gather(
             *(client.run_code(program, stdin=i, run_timeout=run_timeout) for i in inputs)
         )
@@ -118,20 +126,24 @@ def run_stdio_tests(
     *,
     run_timeout: float = DEFAULT_RUN_TIMEOUT,
     sandbox_url: str | None = None,
+    sandbox_api_key: str | None = None,
 ) -> list[CaseRun]:
-    """Run `program` once per input in the sandbox (`resolve_sandbox(sandbox_url)`), all at once;
-    one `CaseRun` per test, in order. For scorers that grade by more than all-or-nothing."""
-    return _run_sync(_run_stdio(resolve_sandbox(sandbox_url), program, inputs, outputs, run_timeout))
+    """Run `program` once per input in the sandbox (`resolve_sandbox(sandbox_url, sandbox_api_key)`),
+    all at once; one `CaseRun` per test, in order. For scorers that grade by more than all-or-nothing."""
+    url, key = resolve_sandbox(sandbox_url, sandbox_api_key)
+    return _run_sync(_run_stdio(url, program, inputs, outputs, run_timeout, key))
 
 
-async def _run_tests(url: str, program: str, tests: dict[str, Any], run_timeout: float) -> list[bool]:
+async def _run_tests(
+    url: str, program: str, tests: dict[str, Any], run_timeout: float, api_key: str | None = None
+) -> list[bool]:
     if "assert" in tests:
         from turnrl.servers.sandbox import SandboxClient
 
-        async with SandboxClient(url, timeout=30.0, retries=2) as client:
+        async with SandboxClient(url, timeout=30.0, retries=2, api_key=api_key) as client:
             result = await client.run_code(program + "\n\n" + tests["assert"], run_timeout=run_timeout)
         return [result.ok]
-    runs = await _run_stdio(url, program, tests["inputs"], tests["outputs"], run_timeout)
+    runs = await _run_stdio(url, program, tests["inputs"], tests["outputs"], run_timeout, api_key)
     return [r.passed for r in runs]
 
 
@@ -151,14 +163,17 @@ def compute_score(
     extra_info: Any = None,
     *,
     sandbox_url: str | None = None,
+    sandbox_api_key: str | None = None,
 ) -> dict[str, float]:
-    """verl's signature; `sandbox_url` (bound by the reward table) picks the sandbox."""
+    """verl's signature; `sandbox_url` and its key `sandbox_api_key` (bound by the reward table)
+    pick the sandbox."""
     tests = parse_tests(ground_truth)
     program = extract_program(solution_str)
     if program is None:
         return {"score": 0.0, "pass_rate": 0.0, "formatted": 0.0}
     info = extra_info if isinstance(extra_info, dict) else {}
     timeout = float(info.get("run_timeout", DEFAULT_RUN_TIMEOUT))
-    passed = _run_sync(_run_tests(resolve_sandbox(sandbox_url), program, tests, timeout))
+    url, key = resolve_sandbox(sandbox_url, sandbox_api_key)
+    passed = _run_sync(_run_tests(url, program, tests, timeout, key))
     rate = sum(passed) / len(passed) if passed else 0.0
     return {"score": float(rate == 1.0), "pass_rate": rate, "formatted": 1.0}

@@ -37,24 +37,32 @@ class RewardError(TurnrlInputError):
 
 
 def registered(
-    sandbox_url: str | None = None, extra: Mapping[str, ScoreFn] | None = None
+    sandbox_url: str | None = None,
+    extra: Mapping[str, ScoreFn] | None = None,
+    sandbox_api_key: str | None = None,
 ) -> dict[str, ScoreFn]:
     """A copy of the built-in table plus `extra` (data sources it adds or overrides); with
-    `sandbox_url`, every scorer in it that takes a `sandbox_url` keyword sends programs there."""
+    `sandbox_url`, every scorer in it that takes a `sandbox_url` keyword sends programs there, with
+    `sandbox_api_key` (that sandbox's key) when it takes that keyword too."""
     table = {**BUILTIN, **(extra or {})}
     if sandbox_url:
-        table = {source: _bind_sandbox(fn, sandbox_url) for source, fn in table.items()}
+        table = {source: _bind_sandbox(fn, sandbox_url, sandbox_api_key) for source, fn in table.items()}
     return table
 
 
-def _bind_sandbox(fn: ScoreFn, sandbox_url: str) -> ScoreFn:
+def _bind_sandbox(fn: ScoreFn, sandbox_url: str, sandbox_api_key: str | None = None) -> ScoreFn:
     """`fn` sending its programs to `sandbox_url` when it takes that keyword (the code scorer, and a
-    task's scorer built on it, such as the code task's), else `fn` itself."""
+    task's scorer built on it, such as the code task's), else `fn` itself. The key is bound only
+    when there is one: without it the scorer sends $TURNRL_API_KEY's."""
     try:
-        takes_url = "sandbox_url" in inspect.signature(fn).parameters
+        params = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # a callable without a signature takes no sandbox
         return fn
-    return functools.partial(fn, sandbox_url=sandbox_url) if takes_url else fn
+    if "sandbox_url" not in params:
+        return fn
+    if sandbox_api_key and "sandbox_api_key" in params:
+        return functools.partial(fn, sandbox_url=sandbox_url, sandbox_api_key=sandbox_api_key)
+    return functools.partial(fn, sandbox_url=sandbox_url)
 
 
 def load_custom(path: str, name: str) -> ScoreFn:

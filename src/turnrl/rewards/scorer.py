@@ -68,6 +68,7 @@ class RuleReward:
 
     `sandbox_url`: where code rewards run programs (an agent run passes the sandbox its python
     tool uses); None = `$TURNRL_SANDBOX_URL`, else a child sandbox started on first use.
+    `sandbox_api_key`: that sandbox's key (the tool's child's own); None = $TURNRL_API_KEY's.
     `on_error` and `timeout_s`: as `reward.on_error` and `reward.timeout_s` (turnrl.rewards.guard).
     `scorers`: data sources added to the public datasets' table, `data_source -> scorer`: a run
     passes the built-in tasks' (`turnrl.tasks.scorers()`).
@@ -80,6 +81,7 @@ class RuleReward:
         custom_name: str = "compute_score",
         missing_ok: bool = False,
         sandbox_url: str | None = None,
+        sandbox_api_key: str | None = None,
         on_error: str = "fail_first_step",
         timeout_s: float = 60.0,
         scorers: Mapping[str, ScoreFn] | None = None,
@@ -92,7 +94,7 @@ class RuleReward:
         self.custom_path, self.custom_name = custom_path, custom_name
         # loaded here even when a child process calls it: a file that does not import fails at start-up
         self.custom: ScoreFn | None = load_custom(custom_path, custom_name) if custom_path else None
-        self.table = registered(sandbox_url, scorers)
+        self.table = registered(sandbox_url, scorers, sandbox_api_key)
         self.on_error = on_error
         self.trained = False  # has a training batch been scored? (fail_first_step is strict until then)
         self.calls: InProcess | RewardProcess = (

@@ -3,11 +3,14 @@
 Per output row it keeps, on the device, the sampled ids, their log-probs, the length so far and
 whether EOS was seen. Every `sync_every` steps the host looks: it cuts rows at stop strings,
 ends the loop when every row is done, and (on the dynamic-cache path) drops finished rows from
-the batch and the KV cache; in between, the device never waits on Python.
+the batch and the KV cache; in between, the device never waits on Python. At the same points an
+optional `abort` callback names rows nobody will read (a server's client that left): they end
+there, with finish reason "abort", and leave the batch like any finished row.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -55,9 +58,11 @@ class DecodeLoop:
         sync_every: int,
         prefill: tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor],
         graph: DecodeBucket | None,
+        abort: Callable[[], set[int]] | None = None,
     ):
         """`prefill`: (KV cache, last logits, attention mask, position ids) of the repeated rows;
-        `graph`: the compiled fixed-shape decode step, or None for the dynamic cache."""
+        `graph`: the compiled fixed-shape decode step, or None for the dynamic cache; `abort`: the
+        rows (0 .. len(limits)-1) to stop at the next host sync, asked at every sync."""
         self.engine, self.p, self.gen, self.budget, self.sync_every = engine, p, gen, budget, sync_every
         self.cache, self.logits, self.mask, pos = prefill
         self.graph = graph
@@ -70,6 +75,8 @@ class DecodeLoop:
         eos = [] if p.ignore_eos else sorted(engine.eos_ids)
         self.eos = torch.tensor(eos, dtype=torch.long, device=device)
         self.stopped: dict[int, int] = {}  # output row -> length cut at its stop string
+        self.abort = abort
+        self.aborted: set[int] = set()  # output rows stopped because nobody reads them any more
         self.alive = torch.arange(b, device=device)  # batch rows still generating -> output row
         self.done = torch.zeros(b, dtype=torch.bool, device=device)  # finished, still in the batch
         self.next_pos = pos[:, -1:] + 1
@@ -107,6 +114,8 @@ class DecodeLoop:
                 self.tokens, self.length, self.alive, self.done, self.window_start, self.p.stop, self.stopped
             )
         self.window_start = step + 1
+        if self.abort is not None:
+            self._apply_abort()
         keep = (~self.done).nonzero().squeeze(-1)
         if last or len(keep) == 0:
             return token, True
@@ -115,6 +124,19 @@ class DecodeLoop:
             self.next_pos, self.done = self.next_pos[keep], self.done[keep]
             self.cache.batch_select_indices(keep)
         return token, False
+
+    def _apply_abort(self) -> None:
+        """Mark done the rows still generating that `abort` names; they keep what they sampled."""
+        assert self.abort is not None
+        wanted = self.abort() - self.aborted
+        if not wanted:
+            return
+        alive, done = self.alive.tolist(), self.done.tolist()
+        hit = [j for j, r in enumerate(alive) if r in wanted and not done[j]]  # not those already ended
+        if hit:
+            self.aborted.update(alive[j] for j in hit)
+            self.done = self.done.clone()
+            self.done[hit] = True
 
     def _forward(self, token: torch.Tensor) -> None:
         """The next logits: one decode step over the sampled tokens."""
@@ -142,5 +164,8 @@ class DecodeLoop:
             responses.append(token_rows[r][:k])
             log_probs.append(logp_rows[r][:k])
             # EOS or a stop string ends a response with 'stop' even when it also used the last budget token
-            reasons.append("stop" if r in self.stopped or (eos_rows[r] and k == lengths[r]) else "length")
+            if r in self.aborted:
+                reasons.append("abort")
+            else:
+                reasons.append("stop" if r in self.stopped or (eos_rows[r] and k == lengths[r]) else "length")
         return Generation(responses, log_probs, reasons)

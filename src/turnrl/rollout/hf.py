@@ -7,6 +7,7 @@ EOS or stop strings, and rows dropped from the batch as soon as they finish.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,6 +44,15 @@ def eos_ids(model: Any, tokenizer: Any) -> set[int]:
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
     return ids
+
+
+def _rows_of(abort: Callable[[], set[int]], first: int, count: int) -> Callable[[], set[int]]:
+    """`abort` seen from one forward batch: its rows `first` .. `first + count - 1`, numbered from 0."""
+
+    def local() -> set[int]:
+        return {r - first for r in abort() if first <= r < first + count}
+
+    return local
 
 
 def default_sync_every(device: torch.device) -> int:
@@ -118,9 +128,15 @@ class HFEngine:
         prompt_ids: list[list[int]],
         params: SamplingParams,
         max_new_tokens_per_row: list[int] | None = None,
+        abort: Callable[[], set[int]] | None = None,
     ) -> Generation:
         """`max_new_tokens_per_row` (one per output row, at most `params.max_new_tokens`) lets rows of
-        one batch stop at different budgets, as multi-turn episodes need."""
+        one batch stop at different budgets, as multi-turn episodes need.
+
+        `abort`, asked at every host sync and before every forward batch, returns the output rows
+        nobody will read any more (a server's client that left): they stop there with finish reason
+        "abort" and free their place in the batch, and a forward batch whose rows are all aborted is
+        skipped (its rows come back empty). None (the trainer's case) changes nothing."""
         limits = row_limits(prompt_ids, params, max_new_tokens_per_row)
         device = next(self.model.parameters()).device
         gen = torch.Generator(device=device)
@@ -131,13 +147,21 @@ class HFEngine:
         self.model.eval()
         try:
             for start in range(0, len(prompt_ids), prompts_per_batch):
-                part = self._generate_batch(
-                    prompt_ids[start : start + prompts_per_batch],
-                    params,
-                    gen,
-                    device,
-                    limits[start * params.n : (start + prompts_per_batch) * params.n],
-                )
+                first = start * params.n
+                batch_limits = limits[first : (start + prompts_per_batch) * params.n]
+                local = None if abort is None else _rows_of(abort, first, len(batch_limits))
+                if local is not None and len(local()) == len(batch_limits):  # nobody reads these rows
+                    k = len(batch_limits)
+                    part = Generation([[] for _ in range(k)], [[] for _ in range(k)], ["abort"] * k)
+                else:
+                    part = self._generate_batch(
+                        prompt_ids[start : start + prompts_per_batch],
+                        params,
+                        gen,
+                        device,
+                        batch_limits,
+                        local,
+                    )
                 out.response_ids += part.response_ids
                 out.log_probs += part.log_probs
                 out.finish_reasons += part.finish_reasons
@@ -177,6 +201,7 @@ class HFEngine:
         gen: torch.Generator,
         device: torch.device,
         limits: list[int],
+        abort: Callable[[], set[int]] | None = None,
     ) -> Generation:
         ids, mask = left_pad(rows, self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
@@ -209,7 +234,7 @@ class HFEngine:
             pos = pos.repeat_interleave(p.n, dim=0)
         sync_every = self.sync_every or default_sync_every(device)
         prefill = (cache, logits, mask, pos)
-        return DecodeLoop(self, p, gen, device, limits, budget, sync_every, prefill, graph).run()
+        return DecodeLoop(self, p, gen, device, limits, budget, sync_every, prefill, graph, abort).run()
 
     def _apply_stops(
         self,

@@ -14,6 +14,13 @@ split so every server gets work, and sent concurrently from a thread pool to the
 server. A request that meets a connection error, a timeout or a 5xx is retried on the next server.
 Each response's `policy_version` must equal the last synced version: a server that lags would
 make the trainer learn from another policy's samples without knowing it.
+
+Every request carries the servers' key (`rollout.server.api_key`, else $TURNRL_API_KEY; the child
+server's own key for the child), and requests are cut to fit what each server's /health
+advertises under "limits" (rows and tokens per request), so training never trips them. turnrl
+serve takes only increasing versions: a re-sync of the version a server already holds (a resume,
+an evaluation's version 0) loads under the server's next version, and the engine maps that
+server's reports back (`offset`).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import shutil
 import threading
 import time
@@ -46,6 +54,15 @@ from turnrl.rollout.server_wire import (
 
 log = logging.getLogger(__name__)
 
+API_KEY_ENV = "TURNRL_API_KEY"
+"""`turnrl.servers.keys.API_KEY_ENV`, restated: the rollout layer sits below the servers."""
+
+
+def auth_headers(api_key: str) -> dict[str, str]:
+    """`turnrl.servers.keys.auth_headers`: the key, else $TURNRL_API_KEY, as a Bearer header."""
+    key = api_key or os.environ.get(API_KEY_ENV, "")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
 
 class ServerEngine:
     """RolloutEngine over inference servers; see the module docstring."""
@@ -65,11 +82,13 @@ class ServerEngine:
         model_name: str | None = None,
         rows_per_request: int = 64,
         child: Any = None,
+        api_key: str | None = None,
     ) -> None:
         """`weights`: the actor's full HF-named state dict, read at each `sync_weights`; written with
         `model_config` (a transformers config or dict) as `config.json` under `weights_dir`.
         `model_name`: if given, every server must serve a model of that id. `child`: a server process
-        this engine owns (a `ServeProcess`); `close()` stops it."""
+        this engine owns (a `ServeProcess`); `close()` stops it. `api_key`: the servers' key (None =
+        `cfg.api_key`, whose '' means $TURNRL_API_KEY)."""
         if not urls:
             raise ServerError("rollout.server.urls: no inference server given")
         self.urls = [u.rstrip("/").removesuffix("/v1") for u in urls]
@@ -83,7 +102,10 @@ class ServerEngine:
         """Versions a response may lag the trainer's: 0 (sync mode) or `trainer.max_staleness` in
         async mode, where a request may start before a weight update and answer after it."""
         timeout = httpx.Timeout(cfg.timeout_s, connect=min(cfg.timeout_s, 10.0))
-        self.client = httpx.Client(timeout=timeout)
+        # the key goes with every request: health, models, completions, weight loads, model info
+        self.client = httpx.Client(
+            timeout=timeout, headers=auth_headers(cfg.api_key if api_key is None else api_key)
+        )
         self.pool = ThreadPoolExecutor(
             max_workers=max(4, 2 * len(self.urls)), thread_name_prefix="turnrl-rollout"
         )
@@ -92,12 +114,21 @@ class ServerEngine:
         self._lock = threading.Lock()
         self._turn = itertools.count()
         self.served: dict[str, str] = {}  # url -> model id to put in requests
+        self.limits: dict[str, dict[str, int]] = {}  # url -> the "limits" its /health advertises
+        self.offset = dict.fromkeys(self.urls, 0)
+        """Per server: its version minus the trainer's (> 0 once a version was synced twice)."""
         try:
             for url, fut in [(u, self.pool.submit(self._connect, u, model_name)) for u in self.urls]:
                 self.served[url] = fut.result()
         except BaseException:
             self.close()
             raise
+        # requests go to whichever server is least loaded: each must fit every server's limits
+        self.rows_per_request = min([self.rows_per_request, *self._advertised("max_rows_per_request")])
+        self.max_tokens = min(self._advertised("max_tokens_per_request"), default=None)
+
+    def _advertised(self, limit: str) -> list[int]:
+        return [lim[limit] for lim in self.limits.values() if limit in lim]
 
     # -- start-up -----------------------------------------------------------------------------
     def _connect(self, url: str, model_name: str | None) -> str:
@@ -140,6 +171,9 @@ class ServerEngine:
             )
         if model_name and model_id != model_name:
             raise ServerError(f"{url} serves model {model_id!r}, but the trainer's model is {model_name!r}")
+        limits = health.get("limits")  # turnrl serve's; vLLM and SGLang advertise none
+        if isinstance(limits, dict):
+            self.limits[url] = {k: v for k, v in limits.items() if isinstance(v, int) and v > 0}
         return model_id
 
     def _server_version(self, url: str) -> int | None:
@@ -165,7 +199,7 @@ class ServerEngine:
         limits = row_limits(prompt_ids, params, max_new_tokens_per_row)
         rows = len(limits)
         requests = plan_requests(
-            prompt_ids, params.n, limits, self.rows_per_request, len(self.urls), params.seed
+            prompt_ids, params.n, limits, self.rows_per_request, len(self.urls), params.seed, self.max_tokens
         )
         futures = [self.pool.submit(self._complete, req, params) for req in requests]
         ids: list[list[int]] = [[] for _ in range(rows)]
@@ -239,7 +273,9 @@ class ServerEngine:
             if failures:
                 log.warning("completion request retried on %s after: %s", url, "; ".join(failures))
             data = r.json()
-            return url, as_version(data.get("policy_version")), self._parse(url, data, req)
+            served = as_version(data.get("policy_version"))
+            version = None if served is None else served - self.offset[url]  # the trainer's numbering
+            return url, version, self._parse(url, data, req)
         raise ServerError(
             f"inference server unreachable after {len(failures)} attempts "
             f"(rollout.server.max_retries={self.cfg.max_retries}): {'; '.join(failures)}"
@@ -309,20 +345,29 @@ class ServerEngine:
             if old != path and old.is_dir() and old.name[1:].isdigit():
                 shutil.rmtree(old, ignore_errors=True)
 
-    def _load(self, url: str, path: Path, version: int) -> None:
+    def _post_load(self, url: str, path: Path, version: int) -> httpx.Response:
         # SGLang's field names only (turnrl serve reads them too): a stricter server could refuse others
-        body = {"model_path": str(path.resolve()), "weight_version": str(version)}
-        r, last = None, "no attempt"
+        body = {"model_path": str(path.resolve()), "weight_version": str(version + self.offset[url])}
+        last = "no attempt"
         for _ in range(self.cfg.max_retries + 1):
             try:
-                r = self.client.post(f"{url}/update_weights_from_disk", json=body)
-                break
+                return self.client.post(f"{url}/update_weights_from_disk", json=body)
             except httpx.TransportError as err:
                 last = type(err).__name__
-        if r is None:
-            raise ServerError(
-                f"inference server {url} unreachable while loading policy version {version}: {last}"
-            )
+        raise ServerError(
+            f"inference server {url} unreachable while loading policy version {version}: {last}"
+        )
+
+    def _load(self, url: str, path: Path, version: int) -> None:
+        r = self._post_load(url, path, version)
+        if r.status_code == 409:
+            # turnrl serve takes only newer versions, and this server holds this one or a later one
+            # already (a resume, an evaluation's version 0): load it as the server's next version,
+            # and read that server's versions back through the new offset
+            held = self._server_version(url)
+            if held is not None:
+                self.offset[url] = held + 1 - version
+                r = self._post_load(url, path, version)
         if r.status_code == 404:
             raise ServerError(
                 f"{url} has no /update_weights_from_disk, so it cannot take new weights "
@@ -335,12 +380,14 @@ class ServerEngine:
             raise ServerError(
                 f"{url} refused the weights of policy version {version} ({path}): {response_detail(r)}"
             )
+        served = version + self.offset[url]
         reported = as_version(answer.get("policy_version", answer.get("weight_version")))
         now = self._server_version(url)
-        if reported not in (None, version) or now != version:
+        if reported not in (None, served) or now != served:
+            wrong = now if reported in (None, served) else reported
             raise ServerError(
-                f"{url} reports policy version {now if reported in (None, version) else reported} after "
-                f"loading version {version}: it would sample with other weights than the trainer's"
+                f"{url} reports policy version {wrong} after loading version {served}: it would sample "
+                f"with other weights than the trainer's"
             )
 
     def close(self) -> None:

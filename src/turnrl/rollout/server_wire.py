@@ -38,10 +38,13 @@ def plan_requests(
     rows_per_request: int,
     servers: int,
     seed: int | None = None,
+    max_tokens: int | None = None,
 ) -> list[Request]:
     """Split a generate call into requests: same budget and same sample count per prompt in one
     request, at most `rows_per_request` rows each, and at least `servers` requests when there are
-    enough prompts, so that every server has work."""
+    enough prompts, so that every server has work. `max_tokens`: at most that many prompt tokens
+    + rows x budget per request (a server's --max-tokens-per-request); a single prompt's request
+    may still exceed it, and the server then says so."""
     groups: dict[tuple[int, int], list[tuple[int, list[int]]]] = {}
     for i in range(len(prompt_ids)):
         by_budget: dict[int, list[int]] = {}
@@ -52,12 +55,28 @@ def plan_requests(
     out: list[Request] = []
     for (budget, count), items in groups.items():
         per = min(max(1, rows_per_request // count), math.ceil(len(items) / servers))
-        for start in range(0, len(items), per):
-            chunk = items[start : start + per]
+        for chunk in _chunks(items, per, [len(prompt_ids[i]) + count * budget for i, _ in items], max_tokens):
             rows = [r for _, rs in chunk for r in rs]
             out.append(Request([prompt_ids[i] for i, _ in chunk], count, budget, rows))
     for k, req in enumerate(out):  # distinct seeds: the same prompt in two requests must not repeat itself
         req.seed = None if seed is None else seed + k
+    return out
+
+
+def _chunks(items: list[Any], per: int, costs: list[int], budget: int | None) -> list[list[Any]]:
+    """`items` in order, cut every `per` items and before the sum of `costs` would pass `budget`
+    (an item costing more than the budget goes alone)."""
+    out: list[list[Any]] = []
+    chunk: list[Any] = []
+    spent = 0
+    for item, cost in zip(items, costs, strict=True):
+        if chunk and (len(chunk) == per or (budget is not None and spent + cost > budget)):
+            out.append(chunk)
+            chunk, spent = [], 0
+        chunk.append(item)
+        spent += cost
+    if chunk:
+        out.append(chunk)
     return out
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from turnrl.config.checks import DTYPES, LOGGERS, ConfigError
+from turnrl.config.checks import DTYPES, LOGGERS, ConfigError, check_ranges
 from turnrl.config.supervised_schema import RMConfig, SFTConfig
 
 TRUNCATIONS = ("drop", "right")
@@ -15,8 +15,6 @@ def check_sft(cfg: SFTConfig) -> None:
         cfg, 'rows {"messages": [{"role", "content"}, ...]} or agent episodes {"prompt", "episode"}'
     )
     _one_of("data.tool_calls", cfg.data.tool_calls, TOOL_CALLS)
-    if cfg.data.max_obs_length < 1:
-        raise ConfigError(f"'data.max_obs_length' must be >= 1, got {cfg.data.max_obs_length}")
 
 
 def check_rm(cfg: RMConfig) -> None:
@@ -29,6 +27,7 @@ def check_rm(cfg: RMConfig) -> None:
 
 
 def _check_common(cfg: SFTConfig | RMConfig, rows: str) -> None:
+    check_ranges(cfg)  # every number's range: config.checks.RANGES, shared with `turnrl train`
     d, t = cfg.data, cfg.trainer
     if not d.train_files:
         raise ConfigError(f"'data.train_files' is empty: give JSONL or parquet files of {rows}")
@@ -37,25 +36,6 @@ def _check_common(cfg: SFTConfig | RMConfig, rows: str) -> None:
     _one_of("trainer.device", t.device, DEVICES)
     for name in t.logger:
         _one_of("trainer.logger", name, LOGGERS)
-    for key, value in (
-        ("data.max_length", d.max_length),
-        ("trainer.train_batch_size", t.train_batch_size),
-        ("trainer.micro_batch_size", t.micro_batch_size),
-        ("trainer.logprob_chunk_size", t.logprob_chunk_size),
-    ):
-        if value < 1:
-            raise ConfigError(f"'{key}' must be >= 1, got {value}")
-    for key, value in (
-        ("data.length_window", d.length_window),
-        ("trainer.total_training_steps", t.total_training_steps),
-        ("trainer.test_freq", t.test_freq),
-        ("trainer.save_freq", t.save_freq),
-        ("trainer.max_checkpoints_to_keep", t.max_checkpoints_to_keep),
-        ("trainer.num_threads", t.num_threads),
-        ("model.lora_rank", cfg.model.lora_rank),
-    ):
-        if value < 0:
-            raise ConfigError(f"'{key}' must be >= 0, got {value}")
     if t.total_training_steps == 0 and t.total_epochs < 1:
         raise ConfigError(
             f"'trainer.total_epochs'={t.total_epochs} with trainer.total_training_steps=0 trains nothing"

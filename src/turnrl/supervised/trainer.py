@@ -57,11 +57,12 @@ class SupervisedTrainer:
             torch.set_num_threads(t.num_threads)
         seed_everything(t.seed)
         check_sinks(t.logger)  # a missing logger package fails before the model loads
+        # an unwritable run directory fails before any model or tokenizer loads (nothing is created)
+        self.run_dir = make_run_dir(cfg)  # type: ignore[arg-type]  # reads trainer.default_local_dir, experiment_name
         # a training run as `model.path`: its policy, exported once; config.yaml keeps the path as given
         model = dataclasses.replace(cfg.model, path=resolve_model_path(cfg.model.path, cfg.model.cache_dir))
         # every row read and checked before the model loads and anything is written
         self._read_data(dataclasses.replace(cfg, model=model))
-        self.run_dir = make_run_dir(cfg)  # type: ignore[arg-type]  # reads trainer.default_local_dir, experiment_name
         self.learner = Learner(
             self.objective, model, cfg.optim, t.micro_batch_size, pick_device(t.device), t.seed
         )

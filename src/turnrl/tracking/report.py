@@ -15,6 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from turnrl.runtime import ensure_writable_dir
 from turnrl.tracking.report_plots import PLOTS, Series, draw, matches
 
 SUMMARY_KEYS = (
@@ -122,7 +123,7 @@ def make_report(run_dir: Path) -> Report:
             "turnrl report draws with matplotlib, which is not installed: pip install matplotlib"
         ) from None
     log = read_metrics(run_dir / "metrics.jsonl")
-    out = run_dir / "report"
+    out = ensure_writable_dir(run_dir / "report", "report directory", ReportError)  # a read-only run
     out.mkdir(exist_ok=True)
     plots: dict[str, list[str]] = {}
     absent: list[str] = []

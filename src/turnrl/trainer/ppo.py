@@ -51,10 +51,12 @@ class Trainer:
             raise ConfigError("the step inspector records one synchronous step: set trainer.mode=sync")
         check_sinks(cfg.trainer.logger)  # a missing logger package fails before the model loads
         self.cfg, self.hooks = cfg, list(hooks)
+        # named now, before the tokenizer and data load (an unwritable one fails in a second);
+        # created once every check has passed
+        self.run_dir = make_run_dir(cfg)
         data = build_data(cfg)  # everything is loaded and checked before anything is written
         self.tokenizer, self.val_examples = data.tokenizer, data.val_examples
         self.pad_id = int(self.tokenizer.pad_token_id)
-        self.run_dir = make_run_dir(cfg)  # named now; created once every check has passed
         self.roles = build_roles(cfg, self.tokenizer, self.run_dir)
         try:  # from here on, a failure must not leave ranks, Ray or tool servers behind
             self._build_loop(cfg, data)

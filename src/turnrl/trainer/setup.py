@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -19,7 +18,7 @@ from turnrl.rewards.registry import registered, resolve
 from turnrl.rewards.scorer import RuleReward
 from turnrl.rollout.base import Rollout, RolloutEngine
 from turnrl.rollout.single_turn import SingleTurnRollout
-from turnrl.runtime import seed_everything
+from turnrl.runtime import ensure_writable_dir, seed_everything
 from turnrl.tasks import gym, scorers, write_task
 from turnrl.tasks.args import args_key
 from turnrl.tasks.search.corpus import builtin_index
@@ -118,6 +117,7 @@ def build_reward(cfg: Config, tokenizer: Any, rollout: Rollout) -> RuleReward:
         cfg.reward.custom_function.name,
         missing_ok=cfg.reward_model.enable,
         sandbox_url=getattr(rollout, "sandbox_url", None),
+        sandbox_api_key=getattr(rollout, "sandbox_api_key", None),
         on_error=cfg.reward.on_error,
         timeout_s=cfg.reward.timeout_s,
         scorers=scorers(),  # the built-in tasks' data sources
@@ -229,19 +229,5 @@ def make_run_dir(cfg: Config) -> Path:
         path = Path(cfg.trainer.default_local_dir)
     else:
         path = Path("runs") / f"{cfg.trainer.experiment_name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    problem = unwritable_reason(path)
-    if problem:  # found now, not after the models have loaded and the first write fails
-        raise ConfigError(f"run directory {path} (trainer.default_local_dir) cannot be written: {problem}")
-    return path
-
-
-def unwritable_reason(path: Path) -> str:
-    """Why `mkdir -p path` and writing inside it would fail, or '' if they would not. Creates nothing."""
-    probe = path
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent  # the nearest existing ancestor: where mkdir would write first
-    if not probe.is_dir():
-        return f"{probe} is a file, not a directory"
-    if not os.access(probe, os.W_OK | os.X_OK):  # also false on a read-only file system
-        return f"{probe} is not writable"
-    return ""
+    # found now, not after the models have loaded and the first write fails
+    return ensure_writable_dir(path, "run directory (trainer.default_local_dir)", ConfigError)

@@ -93,10 +93,20 @@ def _server_engine(
 
     cfg = rollout_cfg.server
     urls, child = list(cfg.urls), None
+    weights_dir = Path(cfg.weights_dir) if cfg.weights_dir else run_dir / "rollout_weights"
     if not urls:  # one `turnrl serve` child for this run, on the trainer's device unless configured
         device = cfg.device if cfg.device != "auto" else next(model.parameters()).device.type
+        # the child loads weights only from where this engine writes them (and exists to be named)
+        weights_dir.mkdir(parents=True, exist_ok=True)
         child = ServeProcess(
-            model_path, device, dtype, cache_dir, run_dir / "rollout_server.log", cfg.startup_timeout_s, seed
+            model_path,
+            device,
+            dtype,
+            cache_dir,
+            run_dir / "rollout_server.log",
+            cfg.startup_timeout_s,
+            seed,
+            weights_root=weights_dir,
         ).start()
         urls = [child.url]
     try:
@@ -106,10 +116,11 @@ def _server_engine(
             eos_ids=eos_ids(model, tokenizer),
             vocab_size=int(model.config.vocab_size),
             weights=weights_fn,
-            weights_dir=cfg.weights_dir or run_dir / "rollout_weights",
+            weights_dir=weights_dir,
             model_config=model.config,
             rows_per_request=rollout_cfg.generation_batch_size,
             child=child,
+            api_key=None if child is None else child.api_key,  # the child's own random key
         )
     except BaseException:
         if child is not None:

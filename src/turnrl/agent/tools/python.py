@@ -50,10 +50,12 @@ class PythonTool:
         obs_tag: str = "observation",
         retries: int = 2,
         server: ServerSupervisor | None = None,
+        api_key: str | None = None,
     ):
+        """`api_key`: the sandbox's key; None or '' = $TURNRL_API_KEY (none if unset)."""
         self.url, self.run_timeout, self.memory_limit_mb = url, run_timeout, memory_limit_mb
         self.tag, self.obs_tag = tag, obs_tag
-        self.client = SandboxClient(url, timeout=30.0, retries=retries)
+        self.client = SandboxClient(url, timeout=30.0, retries=retries, api_key=api_key)
         self.server = server
         """Set when the sandbox is turnrl's own child: a dead one is restarted once (`supervisor`)."""
 

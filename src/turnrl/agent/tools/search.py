@@ -35,10 +35,12 @@ class SearchTool:
         timeout: float = 30.0,
         retries: int = 2,
         server: ServerSupervisor | None = None,
+        api_key: str | None = None,
     ):
+        """`api_key`: the retriever's key; None or '' = $TURNRL_API_KEY (none if unset)."""
         self.url, self.topk = url, topk
         self.tag, self.obs_tag = tag, obs_tag
-        self.client = RetrieverClient(url, topk=topk, timeout=timeout, retries=retries)
+        self.client = RetrieverClient(url, topk=topk, timeout=timeout, retries=retries, api_key=api_key)
         self.server = server
         """Set when the retriever is turnrl's own child: a dead one is restarted once (`supervisor`)."""
 
@@ -49,14 +51,26 @@ class SearchTool:
         queries: list[str] = []
         slots: list[int] = []
         results: list[ToolResult] = []
+        # A query over the server's limit is this call's error alone: sent, it would fail the
+        # whole turn's batch. Only asked for when there is a query (one /health per client).
+        has_query = any(isinstance(a.get("query"), str) and a["query"].strip() for a in arguments)
+        max_chars = (await self.client.limits()).get("max_query_chars") if has_query else None
         for i, args in enumerate(arguments):
             query = args.get("query")
-            if isinstance(query, str) and query.strip():
+            if not (isinstance(query, str) and query.strip()):
+                results.append(ToolResult("error: empty search query", error=True))
+            elif max_chars is not None and len(query.strip()) > max_chars:
+                results.append(
+                    ToolResult(
+                        f"error: search query of {len(query.strip())} characters is longer than the "
+                        f"retriever's limit of {max_chars}",
+                        error=True,
+                    )
+                )
+            else:
                 queries.append(query.strip())
                 slots.append(i)
                 results.append(ToolResult(""))
-            else:
-                results.append(ToolResult("error: empty search query", error=True))
         if queries:
             found = await supervised(self.server, lambda: self.client.retrieve(queries), RetrieverUnavailable)
             for slot, passages in zip(slots, found, strict=True):

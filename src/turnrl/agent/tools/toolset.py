@@ -38,6 +38,8 @@ class ToolSet:
         self._children: list[Any] = []
         self.supervisors: list[ServerSupervisor] = []
         self.sandbox_url = ""
+        self.sandbox_api_key = ""
+        """The key of `sandbox_url` ('' = $TURNRL_API_KEY's): code rewards reusing it send it too."""
 
     def start(self) -> ToolSet:
         try:
@@ -96,16 +98,29 @@ class ToolSet:
 
         p = self.cfg.python
         child = None if p.url else SandboxProcess(workers=p.workers or None)
+
+        def check(url: str) -> dict[str, Any]:
+            return check_server(url, api_key=p.api_key)
+
         url, supervisor = self._server(
             "rollout.multi_turn.python",
             p.url,
-            check_server,
+            check,
             (SandboxError, ValueError),
             child,
             "code sandbox",
         )
-        self.sandbox_url = url
-        return PythonTool(url, p.run_timeout, p.memory_limit_mb, p.tag, p.obs_tag, server=supervisor)
+        # our own child has a key of its own (fresh per child); someone else's server takes the configured one
+        self.sandbox_url, self.sandbox_api_key = url, child.api_key if child is not None else p.api_key
+        return PythonTool(
+            url,
+            p.run_timeout,
+            p.memory_limit_mb,
+            p.tag,
+            p.obs_tag,
+            server=supervisor,
+            api_key=self.sandbox_api_key,
+        )
 
     def _search(self) -> Any:
         from turnrl.agent.tools.search import SearchTool
@@ -117,10 +132,18 @@ class ToolSet:
         child = None
         if not s.url:
             child = LocalRetriever(self._search_index(s.index), topk=s.topk)
+
+        def check(url: str) -> dict[str, Any]:
+            return check_server(url, api_key=s.api_key)
+
         url, supervisor = self._server(
-            "rollout.multi_turn.search", s.url, check_server, (RetrieverError, ValueError), child, "retriever"
+            "rollout.multi_turn.search", s.url, check, (RetrieverError, ValueError), child, "retriever"
         )
-        return SearchTool(url, s.topk, s.tag, s.obs_tag, timeout=self.cfg.tool_timeout, server=supervisor)
+        # our own child has a key of its own (fresh per child); someone else's server takes the configured one
+        api_key = child.api_key if child is not None else s.api_key
+        return SearchTool(
+            url, s.topk, s.tag, s.obs_tag, timeout=self.cfg.tool_timeout, server=supervisor, api_key=api_key
+        )
 
     def _search_index(self, index: str) -> Path:
         if index:

@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from turnrl.data.dataset import DataError
+from turnrl.runtime import ensure_writable_dir
 
 
 def check_out_dir(out: Path, overwrite: bool) -> None:
@@ -21,6 +22,7 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
         raise DataError(f"--out {out} is a file, not a directory")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise DataError(f"--out {out} exists and is not empty; choose a new directory or pass --overwrite")
+    ensure_writable_dir(out, "--out", DataError)  # before any row is read or generated
 
 
 def to_table(rows: list[dict[str, Any]], name: str) -> pa.Table:

@@ -8,7 +8,7 @@
     POST /update_weights_from_disk {"model_path": dir, "policy_version": int}   (SGLang's name)
         -> {"success", "message", "policy_version"}
     GET  /health                  -> {"status": "ok", "model", "vocab_size", "policy_version", "max_model_len",
-                                      "batches_run", "requests_served", "max_rows_in_a_batch"}
+                                      "limits", "batches_run", "requests_served", ...}
     GET  /v1/models               -> {"object": "list", "data": [{"id", "max_model_len", "vocab_size", ...}]}
 
 Field names follow vLLM and SGLang (token-id prompts, `top_k`, `return_tokens_as_token_ids`,
@@ -18,32 +18,63 @@ at the sampling temperature, before top-p/top-k.
 
 One worker thread owns the engine (`turnrl.servers.inference.batcher`): it merges concurrent requests with the
 same sampling parameters and no seed into one engine call, and runs weight loads between calls;
-/health never waits for it.
-A bad request gets a 400 whose `detail` is one line naming the field.
+/health never waits for it, and nothing on the event loop reads a weights file.
+
+Careless and hostile clients: every route sits behind `turnrl.servers.guard.Guard` (the key, the
+body size); a request is bounded in rows and tokens (`Limits`, reported by /health); unknown
+fields are refused, not ignored; a client that leaves has its work dropped or stopped; weights
+load only from `--weights-root`, in strictly increasing versions. Anything the client's input
+causes is a 4xx whose `detail` is one line naming the field; a 5xx is the server's fault.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 import uuid
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.responses import Response
 
-from turnrl.models.weights_dir import WeightsError, load_weights_dir
+from turnrl.models.weights_dir import WeightsError, WeightsOutsideRoot, load_weights_dir
 from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.rollout.hf import HFEngine
+from turnrl.servers.guard import Guard, detail, finite_json, wait_for_disconnect
 from turnrl.servers.inference.batcher import Batcher
 from turnrl.servers.validation import describe_validation_error
 
 log = logging.getLogger("turnrl.serve")
 
-# OpenAI / vLLM fields whose effect this server does not implement: a non-default value is refused
-# rather than silently ignored (a penalty or a logit bias would change what the policy samples)
+MAX_VERSION = 2**63 - 1
+"""The largest policy version (an int64: what SGLang, torch and JSON readers all hold exactly)."""
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+"""What `torch.Generator.manual_seed` accepts; beyond it, it raises."""
+MIN_TEMPERATURE = 1e-6
+"""Below it (but above 0, greedy) logits / temperature overflow float32 to inf and sampling fails."""
+PARSE_IN_THREAD = 1 << 20
+"""Bodies larger than this are parsed on a worker thread, so /health does not wait for them."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for; each is a `turnrl serve` option, reported by /health."""
+
+    max_rows_per_request: int = 1024
+    """Output rows (prompts x n) of one request (--max-rows-per-request)."""
+    max_tokens_per_request: int = 4 << 20
+    """Prompt tokens + rows x max_tokens of one request (--max-tokens-per-request): the KV cache
+    and the result it may make the server hold."""
+    max_body: int = 32 << 20
+    """Bytes of one request body (--max-body), enforced by the guard while the body streams in."""
+
+
+# OpenAI / vLLM / SGLang fields whose effect this server does not implement: a non-default value is
+# refused rather than silently ignored (a penalty or a logit bias would change what the policy samples)
 _UNSUPPORTED: dict[str, Any] = {
     "stream": False,
     "echo": False,
@@ -55,11 +86,20 @@ _UNSUPPORTED: dict[str, Any] = {
     "min_p": 0.0,
     "stop_token_ids": None,
     "prompt_logprobs": None,
+    "min_tokens": 0,
+    "include_stop_str_in_output": False,
+    "use_beam_search": False,
+    "length_penalty": 1.0,
+    "truncate_prompt_tokens": None,
+    "allowed_token_ids": None,
+    "bad_words": None,
+    "no_stop_trim": False,
 }
 
 
 class CompletionRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # forbid: a misspelt field (`max_token`) must not be silently ignored; NaN/inf never get in
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     prompt: Any = Field(description="Token ids: a list of ints or a list of lists of ints.")
     model: str | None = None
@@ -77,22 +117,65 @@ class CompletionRequest(BaseModel):
     return_tokens_as_token_ids: bool = False
     return_token_ids: bool = False
     best_of: int | None = None
+    skip_special_tokens: bool = Field(default=True, description="Of `text` only; ids are always all there.")
+    # sent by real clients, no effect on what is sampled
+    user: str | None = Field(default=None, description="OpenAI's end-user id; not used.")
+    stream_options: dict[str, Any] | None = Field(default=None, description="Only without streaming.")
+    spaces_between_special_tokens: bool = True
+    add_special_tokens: bool = Field(default=False, description="Token prompts get no special tokens.")
+    request_id: str | None = None
+    rid: str | None = Field(default=None, description="SGLang's request id; not used.")
+    # declared so a client sending the default is understood; any other value is refused
+    stream: bool = False
+    echo: bool = False
+    suffix: str | None = None
+    logit_bias: dict[str, float] | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_p: float = 0.0
+    stop_token_ids: list[int] | None = None
+    prompt_logprobs: int | None = None
+    min_tokens: int = 0
+    include_stop_str_in_output: bool = False
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
+    truncate_prompt_tokens: int | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    no_stop_trim: bool = False
 
 
 class UpdateWeightsRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")  # SGLang's load_format, flush_cache, abort_all_requests, ...
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    model_path: str
+    model_path: str = Field(min_length=1)
     policy_version: int | None = None
     weight_version: str | None = Field(default=None, description="SGLang's name for the version, a string.")
+    # SGLang's fields that turnrl's clients (and SGLang's) send; none changes what is loaded here
+    load_format: str | None = Field(default=None, description="auto or safetensors (the only format).")
+    flush_cache: bool = Field(default=True, description="Nothing is cached between batches here.")
+    abort_all_requests: bool = Field(default=False, description="A load waits for the running batch.")
+    torch_empty_cache: bool = False
+    recapture_cuda_graph: bool = False
+    token_step: int = 0
 
 
 class BadRequest(ValueError):
-    pass
+    """A request this server will not serve: `status` (400 unless said) and a one-line message."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
-def _reject(detail: str, status: int = 400, **extra: Any) -> JSONResponse:
-    return JSONResponse({"detail": detail, **extra}, status_code=status)
+def _short(value: Any, limit: int = 80) -> str:
+    """`repr(value)`, cut: a refusal names what was sent, it does not echo a megabyte back."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's 4300-digit printing limit
+        return "a number too long to print"
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def parse_prompts(prompt: Any, vocab_size: int) -> list[list[int]]:
@@ -109,30 +192,33 @@ def parse_prompts(prompt: Any, vocab_size: int) -> list[list[int]]:
             raise BadRequest(f"{where}: must be a non-empty list of token ids")
         for j, t in enumerate(row):
             if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size:
-                raise BadRequest(f"{where}[{j}]: {t!r} is not a token id in [0, {vocab_size})")
+                raise BadRequest(f"{where}[{j}]: {_short(t)} is not a token id in [0, {vocab_size})")
     return rows
 
 
 def sampling_params(req: CompletionRequest) -> SamplingParams:
-    extra = req.model_extra or {}
     for name, default in _UNSUPPORTED.items():
-        if extra.get(name, default) not in (default, None):
+        if getattr(req, name) not in (default, None):
             raise BadRequest(f"{name}: not supported by turnrl serve")
     if req.max_tokens < 1:
-        raise BadRequest(f"max_tokens: must be >= 1, got {req.max_tokens}")
+        raise BadRequest(f"max_tokens: must be >= 1, got {_short(req.max_tokens)}")
     if req.n < 1:
-        raise BadRequest(f"n: must be >= 1, got {req.n}")
+        raise BadRequest(f"n: must be >= 1, got {_short(req.n)}")
     if req.best_of not in (None, req.n):
         raise BadRequest("best_of: not supported by turnrl serve (leave it unset or equal to n)")
-    if req.temperature < 0:
-        raise BadRequest(f"temperature: must be >= 0, got {req.temperature}")
+    if req.temperature < 0 or 0 < req.temperature < MIN_TEMPERATURE:
+        raise BadRequest(
+            f"temperature: must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, got {_short(req.temperature)}"
+        )
     if not 0 < req.top_p <= 1:
-        raise BadRequest(f"top_p: must be in (0, 1], got {req.top_p}")
+        raise BadRequest(f"top_p: must be in (0, 1], got {_short(req.top_p)}")
     top_k = req.top_k or 0
     if top_k < -1:
-        raise BadRequest(f"top_k: must be -1 or 0 (off) or a positive count, got {top_k}")
+        raise BadRequest(f"top_k: must be -1 or 0 (off) or a positive count, got {_short(top_k)}")
     if req.logprobs is not None and req.logprobs < 0:
-        raise BadRequest(f"logprobs: must be >= 0, got {req.logprobs}")
+        raise BadRequest(f"logprobs: must be >= 0, got {_short(req.logprobs)}")
+    if req.seed is not None and not SEED_MIN <= req.seed <= SEED_MAX:
+        raise BadRequest(f"seed: must be in [-2**63, 2**64 - 1], got {_short(req.seed)}")
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if any(not s for s in stop):
         raise BadRequest("stop: empty stop string")
@@ -148,6 +234,25 @@ def sampling_params(req: CompletionRequest) -> SamplingParams:
     )
 
 
+def check_size(prompts: list[list[int]], params: SamplingParams, limits: Limits) -> None:
+    """413 when the request asks for more rows or tokens than `limits` allow."""
+    rows = len(prompts) * params.n
+    if rows > limits.max_rows_per_request:
+        raise BadRequest(
+            f"n: {len(prompts)} prompt(s) x n={_short(params.n)} = {_short(rows)} rows exceed this "
+            f"server's {limits.max_rows_per_request} rows per request (--max-rows-per-request)",
+            413,
+        )
+    tokens = sum(len(p) for p in prompts) + rows * params.max_new_tokens
+    if tokens > limits.max_tokens_per_request:
+        raise BadRequest(
+            f"max_tokens: prompt tokens + {rows} rows x max_tokens {_short(params.max_new_tokens)} = "
+            f"{_short(tokens)} tokens exceed this server's {limits.max_tokens_per_request} per request "
+            f"(--max-tokens-per-request)",
+            413,
+        )
+
+
 class Server:
     """The served model and its policy version. Every engine call, generation or weight load, runs
     on the batcher's one worker thread, so a load never lands in the middle of a generation."""
@@ -159,28 +264,41 @@ class Server:
         max_model_len: int | None,
         max_batch_rows: int = 256,
         batch_wait_ms: float = 5.0,
+        limits: Limits | None = None,
+        weights_root: str | None = None,
     ) -> None:
         self.engine, self.model_id, self.max_model_len = engine, model_id, max_model_len
+        self.limits = limits or Limits()
+        self.weights_root = weights_root
         self.tokenizer = engine.tokenizer
         self.vocab_size = int(engine.model.get_input_embeddings().weight.shape[0])
         self.policy_version = 0
         self.batcher = Batcher(engine, max_batch_rows, batch_wait_ms / 1000)
 
-    async def generate(self, prompts: list[list[int]], params: SamplingParams) -> Generation:
-        return await asyncio.wrap_future(self.batcher.submit(prompts, params))
-
-    async def load(self, path: str, version: int) -> int:
+    async def load(self, path: str, version: int | None) -> tuple[int, int]:
         # shielded: a trainer that stops waiting does not cancel a load it asked for
-        return await asyncio.shield(asyncio.wrap_future(self.batcher.call(lambda: self._load(path, version))))
+        future = self.batcher.call(lambda: self._load(path, version))
+        return await asyncio.shield(asyncio.wrap_future(future))
 
-    def _load(self, path: str, version: int) -> int:
-        count = load_weights_dir(self.engine.model, path)
+    def _load(self, path: str, version: int | None) -> tuple[int, int]:
+        """On the worker thread: the path checks touch the file system, which may block."""
+        assert self.weights_root is not None
+        version = self.policy_version + 1 if version is None else version  # no version: still a new one
+        if version > MAX_VERSION:
+            raise BadRequest(f"policy_version: {version} is beyond {MAX_VERSION}")
+        if version <= self.policy_version:  # checked here, where loads run one at a time
+            raise BadRequest(
+                f"policy_version: {version} is not newer than the served version {self.policy_version}; "
+                f"versions only go up",
+                409,
+            )
+        count = load_weights_dir(self.engine.model, path, root=self.weights_root)
         self.policy_version = version
         self.engine.sync_weights(version)
-        return count
+        return count, version
 
-    def _text(self, ids: list[int], stop: list[str], reason: str) -> str:
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+    def _text(self, ids: list[int], stop: list[str], reason: str, skip_special: bool) -> str:
+        text = self.tokenizer.decode(ids, skip_special_tokens=skip_special)
         if reason == "stop" and stop:  # OpenAI: the text ends before the stop string (the ids keep it)
             cuts = [text.find(s) for s in stop if s in text]
             text = text[: min(cuts)] if cuts else text
@@ -203,7 +321,7 @@ class Server:
         ):
             choice: dict[str, Any] = {
                 "index": index,
-                "text": self._text(ids, params.stop, reason),
+                "text": self._text(ids, params.stop, reason, req.skip_special_tokens),
                 "logprobs": None
                 if req.logprobs is None
                 else self._logprobs(ids, lps, req.return_tokens_as_token_ids),
@@ -230,15 +348,21 @@ class Server:
         }
 
 
-def _version(req: UpdateWeightsRequest, current: int) -> int:
+def _version(req: UpdateWeightsRequest) -> int | None:
+    """The asked version, range-checked; None = the next one."""
     if req.policy_version is not None:
-        return req.policy_version
-    if req.weight_version is not None:
+        version, field = req.policy_version, "policy_version"
+    elif req.weight_version is not None:
+        field = "weight_version"
         try:
-            return int(req.weight_version)
+            version = int(req.weight_version)
         except ValueError:
-            raise BadRequest(f"weight_version: {req.weight_version!r} is not an integer") from None
-    return current + 1  # an update without a version is still a new policy
+            raise BadRequest(f"weight_version: {_short(req.weight_version)} is not an integer") from None
+    else:
+        return None
+    if not 0 <= version <= MAX_VERSION:
+        raise BadRequest(f"{field}: must be in [0, 2**63 - 1], got {_short(version)}")
+    return version
 
 
 def _one_line(err: BaseException) -> str:
@@ -251,13 +375,22 @@ def create_app(
     max_model_len: int | None = None,
     max_batch_rows: int = 256,
     batch_wait_ms: float = 5.0,
+    *,
+    api_key: str = "",
+    limits: Limits | None = None,
+    weights_root: str | None = None,
 ) -> FastAPI:
     """`max_batch_rows`: output rows (prompts x n) of one merged engine call; `batch_wait_ms`: how
-    long a lone mergeable request waits for others (see turnrl.servers.inference.batcher)."""
+    long a lone mergeable request waits for others (see turnrl.servers.inference.batcher).
+    `api_key`: '' = none asked (loopback only: the CLI refuses otherwise); `weights_root`: the
+    directory weight updates may load from (realpath), None = updates are off."""
     from turnrl import __version__
 
+    limits = limits or Limits()
     app = FastAPI(title="turnrl serve", version=__version__)
-    server = Server(engine, model_id, max_model_len, max_batch_rows, batch_wait_ms)
+    # outermost: the key and the body size are checked before routing and before any parsing
+    app.add_middleware(Guard, api_key=api_key, max_body=limits.max_body)
+    server = Server(engine, model_id, max_model_len, max_batch_rows, batch_wait_ms, limits, weights_root)
     app.state.server = server
 
     async def body_of(request: Request, model: type[BaseModel], example: str) -> Any:
@@ -265,6 +398,8 @@ def create_app(
         if not body.strip():
             raise BadRequest(describe_validation_error([{"type": "missing", "loc": ("body",)}], [], example))
         try:
+            if len(body) > PARSE_IN_THREAD:
+                return await asyncio.to_thread(model.model_validate_json, body)
             return model.model_validate_json(body)
         except ValidationError as err:
             raise BadRequest(
@@ -272,27 +407,30 @@ def create_app(
             ) from None
 
     @app.exception_handler(BadRequest)
-    async def _bad_request(_request: Request, err: BadRequest) -> JSONResponse:
-        return _reject(str(err))
+    async def _bad_request(_request: Request, err: BadRequest) -> Response:
+        return detail(str(err), err.status)
 
     @app.exception_handler(Exception)
-    async def _internal(_request: Request, err: Exception) -> JSONResponse:
+    async def _internal(_request: Request, err: Exception) -> Response:
         # a bug, not the client's input: one line here, the traceback in the server's log (Starlette re-raises)
-        return _reject(f"internal error: {_one_line(err)}", 500)
+        return detail(f"internal error: {_one_line(err)}", 500)
 
     @app.get("/health")
-    async def _health() -> dict[str, Any]:
-        return {
-            "status": "ok",
-            "model": server.model_id,
-            "vocab_size": server.vocab_size,
-            "policy_version": server.policy_version,
-            "max_model_len": server.max_model_len,
-            **server.batcher.stats(),
-        }
+    async def _health() -> Response:
+        return finite_json(
+            {
+                "status": "ok",
+                "model": server.model_id,
+                "vocab_size": server.vocab_size,
+                "policy_version": server.policy_version,
+                "max_model_len": server.max_model_len,
+                "limits": asdict(server.limits),
+                **server.batcher.stats(),
+            }
+        )
 
     @app.get("/v1/models")
-    async def _models() -> dict[str, Any]:
+    async def _models() -> Response:
         card = {
             "id": server.model_id,
             "object": "model",
@@ -302,17 +440,12 @@ def create_app(
             "max_model_len": server.max_model_len,
             "vocab_size": server.vocab_size,
         }
-        return {"object": "list", "data": [card]}
+        return finite_json({"object": "list", "data": [card]})
 
-    @app.post("/v1/completions")
-    async def _completions(request: Request) -> JSONResponse:
-        req = await body_of(request, CompletionRequest, '{"prompt": [[1, 2, 3]], "max_tokens": 16}')
-        if req.model not in (None, "", server.model_id):
-            return _reject(
-                f"model: {req.model!r} is not served here; this server serves {server.model_id!r}", 404
-            )
+    def checked(req: CompletionRequest) -> tuple[list[list[int]], SamplingParams]:
         prompts = parse_prompts(req.prompt, server.vocab_size)
         params = sampling_params(req)
+        check_size(prompts, params, server.limits)
         if server.max_model_len:
             for i, p in enumerate(prompts):
                 if len(p) + params.max_new_tokens > server.max_model_len:
@@ -320,25 +453,62 @@ def create_app(
                         f"prompt[{i}]: {len(p)} tokens + max_tokens {params.max_new_tokens} exceed "
                         f"max_model_len {server.max_model_len}"
                     )
+        return prompts, params
+
+    @app.post("/v1/completions")
+    async def _completions(request: Request) -> Response:
+        req = await body_of(request, CompletionRequest, '{"prompt": [[1, 2, 3]], "max_tokens": 16}')
+        if req.model not in (None, "", server.model_id):
+            return detail(
+                f"model: {_short(req.model)} is not served here; this server serves {server.model_id!r}", 404
+            )
+        # a long prompt list is checked token by token: off the event loop, as its parsing was
+        large = len(await request.body()) > PARSE_IN_THREAD  # read once, cached by the request
+        prompts, params = await asyncio.to_thread(checked, req) if large else checked(req)
+        gone = threading.Event()
+        job = asyncio.wrap_future(server.batcher.submit(prompts, params, gone))
+        left = asyncio.ensure_future(wait_for_disconnect(request))
         try:
-            gen = await server.generate(prompts, params)
+            await asyncio.wait({job, left}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            left.cancel()
+        if not job.done():  # the client left: drop its request, or stop its rows at the next step
+            gone.set()
+            job.cancel()
+            return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
+        try:
+            gen = job.result()
         except Exception as err:  # the whole merged batch failed (out of memory, ...); the server goes on
-            return _reject(f"generation failed: {_one_line(err)}", 500)
-        return JSONResponse(server.response(req, prompts, params, gen))
+            return detail(f"generation failed: {_one_line(err)}", 500)
+        # decoding the text of many long choices is real work: off the event loop
+        content = await asyncio.to_thread(server.response, req, prompts, params, gen)
+        return finite_json(content)
 
     @app.post("/update_weights_from_disk")
-    async def _update(request: Request) -> JSONResponse:
+    async def _update(request: Request) -> Response:
+        def refused(message: str, status: int) -> Response:
+            body = {"detail": message, "success": False, "message": message}
+            return finite_json({**body, "policy_version": server.policy_version}, status)
+
+        if server.weights_root is None:
+            return refused("weight updates are off; start turnrl serve with --weights-root DIR", 403)
         req = await body_of(
             request, UpdateWeightsRequest, '{"model_path": "/runs/x/v1", "policy_version": 1}'
         )
-        version = _version(req, server.policy_version)
         try:
-            count = await server.load(req.model_path, version)
+            if req.load_format not in (None, "auto", "safetensors"):
+                raise BadRequest(
+                    f"load_format: {_short(req.load_format)} is not supported (safetensors only)"
+                )
+            count, version = await server.load(req.model_path, _version(req))
+        except WeightsOutsideRoot as err:
+            return refused(str(err), 403)
         except WeightsError as err:
-            msg = str(err)
-            return _reject(msg, success=False, message=msg, policy_version=server.policy_version)
+            return refused(str(err), 400)
+        except BadRequest as err:
+            return refused(str(err), err.status)
         log.warning("loaded %d tensors from %s: policy version %d", count, req.model_path, version)
-        return JSONResponse(
+        return finite_json(
             {
                 "success": True,
                 "message": f"loaded {count} tensors from {req.model_path}",

@@ -12,6 +12,10 @@ its samples depend on the seed and on the rows drawn with it, so merging would c
 
 Weight loads and other exclusive calls go through the same worker, ahead of waiting generations:
 a load waits for the running batch only, and the next batch samples with the new weights.
+
+A client that leaves sets its request's `gone` event: a waiting request is then dropped from the
+queue (`requests_dropped`), and a running one stops at the engine's next decode step, its rows freed
+for the rest of the batch (`requests_aborted`), so nobody waits behind work nobody will read.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class Engine(Protocol):
         prompt_ids: list[list[int]],
         params: SamplingParams,
         max_new_tokens_per_row: list[int] | None = None,
+        abort: Callable[[], set[int]] | None = None,
     ) -> Generation: ...
 
 
@@ -45,6 +50,8 @@ class _Job:
     params: SamplingParams
     future: Future[Generation] = field(default_factory=Future)
     arrived: float = field(default_factory=time.monotonic)
+    gone: threading.Event = field(default_factory=threading.Event)
+    """Set when nobody will read the answer (the client left)."""
 
     @property
     def rows(self) -> int:
@@ -56,6 +63,19 @@ def batch_key(params: SamplingParams) -> tuple[Any, ...] | None:
     if params.seed is not None:
         return None
     return (params.temperature, params.top_p, params.top_k, tuple(params.stop), params.n, params.ignore_eos)
+
+
+def _abort_of(batch: list[_Job]) -> Callable[[], set[int]]:
+    """The engine's `abort` for a batch: the output rows of its requests whose client left."""
+    spans, start = [], 0
+    for job in batch:
+        spans.append((job.gone, range(start, start + job.rows)))
+        start += job.rows
+
+    def abort() -> set[int]:
+        return {r for gone, rows in spans if gone.is_set() for r in rows}
+
+    return abort
 
 
 def split(gen: Generation, rows: list[int]) -> list[Generation]:
@@ -92,6 +112,8 @@ class Batcher:
         self.batches_run = 0
         self.requests_served = 0
         self.max_rows_in_a_batch = 0
+        self.requests_dropped = 0  # their client left while they waited: never run
+        self.requests_aborted = 0  # their client left while they ran: stopped early
         self._jobs: list[_Job] = []  # oldest first
         self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
         self._cond = threading.Condition()
@@ -104,12 +126,17 @@ class Batcher:
             "batches_run": self.batches_run,
             "requests_served": self.requests_served,
             "max_rows_in_a_batch": self.max_rows_in_a_batch,
+            "requests_dropped": self.requests_dropped,
+            "requests_aborted": self.requests_aborted,
         }
 
-    def submit(self, prompts: list[list[int]], params: SamplingParams) -> Future[Generation]:
+    def submit(
+        self, prompts: list[list[int]], params: SamplingParams, gone: threading.Event | None = None
+    ) -> Future[Generation]:
         """Queue a generation; the future holds its Generation or the error of the batch it ran in.
-        Cancelling the future before its batch starts drops the request (a client that left)."""
-        job = _Job(prompts, params)
+        Setting `gone` (the client left) drops the request if it still waits and stops its rows at
+        the next decode step if it runs; cancelling the future before its batch starts drops it too."""
+        job = _Job(prompts, params) if gone is None else _Job(prompts, params, gone=gone)
         with self._cond:
             if self._closed:
                 raise RuntimeError("the batcher is closed")
@@ -169,6 +196,7 @@ class Batcher:
     def _take_batch(self) -> list[_Job]:
         """The oldest request and every waiting one that can share its batch, up to the row cap.
         Called with the lock held. Requests whose client has gone are dropped here."""
+        self._drop_gone()
         batch: list[_Job] = []
         key, rows, keep = None, 0, []
         for job in self._jobs:
@@ -190,15 +218,28 @@ class Batcher:
         self._jobs = keep
         return batch
 
+    def _drop_gone(self) -> None:
+        """Forget waiting requests whose client left. Called with the lock held."""
+        keep = []
+        for job in self._jobs:
+            if job.gone.is_set():
+                job.future.cancel()
+            if job.future.cancelled():
+                self.requests_dropped += 1
+            else:
+                keep.append(job)
+        self._jobs = keep
+
     def _run(self, batch: list[_Job]) -> None:
+        abort = _abort_of(batch)
         try:
             if len(batch) == 1:  # exactly the call an unbatched server makes (seeded requests run here)
-                parts = [self.engine.generate(batch[0].prompts, batch[0].params)]
+                parts = [self.engine.generate(batch[0].prompts, batch[0].params, abort=abort)]
             else:
                 budgets = [j.params.max_new_tokens for j in batch for _ in range(j.rows)]
                 params = replace(batch[0].params, max_new_tokens=max(budgets))
                 prompts = [p for j in batch for p in j.prompts]
-                gen = self.engine.generate(prompts, params, budgets)
+                gen = self.engine.generate(prompts, params, budgets, abort=abort)
                 parts = split(gen, [j.rows for j in batch])
         except Exception as err:  # out of memory, a bug: fail this batch's requests, serve the next
             log.warning("a batch of %d requests failed: %s: %s", len(batch), type(err).__name__, err)
@@ -210,7 +251,9 @@ class Batcher:
             self.max_rows_in_a_batch = max(self.max_rows_in_a_batch, sum(j.rows for j in batch))
         # counted before the results go out: a client that reads /health right after its answer
         # must see its own request served
-        self.requests_served += len(batch)
+        aborted = sum(1 for job in batch if job.gone.is_set())
+        self.requests_aborted += aborted
+        self.requests_served += len(batch) - aborted
         for job, part in zip(batch, parts, strict=True):
             job.future.set_result(part)
 

@@ -7,7 +7,11 @@ when the command runs.
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import sys
+
+from turnrl.servers.listen import port_arg, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -20,8 +24,42 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         required=True,
         help="a Hugging Face model directory, a .gguf file, 'smollm2-135m-instruct' or 'tiny-random'",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s)")
-    parser.add_argument("--port", type=int, default=8000, help="TCP port (default %(default)s)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to bind (default %(default)s); any other than loopback needs a key",
+    )
+    parser.add_argument("--port", type=port_arg, default=8000, help="TCP port (default %(default)s)")
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help="key every request must send as 'Authorization: Bearer KEY' (default: $TURNRL_API_KEY; "
+        "none on loopback without either)",
+    )
+    parser.add_argument(
+        "--weights-root",
+        default="",
+        help="the only directory /update_weights_from_disk may load from (symlinks followed); "
+        "without it, weight updates are refused",
+    )
+    parser.add_argument(
+        "--max-rows-per-request",
+        type=positive_int,
+        default=1024,
+        help="output rows (prompts x n) one request may ask for (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-tokens-per-request",
+        type=positive_int,
+        default=4 << 20,
+        help="prompt tokens + rows x max_tokens one request may ask for (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-body",
+        type=positive_int,
+        default=32 << 20,
+        help="bytes of one request body (default %(default)s, 32 MiB)",
+    )
     parser.add_argument(
         "--device", default="auto", help="auto (cuda if available), cpu, cuda or cuda:N (default %(default)s)"
     )
@@ -70,18 +108,40 @@ def serve_command(args: argparse.Namespace) -> int:
     try:
         return serve(args)
     except TurnrlInputError as err:
-        print(f"turnrl serve: error: {' '.join(str(err).split())}", file=sys.stderr)
+        # the shared bind checks name the command themselves: said once is enough
+        message = " ".join(str(err).split()).removeprefix("turnrl serve ")
+        print(f"turnrl serve: error: {message}", file=sys.stderr)
         return 1
 
 
 def serve(args: argparse.Namespace) -> int:
+    from turnrl.errors import TurnrlInputError
+    from turnrl.servers.keys import check_bind, resolve_api_key
+    from turnrl.servers.listen import bind
+
+    api_key = resolve_api_key(args.api_key)
+    check_bind(args.host, api_key, "turnrl serve")
+    weights_root = None
+    if args.weights_root:
+        if not os.path.isdir(args.weights_root):
+            raise TurnrlInputError(f"--weights-root {args.weights_root}: not a directory")
+        weights_root = os.path.realpath(args.weights_root)
+    # bound before the model loads: a taken port costs no loading time, and "listening" is true
+    sock = bind(args.host, args.port, "turnrl serve")
+    try:
+        return _serve_on(args, sock, api_key, weights_root)
+    finally:
+        sock.close()
+
+
+def _serve_on(args: argparse.Namespace, sock: socket.socket, api_key: str, weights_root: str | None) -> int:
     import torch
-    import uvicorn
 
     from turnrl.errors import TurnrlInputError
     from turnrl.models.loader import ModelError, load_model
     from turnrl.rollout.hf import HFEngine
-    from turnrl.servers.inference.app import create_app
+    from turnrl.servers.inference.app import Limits, create_app
+    from turnrl.servers.listen import serve_on, url_of
 
     device_name = args.device
     if device_name == "auto":
@@ -106,21 +166,24 @@ def serve(args: argparse.Namespace) -> int:
     max_len = getattr(model.config, "max_position_embeddings", None)
     model_id = args.served_model_name or args.model
     engine = HFEngine(model, tokenizer, args.batch_size)
-    app = create_app(engine, model_id, max_len, args.max_batch_rows, args.batch_wait_ms)
+    limits = Limits(args.max_rows_per_request, args.max_tokens_per_request, args.max_body)
+    app = create_app(
+        engine,
+        model_id,
+        max_len,
+        args.max_batch_rows,
+        args.batch_wait_ms,
+        api_key=api_key,
+        limits=limits,
+        weights_root=weights_root,
+    )
     print(
         f"turnrl serve: {model_id} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
         f"vocab {model.get_input_embeddings().weight.shape[0]}) on {device}; "
-        f"listening on http://{args.host}:{args.port}",
+        f"listening on {url_of(sock)} ({'key required' if api_key else 'no key'}; weight updates "
+        f"{'from ' + weights_root if weights_root else 'off'})",
         file=sys.stderr,
         flush=True,
     )
-    config = uvicorn.Config(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        access_log=False,
-        timeout_graceful_shutdown=2,
-    )
-    uvicorn.Server(config).run()
+    serve_on(app, sock, log_level=args.log_level)
     return 0

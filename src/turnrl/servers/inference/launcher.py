@@ -5,7 +5,8 @@
     server.stop()
 
 Port, log, /health, restart and stop are `turnrl.servers.child`'s; `start_all` starts several
-children at once, so that their model loads overlap. A child that exits at start-up raises
+children at once, so that their model loads overlap. The child requires a key (`api_key`, random
+unless given; clients send `headers`) and loads weights only from `weights_root`, if given. A child that exits at start-up raises
 ServerError with the last line of its log (a bad model path, say).
 """
 
@@ -39,12 +40,21 @@ class ServeProcess(ChildServer):
         seed: int = 0,
         host: str = "127.0.0.1",
         extra_args: list[str] | None = None,
+        weights_root: str | Path | None = None,
+        api_key: str | None = None,
     ) -> None:
+        """`weights_root`: the directory /update_weights_from_disk may load from (None: updates
+        refused); `api_key`: the key the child requires (None = a fresh random one, '' = none)."""
         super().__init__(
-            host=host, startup_timeout=startup_timeout_s, log_path=log_path, extra_args=extra_args
+            host=host,
+            startup_timeout=startup_timeout_s,
+            log_path=log_path,
+            extra_args=extra_args,
+            api_key=api_key,
         )
         self.model_path, self.device, self.dtype, self.cache_dir = model_path, device, dtype, cache_dir
         self.seed = seed
+        self.weights_root = str(weights_root) if weights_root else ""
 
     def describe(self) -> str:
         return f"turnrl serve --model {self.model_path}"
@@ -54,5 +64,5 @@ class ServeProcess(ChildServer):
             sys.executable, "-m", "turnrl.cli", "serve", "--model", self.model_path,
             "--host", self.host, "--port", str(port), "--device", self.device, "--dtype", self.dtype,
             "--seed", str(self.seed), *(["--cache-dir", self.cache_dir] if self.cache_dir else []),
-            *self.extra_args,
+            *(["--weights-root", self.weights_root] if self.weights_root else []), *self.extra_args,
         ]  # fmt: skip

@@ -9,8 +9,19 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
+from turnrl.servers.keys import API_KEY_ENV, resolve_api_key
+from turnrl.servers.listen import port_arg, positive_int
 from turnrl.servers.retriever.errors import RetrieverError
+from turnrl.servers.retriever.limits import Limits
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad option is one line naming it (no usage block above it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _human_bytes(size: int) -> str:
@@ -57,6 +68,12 @@ def _index(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from turnrl.servers.retriever.server import serve
 
+    limits = Limits(
+        max_queries=args.max_queries,
+        max_results=args.max_results,
+        max_query_chars=args.max_query_chars,
+        max_body=args.max_body,
+    )
     serve(
         args.index,
         host=args.host,
@@ -64,6 +81,8 @@ def _serve(args: argparse.Namespace) -> int:
         topk=args.topk,
         log_level=args.log_level,
         device=args.device,
+        api_key=resolve_api_key(args.api_key),
+        limits=limits,
     )
     return 0
 
@@ -74,7 +93,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="build and serve a search index (Search-R1-compatible /retrieve)",
         description=__doc__.splitlines()[0],
     )
-    sub = parser.add_subparsers(dest="retriever_command", metavar="SUBCOMMAND")
+    sub = parser.add_subparsers(dest="retriever_command", metavar="SUBCOMMAND", parser_class=OneLineParser)
     parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
 
     idx = sub.add_parser("index", help="build an index directory from a corpus file")
@@ -92,9 +111,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     srv = sub.add_parser("serve", help="serve POST /retrieve and GET /health over an index directory")
     srv.add_argument("--index", required=True, help="index directory made by `turnrl retriever index`")
-    srv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    srv.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
+    srv.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1); any other needs a key"
+    )
+    srv.add_argument(
+        "--port", type=port_arg, default=8000, help="port to bind (default 8000; 0 = any free port)"
+    )
+    srv.add_argument(
+        "--api-key",
+        default=None,
+        help=f"key every request must send as 'Authorization: Bearer KEY' or 'X-API-Key: KEY' "
+        f"(default ${API_KEY_ENV}; prefer it: a flag shows in ps); required beyond loopback",
+    )
     srv.add_argument("--topk", type=int, default=3, help="documents per query when a request sends no topk")
+    defaults = Limits()
+    srv.add_argument(
+        "--max-queries",
+        type=positive_int,
+        default=defaults.max_queries,
+        help=f"queries per request (default {defaults.max_queries})",
+    )
+    srv.add_argument(
+        "--max-results",
+        type=positive_int,
+        default=defaults.max_results,
+        help=f"queries x topk per request (default {defaults.max_results})",
+    )
+    srv.add_argument(
+        "--max-query-chars",
+        type=positive_int,
+        default=defaults.max_query_chars,
+        help=f"characters per query (default {defaults.max_query_chars})",
+    )
+    srv.add_argument(
+        "--max-body",
+        type=positive_int,
+        default=defaults.max_body,
+        help=f"request body bytes (default {defaults.max_body}, 8 MiB)",
+    )
     srv.add_argument("--device", default=None, help="dense: torch device for query embedding")
     srv.add_argument(
         "--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug")

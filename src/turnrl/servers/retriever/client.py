@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import orjson
 
+from turnrl.servers.keys import API_KEY_ENV, auth_headers
 from turnrl.servers.retriever.corpus import split_title
 from turnrl.servers.retriever.errors import RetrieverError, RetrieverRequestError, RetrieverUnavailable
 
@@ -85,12 +86,24 @@ def _parse_result(body: Any, n_queries: int, url: str) -> list[list[Passage]]:
     return [[Passage.from_result(item) for item in block] for block in result]
 
 
+def _advertised_limits(body: Any) -> dict[str, int]:
+    """The positive integer limits under /health's "limits" (turnrl's server), else {}."""
+    limits = body.get("limits") if isinstance(body, dict) else None
+    if not isinstance(limits, dict):
+        return {}
+    return {k: v for k, v in limits.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+
+
 class RetrieverClient:
     """Async batched client with retries.
 
     Connection errors, timeouts and 5xx answers are retried `retries` times with
     exponential backoff (a retriever that is restarting or overloaded recovers); a 4xx
     answer is raised at once as RetrieverRequestError, since resending it cannot help.
+
+    Every request carries the key (`api_key`, default $TURNRL_API_KEY). A batch larger than
+    the server's advertised limits (/health "limits": max_queries, max_results) is sent as
+    several requests, answered in query order.
     """
 
     def __init__(
@@ -101,7 +114,9 @@ class RetrieverClient:
         retries: int = 3,
         backoff: float = 0.5,
         max_backoff: float = 8.0,
+        api_key: str | None = None,
     ) -> None:
+        """`api_key`: the server's key; None or '' = $TURNRL_API_KEY (none if unset)."""
         if topk <= 0:
             raise ValueError(f"topk: must be positive, got {topk}")
         if retries < 0:
@@ -109,6 +124,8 @@ class RetrieverClient:
         self.base_url, self.url = endpoints(url)
         self.topk, self.timeout, self.retries = topk, timeout, retries
         self.backoff, self.max_backoff = backoff, max_backoff
+        self.headers = auth_headers(api_key)
+        self._limits: dict[str, int] | None = None
         self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -117,19 +134,51 @@ class RetrieverClient:
         # several asyncio.run() in turn get a fresh one per loop.
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
-            self._client = httpx.AsyncClient(timeout=self.timeout)
+            self._client = httpx.AsyncClient(timeout=self.timeout, headers=self.headers)
             self._loop = loop
         return self._client
 
+    async def limits(self) -> dict[str, int]:
+        """The request limits the server advertises in /health (turnrl's: max_queries,
+        max_results, max_query_chars, max_body), read once; {} for a server that names none
+        (Search-R1's has no /health). Not remembered while the server cannot be reached."""
+        if self._limits is not None:
+            return self._limits
+        try:
+            response = await self._http().get(f"{self.base_url}/health")
+        except httpx.TransportError:
+            return {}
+        if response.status_code == 200:
+            try:
+                self._limits = _advertised_limits(orjson.loads(response.content))
+            except orjson.JSONDecodeError:
+                self._limits = {}
+        elif response.status_code == 404:
+            self._limits = {}  # no /health at all: nothing will be advertised later either
+        return self._limits or {}
+
     async def retrieve(self, queries: Sequence[str], topk: int | None = None) -> list[list[Passage]]:
-        """Top-k passages for each query, in query order; one HTTP request for the whole batch."""
+        """Top-k passages for each query, in query order: one HTTP request for the whole batch,
+        or one per slice of it when the batch exceeds the server's advertised limits."""
         if not queries:
             return []
-        payload = {
-            "queries": list(queries),
-            "topk": self.topk if topk is None else topk,
-            "return_scores": True,
-        }
+        queries, topk = list(queries), self.topk if topk is None else topk
+        size = len(queries)
+        if size > 1:
+            limits = await self.limits()
+            size = min(
+                size, limits.get("max_queries", size), max(1, limits.get("max_results", size * topk) // topk)
+            )
+        if size >= len(queries):
+            return await self._retrieve(queries, topk)
+        # concurrent: the server scores each request in a worker thread of its own
+        parts = await asyncio.gather(
+            *(self._retrieve(queries[i : i + size], topk) for i in range(0, len(queries), size))
+        )
+        return [block for part in parts for block in part]
+
+    async def _retrieve(self, queries: list[str], topk: int) -> list[list[Passage]]:
+        payload = {"queries": queries, "topk": topk, "return_scores": True}
         last_error = ""
         for attempt in range(self.retries + 1):
             if attempt:
@@ -168,20 +217,28 @@ class RetrieverClient:
         await self.aclose()
 
 
-def check_server(url: str, timeout: float = 5.0) -> dict[str, Any]:
-    """Fail fast, in one line naming `url`, when no retriever answers there.
+def check_server(url: str, timeout: float = 5.0, api_key: str | None = None) -> dict[str, Any]:
+    """Fail fast, in one line naming `url`, when no retriever answers there or it refuses the key.
 
     Returns turnrl's /health body, or {} for a server without /health (Search-R1's), which
-    is then probed with a one-query /retrieve instead.
+    is then probed with a one-query /retrieve instead. `api_key`: as RetrieverClient's.
     """
     base, retrieve_url = endpoints(url)
     hint = "start one with `turnrl retriever serve --index DIR`"
+    headers = auth_headers(api_key)
     try:
-        response = httpx.get(f"{base}/health", timeout=timeout)
+        response = httpx.get(f"{base}/health", timeout=timeout, headers=headers)
         if response.status_code == 200:
             body = response.json()
             return body if isinstance(body, dict) else {}
-        probe = httpx.post(retrieve_url, json={"queries": ["health check"], "topk": 1}, timeout=timeout)
+        if response.status_code == 401:
+            raise RetrieverRequestError(
+                f"retriever at {retrieve_url} refused the key (HTTP 401: {_detail(response)}); "
+                f"set rollout.multi_turn.search.api_key or ${API_KEY_ENV} to the server's key"
+            )
+        probe = httpx.post(
+            retrieve_url, json={"queries": ["health check"], "topk": 1}, timeout=timeout, headers=headers
+        )
     except httpx.TransportError as err:
         reason = str(err) or type(err).__name__
         raise RetrieverUnavailable(

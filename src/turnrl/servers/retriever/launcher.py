@@ -1,11 +1,12 @@
 """Run turnrl's own retriever as a child process, for runs that were given no retriever URL.
 
     with LocalRetriever("indexes/wiki") as server:
-        client = RetrieverClient(server.url)
+        client = RetrieverClient(server.url, api_key=server.api_key)
 
 The child is `turnrl retriever serve` on a free loopback port (or `port`); port, log, /health,
-restart on the same port and stop are `turnrl.servers.child`'s. A child that dies at start-up
-raises RetrieverError carrying the child's own one-line error (bad index, missing extra, ...).
+restart on the same port, stop and the child's random API key are `turnrl.servers.child`'s. A
+child that dies at start-up raises RetrieverError carrying the child's own one-line error (bad
+index, missing extra, ...).
 """
 
 from __future__ import annotations
@@ -33,9 +34,17 @@ class LocalRetriever(ChildServer):
         startup_timeout: float = 120.0,
         log_path: str | Path | None = None,
         extra_args: list[str] | None = None,
+        api_key: str | None = None,
     ) -> None:
+        """`api_key`: the key the child requires (`.api_key`, sent by `.headers`); None = a fresh
+        random one, '' = none. `extra_args`: more `turnrl retriever serve` options (`--max-queries N`)."""
         super().__init__(
-            host=host, port=port, startup_timeout=startup_timeout, log_path=log_path, extra_args=extra_args
+            host=host,
+            port=port,
+            startup_timeout=startup_timeout,
+            log_path=log_path,
+            extra_args=extra_args,
+            api_key=api_key,
         )
         self.index_dir, self.topk = Path(index_dir), topk
 

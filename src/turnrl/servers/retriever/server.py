@@ -3,27 +3,39 @@
     POST /retrieve  {"queries": [str, ...], "topk": int | null, "return_scores": bool}
       -> {"result": [[{"document": {"id", "contents"}, "score": float}, ...], ...]}   (return_scores true)
       -> {"result": [[{"id", "contents"}, ...], ...]}                                 (return_scores false)
-    GET  /health    -> {"status": "ok", "method", "num_docs", "topk", "index", "version"}
+    GET  /health    -> {"status": "ok", "method", "num_docs", "topk", "index", "version", "limits"}
 
-All queries of a request are scored in one searcher call. Bad requests get a 422 whose
-`detail` is one line naming the field, and the server keeps serving.
+All queries of a request are scored in one searcher call. Every route sits behind `Guard` (the API
+key, the body limit); a request is bounded by `Limits` (queries, queries x topk, characters per
+query) so that one request cannot hold the server's memory or CPU. Bad requests get a 4xx whose
+`detail` is one line naming the field (422 for a bad value, 413 for a size over a limit, naming
+the limit's option), and the server keeps serving.
 """
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from turnrl.errors import TurnrlInputError
+from turnrl.servers.guard import Guard
+from turnrl.servers.keys import check_bind
+from turnrl.servers.listen import bind, serve_on, url_of
 from turnrl.servers.retriever.errors import RetrieverError
 from turnrl.servers.retriever.index import LoadedIndex, load_index, turnrl_version
+from turnrl.servers.retriever.limits import Limits
 from turnrl.servers.validation import describe_validation_error as describe
+
+COMMAND = "turnrl retriever serve"
 
 
 class RetrieveRequest(BaseModel):
@@ -45,23 +57,67 @@ def _reject(detail: str, status: int = 422) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status)
 
 
-def _check_request(req: RetrieveRequest, num_docs: int, default_topk: int) -> tuple[int, str | None]:
-    """The effective topk and, for a request that cannot be served, the reason."""
+class Refused(Exception):
+    """A request that cannot be served: its one-line `detail` and HTTP status."""
+
+    def __init__(self, detail: str, status: int = 422) -> None:
+        super().__init__(detail)
+        self.detail, self.status = detail, status
+
+
+def request_topk(req: RetrieveRequest, num_docs: int, default_topk: int, limits: Limits) -> int:
+    """The effective topk of a request that can be served; Refused (422 for a bad value, 413 for
+    a size over a limit) otherwise. Sizes first: they bound the work of every later check."""
     topk = default_topk if req.topk is None else req.topk
-    if not req.queries:
-        return topk, "queries: empty list; send at least one query"
+    n = len(req.queries)
+    if not n:
+        raise Refused("queries: empty list; send at least one query")
+    if n > limits.max_queries:
+        raise Refused(
+            f"queries: {n} queries exceed the server limit of {limits.max_queries} per request "
+            "(--max-queries); send them in smaller batches",
+            413,
+        )
     for i, query in enumerate(req.queries):
+        if len(query) > limits.max_query_chars:
+            raise Refused(
+                f"queries[{i}]: {len(query)} characters exceed the server limit of "
+                f"{limits.max_query_chars} per query (--max-query-chars)",
+                413,
+            )
         if not query.strip():
-            return topk, f"queries[{i}]: empty query string"
+            raise Refused(f"queries[{i}]: empty query string")
     if topk <= 0:
-        return topk, f"topk: must be a positive integer, got {topk}"
+        raise Refused(f"topk: must be a positive integer, got {topk}")
     if topk > num_docs:
-        return topk, f"topk: {topk} is larger than the corpus ({num_docs} documents)"
-    return topk, None
+        raise Refused(f"topk: {topk} is larger than the corpus ({num_docs} documents)")
+    if topk * n > limits.max_results:
+        raise Refused(
+            f"topk: {topk} documents x {n} queries = {topk * n} results exceed the server limit of "
+            f"{limits.max_results} per request (--max-results); send fewer queries or a smaller topk",
+            413,
+        )
+    return topk
 
 
-def create_app(index: LoadedIndex, default_topk: int = 3) -> FastAPI:
+def _non_finite_score(scores: np.ndarray) -> str | None:
+    """Where the first NaN or infinity of the [queries, topk] score array is, as the response names
+    it; None if nowhere. One vectorised check: the array is small and already in memory."""
+    bad = ~np.isfinite(scores)
+    if not bad.any():
+        return None
+    row, col = np.argwhere(bad)[0].tolist()
+    return f"result[{row}][{col}].score"
+
+
+def create_app(
+    index: LoadedIndex, default_topk: int = 3, limits: Limits | None = None, api_key: str = ""
+) -> FastAPI:
+    """The app over `index`; `api_key` empty = no key asked (loopback only, see `serve`)."""
+    limits = limits or Limits()
     app = FastAPI(title="turnrl retriever", version=turnrl_version())
+    # Outermost: the key and the body size are checked before routing and before any parsing.
+    app.add_middleware(Guard, api_key=api_key, max_body=limits.max_body)
     health = {
         "status": "ok",
         "method": index.method,
@@ -69,14 +125,20 @@ def create_app(index: LoadedIndex, default_topk: int = 3) -> FastAPI:
         "topk": default_topk,
         "index": str(index.index_dir.resolve()),
         "version": turnrl_version(),
+        "limits": limits.as_dict(),
     }
 
     @app.get("/health")
     def _health() -> dict[str, Any]:
         return health
 
-    def _answer(req: RetrieveRequest, topk: int) -> bytes:
+    def _answer(req: RetrieveRequest, topk: int) -> Response:
         positions, scores = index.searcher.search(req.queries, topk)
+        if req.return_scores:
+            # JSON has no NaN or infinity: a damaged index must not send null or invalid JSON
+            where = _non_finite_score(scores)
+            if where is not None:
+                return _reject(f"response: {where} is not a finite number; nothing was sent", 500)
         docs = index.corpus.documents(positions.reshape(-1).tolist())
         result: list[list[Any]] = []
         for row in range(len(req.queries)):
@@ -88,7 +150,7 @@ def create_app(index: LoadedIndex, default_topk: int = 3) -> FastAPI:
                 result.append(block)
         # orjson, not JSONResponse's json.dumps: 0.2 ms instead of 3.9 ms for 256 queries x 3
         # passages (615 kB) of the same JSON.
-        return orjson.dumps({"result": result})
+        return Response(orjson.dumps({"result": result}), media_type="application/json")
 
     @app.post("/retrieve")
     async def _retrieve(request: Request) -> Response:
@@ -101,15 +163,29 @@ def create_app(index: LoadedIndex, default_topk: int = 3) -> FastAPI:
             req = RetrieveRequest.model_validate_json(body)
         except ValidationError as err:
             return _reject(describe_validation_error(list(err.errors())))
-        topk, problem = _check_request(req, index.num_docs, default_topk)
-        if problem:
-            return _reject(problem)
+        try:
+            topk = request_topk(req, index.num_docs, default_topk, limits)
+        except Refused as refusal:
+            return _reject(refusal.detail, refusal.status)
         # Scoring is CPU-bound: a worker thread keeps the event loop free for other requests.
         # The body is encoded there too; FastAPI's own encoder walks every field and would cost
         # more than the search.
-        return Response(await run_in_threadpool(_answer, req, topk), media_type="application/json")
+        return await run_in_threadpool(_answer, req, topk)
 
     return app
+
+
+def listen(host: str, port: int, api_key: str) -> socket.socket:
+    """The listening socket, or RetrieverError in one line: no key beyond loopback, a bad or
+    taken port. Bound before the index loads, so such a mistake costs no loading time."""
+    try:
+        check_bind(host, api_key, COMMAND)
+        return bind(host, port, COMMAND)
+    except RetrieverError:
+        raise
+    except TurnrlInputError as err:
+        # a RetrieverError is what the CLI prints as its one line, after its own command name
+        raise RetrieverError(str(err).removeprefix(f"{COMMAND} ")) from None
 
 
 def serve(
@@ -119,18 +195,24 @@ def serve(
     topk: int = 3,
     log_level: str = "warning",
     device: str | None = None,
+    api_key: str = "",
+    limits: Limits | None = None,
 ) -> None:
-    """Load the index (raising IndexLoadError on any defect), then serve until interrupted."""
-    import uvicorn
-
-    index = load_index(index_dir, device=device)
-    if topk <= 0 or topk > index.num_docs:
-        raise RetrieverError(f"--topk {topk}: must be between 1 and the corpus size ({index.num_docs})")
-    app = create_app(index, topk)
+    """Bind, load the index (raising IndexLoadError on any defect), then serve until interrupted."""
+    limits = limits or Limits()
+    sock = listen(host, port, api_key)
+    try:
+        index = load_index(index_dir, device=device)
+        if topk <= 0 or topk > index.num_docs:
+            raise RetrieverError(f"--topk {topk}: must be between 1 and the corpus size ({index.num_docs})")
+        app = create_app(index, topk, limits, api_key)
+    except BaseException:
+        sock.close()
+        raise
     print(
         f"turnrl retriever: {index.num_docs} documents ({index.method}) from {index.index_dir}, "
-        f"serving on http://{host}:{port}/retrieve",
+        f"serving on {url_of(sock)}/retrieve ({'key required' if api_key else 'no key'})",
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    serve_on(app, sock, log_level=log_level)

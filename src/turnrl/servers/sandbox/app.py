@@ -3,6 +3,12 @@
 At most `workers` runs execute at once and at most `queue` more wait; a request beyond that is
 answered 503 at once (with Retry-After) so callers back off instead of piling up timeouts.
 Refused requests get `{"detail": "<field>: <reason>"}` with a 4xx status; the server keeps serving.
+
+`Guard` (turnrl.servers.guard) stands in front of every route: the API key (`cfg.api_key`) and the
+body limit (`cfg.max_body`, enforced while a chunked body streams in). The body is parsed by
+`schema.parse_request`, whatever its content type. A client that goes away before its answer has
+its run killed, its worker slot freed and its work dir removed at once, instead of at the run's
+timeout.
 """
 
 from __future__ import annotations
@@ -14,22 +20,21 @@ import shutil
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from fastapi.responses import PlainTextResponse
+from starlette.responses import Response
 
 from turnrl import __version__
+from turnrl.servers.guard import Guard, detail, finite_json, wait_for_disconnect
 from turnrl.servers.sandbox.config import SandboxConfig
 from turnrl.servers.sandbox.isolation import Isolation
 from turnrl.servers.sandbox.runner import Runner
 from turnrl.servers.sandbox.schema import (
     BadRequest,
-    RunCodeRequest,
+    RunSpec,
     check_request,
-    describe_validation_error,
+    parse_request,
     response,
     run_result,
 )
@@ -72,22 +77,6 @@ class Gate:
         self.free.put_nowait(slot)
 
 
-class BodyLimit:
-    """ASGI middleware refusing oversized bodies from their Content-Length, before reading them."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            length = dict(scope["headers"]).get(b"content-length", b"")
-            if length.isdigit() and int(length) > self.limit:
-                msg = f"request body: {int(length)} bytes exceeds the server limit of {self.limit} bytes"
-                await JSONResponse({"detail": msg}, status_code=413)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
 def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
     """The app; it owns `iso` and `work_root` and releases both at shutdown."""
     languages = cfg.languages()
@@ -109,27 +98,24 @@ def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
             shutil.rmtree(work_root, ignore_errors=True)
 
     app = FastAPI(title="turnrl sandbox", version=__version__, lifespan=lifespan)
-    app.add_middleware(BodyLimit, limit=cfg.max_body)
+    # outermost: the key and the body limit come before routing and before any body is parsed
+    app.add_middleware(Guard, api_key=cfg.api_key, max_body=cfg.max_body)
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": describe_validation_error(list(exc.errors()))}, status_code=422)
-
-    @app.post("/run_code")
-    async def run_code(req: RunCodeRequest) -> JSONResponse:
-        try:
-            spec = check_request(req, cfg, languages)
-        except BadRequest as err:
-            return JSONResponse({"detail": str(err)}, status_code=err.status)
+    async def answer(spec: RunSpec) -> Response:
+        """Wait for a worker slot, run, free the slot: the answer to one checked request."""
         gate = state["gate"]
         try:
             slot = await gate.acquire()
         except Overloaded:
             msg = f"sandbox overloaded: {gate.running} running and {gate.waiting} queued (the limits); retry later"
             body = {"detail": msg, "status": "SandboxError", "message": msg}
-            return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
+            overloaded = finite_json(body, 503)
+            overloaded.headers["Retry-After"] = "1"
+            return overloaded
         try:
             result = await runner.run(spec, slot)
+        except BadRequest as err:  # the request's own files could not be written
+            return detail(str(err), err.status)
         except Exception as err:  # a bug here must still answer in SandboxFusion's shape
             logger.exception("run failed inside the sandbox server")
             result = response(
@@ -137,49 +123,80 @@ def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
             )
         finally:
             gate.release(slot)
-        return JSONResponse(result)
+        return finite_json(result)
+
+    @app.post("/run_code")
+    async def run_code(request: Request) -> Response:
+        try:
+            spec = check_request(parse_request(await request.body()), cfg, languages)
+        except BadRequest as err:
+            return detail(str(err), err.status)
+        work = asyncio.ensure_future(answer(spec))
+        gone = asyncio.ensure_future(wait_for_disconnect(request))
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the server is stopping: the run stops with it
+            work.cancel()
+            raise
+        finally:
+            gone.cancel()
+        if not work.done():
+            # the client has gone and nobody will read the answer: kill the run now, which frees
+            # its slot and removes its work dir, rather than let it hold both until its timeout
+            work.cancel()
+            await asyncio.wait({work})  # its clean-up (wait never cancels what it waits for)
+            return detail("client: disconnected before the run finished; the run was stopped", 499)
+        return work.result()
 
     @app.get("/v1/ping", response_class=PlainTextResponse)
     async def ping() -> str:
         return "pong"  # SandboxFusion's liveness probe, for tools written against it
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
+    async def health() -> Response:
         gate = state["gate"]
         uid = iso.uid(0)
-        return {
-            "status": "ok",
-            "version": __version__,
-            "pid": os.getpid(),
-            "python": sys.version.split()[0],
-            "languages": sorted(languages),
-            "isolation": {
-                "mode": iso.mode,
-                "server_is_root": os.geteuid() == 0,
-                "layers": iso.layers(),
-                "network_isolated": iso.net_ns,
-                "uids": None if uid is None else [uid, uid + cfg.workers - 1],
-                "notes": iso.notes,
-            },
-            "capacity": {
-                "workers": cfg.workers,
-                "queue": cfg.queue,
-                "running": gate.running,
-                "queued": gate.waiting,
-                "completed": gate.completed,
-                "rejected": gate.rejected,
-            },
-            "limits": {
-                "default_run_timeout": cfg.default_run_timeout,
-                "max_run_timeout": cfg.max_run_timeout,
-                "default_memory_MB": cfg.default_memory_MB,
-                "max_memory_MB": cfg.max_memory_MB,
-                "max_processes": cfg.max_processes,
-                "max_output_bytes": cfg.max_output,
-                "max_code_bytes": cfg.max_code,
-            },
-            "work_root": work_root,
-            "zygote": None if runner.zygote is None else runner.zygote.describe(),
-        }
+        return finite_json(
+            {
+                "status": "ok",
+                "version": __version__,
+                "pid": os.getpid(),
+                "python": sys.version.split()[0],
+                "languages": sorted(languages),
+                "isolation": {
+                    "mode": iso.mode,
+                    "server_is_root": os.geteuid() == 0,
+                    "layers": iso.layers(),
+                    "network_isolated": iso.net_ns,
+                    "uids": None if uid is None else [uid, uid + cfg.workers - 1],
+                    "notes": iso.notes,
+                },
+                "capacity": {
+                    "workers": cfg.workers,
+                    "queue": cfg.queue,
+                    "running": gate.running,
+                    "queued": gate.waiting,
+                    "completed": gate.completed,
+                    "rejected": gate.rejected,
+                },
+                "limits": {
+                    "default_run_timeout": cfg.default_run_timeout,
+                    "max_run_timeout": cfg.max_run_timeout,
+                    "default_memory_MB": cfg.default_memory_MB,
+                    "max_memory_MB": cfg.max_memory_MB,
+                    "max_processes": cfg.max_processes,
+                    "max_output_bytes": cfg.max_output,
+                    "max_code_bytes": cfg.max_code,
+                    "max_stdin_bytes": cfg.max_stdin,
+                    "max_files": cfg.max_files,
+                    "max_files_bytes": cfg.max_files_bytes,
+                    "max_fetch_bytes": cfg.max_fetch,
+                    "max_body_bytes": cfg.max_body,
+                },
+                "api_key": bool(cfg.api_key),  # whether one is required, never the key
+                "work_root": work_root,
+                "zygote": None if runner.zygote is None else runner.zygote.describe(),
+            }
+        )
 
     return app

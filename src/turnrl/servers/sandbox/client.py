@@ -6,7 +6,8 @@
 
 Transient failures (connection errors, timeouts, 5xx including the server's 503 overload
 answer) are retried with exponential backoff; a 4xx is the caller's mistake and raises
-`SandboxRequestError` at once with the server's one-line reason.
+`SandboxRequestError` at once with the server's one-line reason (a missing or wrong API key
+included: the key is sent as `Authorization: Bearer KEY`, from `api_key` or $TURNRL_API_KEY).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import httpx
 
 from turnrl.errors import TurnrlInputError
+from turnrl.servers.keys import API_KEY_ENV, auth_headers
 
 
 class SandboxError(RuntimeError):
@@ -123,11 +125,13 @@ class SandboxClient:
         retries: int = 3,
         backoff: float = 0.5,
         max_backoff: float = 8.0,
+        api_key: str | None = None,
     ) -> None:
         """timeout: seconds an HTTP attempt may take beyond the run's own `run_timeout` (time
         in the server's queue counts here); retries: extra attempts after the first on
-        transient failures."""
+        transient failures; api_key: the server's key (None or '' = $TURNRL_API_KEY, if set)."""
         self.url = base_url(url)
+        self.headers = auth_headers(api_key)
         self.timeout, self.retries = timeout, retries
         self.backoff, self.max_backoff = backoff, max_backoff
         self._http: httpx.AsyncClient | None = None
@@ -146,7 +150,9 @@ class SandboxClient:
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
             limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-            self._http = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout, connect=10.0), limits=limits)
+            self._http = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout, connect=10.0), limits=limits, headers=self.headers
+            )
         return self._http
 
     def _delay(self, attempt: int, response: httpx.Response | None) -> float:
@@ -222,18 +228,26 @@ class SandboxClient:
             return {"status": "ok", "ping": response.text.strip()}
 
 
-def check_server(url: str, timeout: float = 5.0) -> dict[str, Any]:
-    """Fail fast, with one line naming the URL, when the sandbox is down (training start-up)."""
+def check_server(url: str, timeout: float = 5.0, api_key: str | None = None) -> dict[str, Any]:
+    """Fail fast, with one line naming the URL, when the sandbox is down or refuses the key
+    (`api_key`, else $TURNRL_API_KEY) at training start-up."""
     root = base_url(url)
     try:
-        with httpx.Client(timeout=timeout) as http:
+        with httpx.Client(timeout=timeout, headers=auth_headers(api_key)) as http:
             response = http.get(root + "/health")
             if response.status_code == 404:  # a SandboxFusion server
                 response = http.get(root + "/v1/ping")
-                response.raise_for_status()
-                return {"status": "ok", "ping": response.text.strip()}
-            response.raise_for_status()
-            return response.json()
+                if response.status_code < 400:
+                    return {"status": "ok", "ping": response.text.strip()}
+            if response.status_code < 400:
+                return response.json()
     except (httpx.HTTPError, ValueError) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise SandboxUnavailable(f"sandbox server at {root} is not usable: {reason}") from None
+    # the server's own one-line reason: a refused key says which (missing or wrong)
+    reason = f"HTTP {response.status_code}: {' '.join(_detail(response).split())}"
+    if response.status_code == 401:
+        raise SandboxUnavailable(
+            f"sandbox server at {root} refused the key ({reason}); send its key (api_key or ${API_KEY_ENV})"
+        )
+    raise SandboxUnavailable(f"sandbox server at {root} is not usable: {reason}")

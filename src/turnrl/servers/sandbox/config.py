@@ -39,6 +39,9 @@ class SandboxConfig:
     """Interface to bind; keep 127.0.0.1 unless the trainers run on other machines."""
     port: int = 8080
     """TCP port to listen on."""
+    api_key: str = field(default="", repr=False)  # never in a logged or printed config
+    """Key every request must send (`Authorization: Bearer KEY` or `X-API-Key: KEY`), /health
+    included; empty = no key, which is allowed on a loopback `host` only."""
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     """Runs executing at the same time."""
     queue: int = 256
@@ -83,15 +86,19 @@ class SandboxConfig:
     max_output: int = 1 << 20
     """Bytes kept of stdout and of stderr each; the rest is read and dropped."""
     max_code: int = 1 << 20
-    """Largest `code` string, in bytes."""
+    """Largest `code` string, in bytes (`--max-code`)."""
     max_stdin: int = 8 << 20
-    """Largest `stdin` string, in bytes."""
-    max_files: int = 32 << 20
-    """Largest total size of the decoded `files`."""
+    """Largest `stdin` string, in bytes (`--max-stdin`)."""
+    max_files: int = 256
+    """Most entries in `files`, and in `fetch_files` (`--max-files`): each is a file written or
+    read per run, and a request of a million empty ones would keep a worker busy for nothing."""
+    max_files_bytes: int = 32 << 20
+    """Largest total size of the decoded `files` (`--max-files-bytes`)."""
     max_fetch: int = 16 << 20
     """Largest total size of the files returned through `fetch_files`."""
     max_body: int = 64 << 20
-    """Largest request body accepted at all (checked before parsing)."""
+    """Largest request body accepted at all (`--max-body`), counted while it streams in, so a
+    chunked body without Content-Length is refused as soon as it passes the limit."""
     uid_base: int = 200_000
     """First uid of the unprivileged uids runs execute as when the server is root; each server
     claims its own block of `workers` uids (see isolation.claim_uid_block)."""
@@ -120,3 +127,14 @@ class SandboxConfig:
             )
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port: must be in [0, 65535], got {self.port}")
+        for name in (
+            "max_code",
+            "max_stdin",
+            "max_files",
+            "max_files_bytes",
+            "max_fetch",
+            "max_body",
+            "max_output",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")

@@ -1,9 +1,11 @@
 """Run turnrl's own sandbox server as a child process (used when no sandbox URL is configured).
 
     with SandboxProcess(workers=4) as sandbox:
-        client = SandboxClient(sandbox.url)
+        client = SandboxClient(sandbox.url, api_key=sandbox.api_key)
 
-Port, log, /health, restart on the same port and stop are `turnrl.servers.child`'s. What is the
+Port, log, /health, restart on the same port and stop are `turnrl.servers.child`'s, and so is the
+key: a fresh random one per child unless `api_key` is given (`''` = none), in the child's
+environment, never on its command line; raw HTTP clients send `sandbox.headers`. What is the
 sandbox's own: its command line, and repeating at start a weakened isolation that the server
 reports in /health, since its log is a file nobody reads.
 """
@@ -38,9 +40,15 @@ class SandboxProcess(ChildServer):
         extra_args: list[str] | None = None,
         host: str = "127.0.0.1",
         log_path: str | Path | None = None,
+        api_key: str | None = None,
     ) -> None:
         super().__init__(
-            host=host, startup_timeout=startup_timeout, log_path=log_path, env=env, extra_args=extra_args
+            host=host,
+            startup_timeout=startup_timeout,
+            log_path=log_path,
+            env=env,
+            extra_args=extra_args,
+            api_key=api_key,
         )
         self.workers, self.queue, self.isolation = workers, queue, isolation
 

@@ -5,6 +5,11 @@ spawn; feed stdin and read stdout/stderr incrementally with a cap while waiting 
 to exit or the wall-clock limit; kill the process group and sweep for escapees; read what is
 left in the pipes; collect fetch_files; remove the work dir.
 
+The work dir is removed on every way out: an answer, a timeout, a request whose files cannot be
+written (a 4xx naming the file), a failure of the sandbox, and the request's cancellation when its
+client goes away. Steps that cannot be cut short are waited for first, even when cancelled
+(`_ride_out`): a worker thread still writing the files, a program being handed to its sandbox.
+
 The run ends when the program's process exits, not when its pipes close: a daemon it left
 behind may hold stdout open, and waiting for EOF would make every such run a timeout.
 
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -23,7 +29,8 @@ import stat
 import subprocess
 import tempfile
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from turnrl.servers.sandbox import reaper, zygote_client
 from turnrl.servers.sandbox.config import SandboxConfig
@@ -36,7 +43,7 @@ from turnrl.servers.sandbox.isolation import (
     cpu_seconds_for,
 )
 from turnrl.servers.sandbox.launch import RunRequest
-from turnrl.servers.sandbox.schema import RunSpec, response, run_result
+from turnrl.servers.sandbox.schema import BadRequest, RunSpec, response, run_result, shown
 from turnrl.servers.sandbox.spawn import CappedOutput, RunProtocol, Spawned, spawn_by_zygote, spawn_forked
 
 __all__ = ["CappedOutput", "Runner"]
@@ -45,6 +52,34 @@ DRAIN_GRACE_S = 1.0  # after the kill, how long pipes may take to reach EOF
 INLINE_BYTES = 64 << 10  # a request's files up to this size are written without a worker thread
 VALID_SIGNALS = frozenset(int(s) for s in signal.valid_signals())
 LAUNCHER_GRACE_S = 1.0  # how long a spared launcher or run reaper gets to finish on its own
+# a file of the request that cannot be written for these reasons is the request's fault (one entry
+# in the way of another, a name the file system refuses): a 4xx, not a sandbox failure
+REQUEST_ERRNOS = frozenset({errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.EINVAL})
+
+T = TypeVar("T")
+
+
+async def _ride_out(task: asyncio.Future[Any]) -> bool:
+    """Wait until `task` is done even if the caller is cancelled meanwhile; whether it was.
+    `asyncio.wait` never cancels what it waits for, so the task always runs to its end."""
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            cancelled = True
+    return cancelled
+
+
+async def _in_thread_to_the_end(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a worker thread, waited for to its end: a thread cannot be stopped, and the
+    caller's clean-up (removing the work dir) must not race it. A cancellation is raised after."""
+    task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    if await _ride_out(task):
+        if not task.cancelled():
+            task.exception()  # looked at: its outcome no longer matters, the cancellation wins
+        raise asyncio.CancelledError
+    return task.result()
 
 
 def _signal_name(number: int) -> str:
@@ -112,21 +147,29 @@ class Runner:
             processes=processes,
         )
 
-    def _prepare(self, spec: RunSpec, slot: int) -> str:
-        workdir = tempfile.mkdtemp(dir=self.work_root, prefix="run-")
+    def _prepare(self, spec: RunSpec, slot: int, workdir: str) -> None:
+        """Write the code and files into `workdir` and give it to the slot's uid. A file the request
+        itself makes unwritable raises BadRequest naming it; other failures raise OSError."""
         uid = self.iso.uid(slot)
         for rel, data in [*spec.files.items(), (spec.language.filename, spec.code)]:
             path = os.path.join(workdir, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(data)
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(data)
+            except OSError as err:
+                if err.errno not in REQUEST_ERRNOS:
+                    raise
+                raise BadRequest(
+                    f"files[{shown(rel)}]: cannot be written in the work dir ({err.strerror}); "
+                    "another entry of files is in its way, or the file system refuses its name"
+                ) from None
         if uid is not None:
             for dirpath, dirnames, filenames in os.walk(workdir):
                 for name in [*dirnames, *filenames]:
                     os.chown(os.path.join(dirpath, name), uid, uid)
             os.chown(workdir, uid, uid)
         os.chmod(workdir, 0o700)
-        return workdir
 
     def _fetch(self, workdir: str, paths: list[str]) -> tuple[dict[str, str], list[str]]:
         """Read requested files without following links out of the work dir: the program is
@@ -222,26 +265,32 @@ class Runner:
             await asyncio.to_thread(self._remove_strays, slot)
 
     async def run(self, spec: RunSpec, slot: int) -> dict[str, Any]:
+        """The run's answer; BadRequest when the request's own files cannot be written. Cancelled,
+        it kills the program and removes the work dir before the cancellation goes on."""
         try:
-            if len(spec.code) + sum(len(data) for data in spec.files.values()) <= INLINE_BYTES:
-                workdir = self._prepare(spec, slot)  # a few small writes: a thread costs more
-            else:
-                workdir = await asyncio.to_thread(self._prepare, spec, slot)
+            workdir = tempfile.mkdtemp(dir=self.work_root, prefix="run-")
         except OSError as err:
-            return response("SandboxError", f"could not prepare the work dir: {err}", run_result("Error"))
-        try:
+            return response("SandboxError", f"could not make the work dir: {err}", run_result("Error"))
+        try:  # from here on every way out, a cancellation included, removes the work dir
+            try:
+                if len(spec.code) + sum(len(data) for data in spec.files.values()) <= INLINE_BYTES:
+                    self._prepare(spec, slot, workdir)  # a few small writes: a thread costs more
+                else:
+                    await _in_thread_to_the_end(self._prepare, spec, slot, workdir)
+            except OSError as err:
+                return response("SandboxError", f"could not prepare the work dir: {err}", run_result("Error"))
             result, ran = await self._execute(spec, slot, workdir)
             if not ran:
                 return result
             files: dict[str, str] = {}
             problems: list[str] = []
             if spec.fetch_files:
-                files, problems = await asyncio.to_thread(self._fetch, workdir, spec.fetch_files)
+                files, problems = await _in_thread_to_the_end(self._fetch, workdir, spec.fetch_files)
             result["files"] = files
             result["message"] = "; ".join([m for m in [result["message"], *problems] if m])
             return result
         finally:
-            await asyncio.to_thread(shutil.rmtree, workdir, True)
+            await _in_thread_to_the_end(shutil.rmtree, workdir, True)
 
     async def _spawn(self, spec: RunSpec, slot: int, workdir: str, protocol: RunProtocol) -> Spawned:
         cfg, iso = self.cfg, self.iso
@@ -264,16 +313,23 @@ class Runner:
         out, err = CappedOutput(cfg.max_output), CappedOutput(cfg.max_output)
         protocol = RunProtocol(out, err)
         start = time.monotonic()
+        # a program being handed over is seen through even if the request is cancelled meanwhile:
+        # cut short, it would start unwatched, in a slot the next request is given
+        spawning = asyncio.ensure_future(self._spawn(spec, slot, workdir, protocol))
+        cancelled = await _ride_out(spawning)
+        if self.zygote is not None:  # the slot's next run: the other cell, prepared meanwhile
+            self.halves[slot] ^= 1
         try:
-            spawned = await self._spawn(spec, slot, workdir, protocol)
+            spawned = spawning.result()
         except (OSError, subprocess.SubprocessError, zygote_client.ZygoteDied) as exc:
+            if cancelled:
+                raise asyncio.CancelledError from None
             return response("SandboxError", f"could not start the program: {exc}", run_result("Error")), False
-        finally:
-            if self.zygote is not None:  # the slot's next run: the other cell, prepared meanwhile
-                self.halves[slot] ^= 1
         self.active[slot] = (spawned, cell)
         timed_out = False
         try:
+            if cancelled:
+                raise asyncio.CancelledError  # stopped below, like any run whose request is cancelled
             timed_out = not await spawned.exit_within(spec.run_timeout)
         finally:
             elapsed = time.monotonic() - start

@@ -9,7 +9,10 @@ Response:
                     "return_code": int|null, "stdout": str, "stderr": str},
      "executor_pod_name": null, "files": {path: base64}}
 
-Every refusal is a `BadRequest` whose message is one line starting with the field's name.
+Every refusal is a `BadRequest` whose message is one line starting with the field's name; a
+bound the server sets names the option that raises it. The body is parsed here (`parse_request`),
+not by FastAPI, so a body sent without the JSON content type, or not in UTF-8, gets the same
+one-line refusal as any other.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from turnrl.servers.sandbox.config import Language, SandboxConfig
 from turnrl.servers.validation import describe_validation_error as describe
@@ -51,6 +54,40 @@ class RunCodeRequest(BaseModel):
 
 
 FIELDS = list(RunCodeRequest.model_fields)
+EXAMPLE = '{"code": "...", "language": "python"}'
+NAME_MAX, PATH_MAX = 255, 4096  # Linux's limits on a file name and a path, in bytes
+SHOWN = 80  # characters of a client's string quoted back in a refusal
+
+
+def shown(text: str) -> str:
+    """`text` quoted for a one-line message: escaped (no newline gets through) and cut short (a
+    megabyte-long name is not echoed back)."""
+    quoted = repr(text)
+    return quoted if len(quoted) <= SHOWN else quoted[: SHOWN - 4] + "...'"
+
+
+def one_line(message: str, limit: int = 400) -> str:
+    """`message` with control characters escaped and cut to `limit` characters (pydantic quotes
+    field names as sent, newlines and all)."""
+    clean = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    return clean if len(clean) <= limit else clean[: limit - 3] + "..."
+
+
+def parse_request(body: bytes) -> RunCodeRequest:
+    """The request in `body`, whatever its content type, or a one-line BadRequest."""
+    if not body.strip():
+        raise BadRequest(describe_validation_error([{"type": "missing", "loc": ("body",)}]))
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise BadRequest(
+            f"request body: not valid UTF-8 ({err.reason} at byte {err.start}); send JSON encoded as UTF-8",
+            400,
+        ) from None
+    try:
+        return RunCodeRequest.model_validate_json(text)
+    except ValidationError as err:
+        raise BadRequest(describe_validation_error(list(err.errors()))) from None
 
 
 @dataclass
@@ -70,7 +107,9 @@ def _check_timeout(name: str, value: float | None, default: float, cfg: SandboxC
     if value is None:
         return default
     if not math.isfinite(value) or value <= 0 or value > cfg.max_run_timeout:
-        raise BadRequest(f"{name}: must be > 0 and <= {cfg.max_run_timeout:g} seconds, got {value!r}")
+        raise BadRequest(
+            f"{name}: must be > 0 and <= {cfg.max_run_timeout:g} seconds, got {value!r} (--max-run-timeout)"
+        )
     return float(value)
 
 
@@ -80,29 +119,43 @@ def check_relative_path(name: str, path: str) -> str:
         raise BadRequest(f"{name}: path must be a non-empty string without NUL bytes")
     if path.startswith("/"):
         raise BadRequest(
-            f"{name}: absolute paths are not allowed ({path!r}); use a path relative to the work dir"
+            f"{name}: absolute paths are not allowed ({shown(path)}); use a path relative to the work dir"
         )
     norm = posixpath.normpath(path)
     if norm == "." or norm == ".." or norm.startswith("../"):
-        raise BadRequest(f"{name}: path {path!r} leaves the work directory")
+        raise BadRequest(f"{name}: path {shown(path)} leaves the work directory")
+    size = len(norm.encode("utf-8", "surrogatepass"))
+    if size > PATH_MAX or any(
+        len(part.encode("utf-8", "surrogatepass")) > NAME_MAX for part in norm.split("/")
+    ):
+        raise BadRequest(f"{name}: path too long ({size} bytes; at most {PATH_MAX}, and {NAME_MAX} per name)")
     return norm
 
 
 def _decode_files(raw: dict[str, str | None], reserved: str, cfg: SandboxConfig) -> dict[str, bytes]:
+    if len(raw) > cfg.max_files:
+        raise BadRequest(
+            f"files: {len(raw)} files exceeds the server limit of {cfg.max_files} (--max-files)", 413
+        )
     out: dict[str, bytes] = {}
     total = 0
     for path, content in raw.items():
-        name = f"files[{path!r}]"
+        name = f"files[{shown(path)}]"
         norm = check_relative_path(name, path)
-        if norm == reserved:
+        if norm == reserved or norm.startswith(reserved + "/"):
             raise BadRequest(f"{name}: {reserved!r} is where the program's code is written; rename the file")
+        if norm in out:  # "a" and "./a": the second would silently replace the first
+            raise BadRequest(f"{name}: the same file as another entry ({shown(norm)})")
         try:
             data = base64.b64decode(content or "", validate=True)
         except (binascii.Error, ValueError) as err:
             raise BadRequest(f"{name}: invalid base64 ({err})") from None
         total += len(data)
-        if total > cfg.max_files:
-            raise BadRequest(f"files: decoded size exceeds the server limit of {cfg.max_files} bytes", 413)
+        if total > cfg.max_files_bytes:
+            raise BadRequest(
+                f"files: decoded size exceeds the server limit of {cfg.max_files_bytes} bytes (--max-files-bytes)",
+                413,
+            )
         out[norm] = data
     return out
 
@@ -112,14 +165,18 @@ def check_request(req: RunCodeRequest, cfg: SandboxConfig, languages: dict[str, 
     lang = languages.get(req.language)
     if lang is None:
         raise BadRequest(
-            f"language: unsupported {req.language!r}; this server runs {', '.join(sorted(languages))}"
+            f"language: unsupported {shown(req.language)}; this server runs {', '.join(sorted(languages))}"
         )
     code = req.code.encode("utf-8", "surrogatepass")
     if len(code) > cfg.max_code:
-        raise BadRequest(f"code: {len(code)} bytes exceeds the server limit of {cfg.max_code} bytes", 413)
+        raise BadRequest(
+            f"code: {len(code)} bytes exceeds the server limit of {cfg.max_code} bytes (--max-code)", 413
+        )
     stdin = (req.stdin or "").encode("utf-8", "surrogatepass")
     if len(stdin) > cfg.max_stdin:
-        raise BadRequest(f"stdin: {len(stdin)} bytes exceeds the server limit of {cfg.max_stdin} bytes", 413)
+        raise BadRequest(
+            f"stdin: {len(stdin)} bytes exceeds the server limit of {cfg.max_stdin} bytes (--max-stdin)", 413
+        )
     run_timeout = _check_timeout("run_timeout", req.run_timeout, cfg.default_run_timeout, cfg)
     _check_timeout("compile_timeout", req.compile_timeout, cfg.default_run_timeout, cfg)
     memory = req.memory_limit_MB
@@ -129,6 +186,11 @@ def check_request(req: RunCodeRequest, cfg: SandboxConfig, languages: dict[str, 
         raise BadRequest(
             f"memory_limit_MB: must be -1 (server default) or in [{cfg.min_memory_MB}, {cfg.max_memory_MB}], "
             f"got {memory}"
+        )
+    if len(req.fetch_files) > cfg.max_files:
+        raise BadRequest(
+            f"fetch_files: {len(req.fetch_files)} paths exceeds the server limit of {cfg.max_files} (--max-files)",
+            413,
         )
     fetch = [check_relative_path(f"fetch_files[{i}]", p) for i, p in enumerate(req.fetch_files)]
     return RunSpec(
@@ -144,7 +206,7 @@ def check_request(req: RunCodeRequest, cfg: SandboxConfig, languages: dict[str, 
 
 def describe_validation_error(errors: list[dict[str, Any]]) -> str:
     """pydantic's error list as one line that names the offending field."""
-    return describe(errors, FIELDS, '{"code": "...", "language": "python"}')
+    return one_line(describe(errors, FIELDS, EXAMPLE))
 
 
 def run_result(

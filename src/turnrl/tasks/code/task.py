@@ -144,10 +144,11 @@ def compute_score(
     extra_info: Any = None,
     *,
     sandbox_url: str | None = None,
+    sandbox_api_key: str | None = None,
 ) -> dict[str, float]:
     """verl's signature. The final program (`rewards.code.extract_program`) runs on every stdin/stdout
-    test in the sandbox (`sandbox_url`, bound by the reward table to the run's; else the code
-    scorer's default), scored by `score`."""
+    test in the sandbox (`sandbox_url` and its key `sandbox_api_key`, bound by the reward table to
+    the run's; else the code scorer's default), scored by `score`."""
     tests = code_reward.parse_tests(ground_truth)
     if "inputs" not in tests:
         raise ValueError("the code task's ground truth holds 'inputs' and 'outputs', not 'assert'")
@@ -157,6 +158,11 @@ def compute_score(
     info = extra_info if isinstance(extra_info, dict) else {}
     timeout = float(info.get("run_timeout", code_reward.DEFAULT_RUN_TIMEOUT))
     runs = code_reward.run_stdio_tests(
-        program, tests["inputs"], tests["outputs"], run_timeout=timeout, sandbox_url=sandbox_url
+        program,
+        tests["inputs"],
+        tests["outputs"],
+        run_timeout=timeout,
+        sandbox_url=sandbox_url,
+        sandbox_api_key=sandbox_api_key,
     )
     return score(runs)

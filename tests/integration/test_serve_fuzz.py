@@ -1,0 +1,276 @@
+"""A careless or hostile client against one real `turnrl serve` (tiny-random, CPU, one thread).
+
+Every bad request must get a 4xx whose `detail` is one line naming the culprit (field, limit and
+its option, file, key), and must leave the server as it was: `/health` answers at once, and a
+fixed greedy request answers exactly as it did before anything was sent. Cases: malformed and
+deeply nested JSON, wrong types, bodies past `--max-body` (announced, and chunked), NaN and
+out-of-range numbers, unknown fields, rows and tokens past the limits, missing and wrong keys,
+weights from outside `--weights-root` (../, a symlink, an absolute path), a FIFO named
+model.safetensors, int8 and NaN weights, versions that do not go up, and a client that leaves
+in the middle of a long request (its work is stopped, the next request does not wait for it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from tests.support.serving import EQ, TIME
+from turnrl.models.weights_dir import write_weights_dir
+from turnrl.rollout.hf import HFEngine
+from turnrl.servers.inference.app import create_app
+from turnrl.servers.inference.launcher import ServeProcess
+
+MAX_BODY = 1 << 20  # small, so the limit is cheap to pass
+MAX_TOKENS = 100_000  # below what 1024 rows of tiny-random can ask, so it can be passed
+REF = {"prompt": [EQ, TIME], "max_tokens": 6, "temperature": 0, "logprobs": 0, "return_token_ids": True}
+
+
+class Served:
+    def __init__(self, proc: ServeProcess, root: Path) -> None:
+        self.proc, self.root, self.url = proc, root, proc.url
+        self.client = httpx.Client(base_url=proc.url, headers=proc.headers, timeout=30)
+        self.reference: list[Any] = []
+
+    def answer(self) -> list[Any]:
+        r = self.client.post("/v1/completions", json=REF)
+        assert r.status_code == 200, r.text
+        return [
+            (c["token_ids"], c["logprobs"]["token_logprobs"], c["finish_reason"]) for c in r.json()["choices"]
+        ]
+
+    def health(self) -> dict[str, Any]:
+        start = time.monotonic()
+        r = self.client.get("/health", timeout=2)
+        assert r.status_code == 200 and time.monotonic() - start < 2
+        return r.json()
+
+    def unharmed(self) -> None:
+        """Healthy, and the fixed greedy request answers as the first time, to the bit."""
+        self.health()
+        assert self.answer() == self.reference
+
+    def load(self, body: Any, **kw: Any) -> httpx.Response:
+        return self.client.post("/update_weights_from_disk", json=body, **kw)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> Iterator[Served]:
+    root = tmp_path_factory.mktemp("weights_root")
+    limits = ["--max-body", str(MAX_BODY), "--max-tokens-per-request", str(MAX_TOKENS)]
+    proc = ServeProcess(
+        "tiny-random",
+        "cpu",
+        "float32",
+        startup_timeout_s=120,
+        seed=0,
+        weights_root=root,
+        extra_args=["--threads", "1", *limits],
+    )
+    with proc:
+        s = Served(proc, root)
+        s.reference = s.answer()
+        yield s
+        s.client.close()
+
+
+def refused(r: httpx.Response, status: int, *words: str) -> None:
+    assert r.status_code == status, (r.status_code, r.text)
+    detail = r.json()["detail"]
+    assert "\n" not in detail and all(w in detail for w in words), detail
+
+
+# ---------------------------------------------------------------- completions
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        (b'{"prompt": [1, 2', 400, ["request body: not valid JSON"]),
+        (b'{"prompt":[[1,2]],"temperature":NaN}', 400, ["temperature"]),
+        (b'{"prompt": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", 400, ["not valid JSON", "recursion"]),
+        (b"[1, 2]", 400, ["request body: must be a JSON object"]),
+        (b"", 400, ["request body: missing"]),
+        ({"prompt": {"a": 1}}, 400, ["prompt"]),
+        ({"prompt": [1.5, 2]}, 400, ["prompt"]),
+        ({"prompt": [1, 2], "n": "many"}, 400, ["n:"]),
+        ({"prompt": [1, 2], "stop": 5}, 400, ["stop"]),
+        ({"prompt": [1, 2], "max_tokens": True, "temperature": [1]}, 400, ["temperature"]),
+        ({"prompt": [[1, 2]], "seed": 2**64}, 400, ["seed"]),
+        ({"prompt": [[1, 2]], "seed": -(2**63) - 1}, 400, ["seed"]),
+        ({"prompt": [[1, 2]], "temperature": -1}, 400, ["temperature"]),
+        ({"prompt": [[1, 2]], "temperature": 1e-300}, 400, ["temperature"]),
+        ({"prompt": [[1, 2]], "top_p": 0}, 400, ["top_p"]),
+        ({"prompt": [[1, 2]], "top_k": -7}, 400, ["top_k"]),
+        ({"prompt": [[1, 2]], "logprobs": -1}, 400, ["logprobs"]),
+        ({"prompt": [[1, 2]], "max_tokens": 0}, 400, ["max_tokens"]),
+        ({"prompt": [[1, 2]], "max_tokens": 10**30}, 413, ["max_tokens", "--max-tokens-per-request"]),
+        ({"prompt": [[1, 2]], "max_token": 3}, 400, ["max_token: unknown field; did you mean 'max_tokens'?"]),
+        ({"prompt": [[1, 2]], "stream": True}, 400, ["stream: not supported"]),
+        ({"prompt": [[1, 2]], "presence_penalty": 0.5}, 400, ["presence_penalty: not supported"]),
+        ({"prompt": [[1, 2]], "n": 1025}, 413, ["n:", "1025 rows", "--max-rows-per-request"]),
+        ({"prompt": [[1, 2]] * 1025}, 413, ["1025 rows", "--max-rows-per-request"]),
+        ({"prompt": [[1, 2]] * 100, "max_tokens": 1001}, 413, ["max_tokens", "--max-tokens-per-request"]),
+        ({"prompt": [[1, 2, 49152]]}, 400, ["prompt[0][2]"]),
+    ],
+)
+def test_bad_completion_requests(served: Served, body: Any, status: int, words: list[str]) -> None:
+    if isinstance(body, bytes):
+        r = served.client.post("/v1/completions", content=body)
+    else:
+        r = served.client.post("/v1/completions", json=body)
+    refused(r, status, *words)
+    served.unharmed()
+
+
+def test_fields_real_clients_send_are_accepted(served: Served) -> None:
+    body = {
+        **REF,
+        "user": "episode-7",
+        "stream": False,
+        "stream_options": {"include_usage": True},
+        "presence_penalty": 0.0,
+        "skip_special_tokens": False,
+        "return_tokens_as_token_ids": True,
+        "top_k": -1,
+        "seed": 2**64 - 1,
+    }
+    r = served.client.post("/v1/completions", json=body)
+    assert r.status_code == 200, r.text
+    got = [(c["token_ids"], c["logprobs"]["token_logprobs"], c["finish_reason"]) for c in r.json()["choices"]]
+    assert got == served.reference  # greedy: the seed changes nothing
+
+
+def test_bodies_past_the_limit(served: Served) -> None:
+    r = served.client.post("/v1/completions", content=b"x" * (MAX_BODY + 1))
+    refused(r, 413, "request body", f"limit of {MAX_BODY} bytes", "--max-body")
+    served.unharmed()
+    sent = 0
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: chunked, refused while it streams in
+        nonlocal sent
+        for _ in range(64):
+            sent += 64 << 10
+            yield b"[" * (64 << 10)
+
+    with contextlib.suppress(
+        httpx.HTTPError
+    ):  # the server may close while we still write: refused either way
+        refused(served.client.post("/v1/completions", content=chunks()), 413, "--max-body")
+    assert sent < 4 * MAX_BODY
+    served.unharmed()
+
+
+def test_missing_and_wrong_keys(served: Served) -> None:
+    for route in ("/health", "/v1/models"):
+        refused(httpx.get(served.url + route), 401, "api key: missing")
+    refused(httpx.post(served.url + "/v1/completions", json=REF), 401, "api key: missing")
+    wrong = {"Authorization": "Bearer not-the-key"}
+    refused(httpx.post(served.url + "/v1/completions", json=REF, headers=wrong), 401, "api key: wrong key")
+    refused(httpx.post(served.url + "/update_weights_from_disk", json={}, headers=wrong), 401, "wrong key")
+    served.unharmed()
+
+
+def test_a_client_that_leaves_has_its_work_stopped(served: Served) -> None:
+    before = served.health()
+    # 1024 rows x 90 tokens: minutes of work on this CPU (a forward batch of 64 rows takes ~10 s)
+    big = {"prompt": [EQ] * 256, "n": 4, "max_tokens": 90, "ignore_eos": True, "temperature": 1.0}
+    with pytest.raises(httpx.TimeoutException):
+        served.client.post("/v1/completions", json=big, timeout=1.0)
+    start = time.monotonic()
+    served.unharmed()
+    assert time.monotonic() - start < 10
+    after = served.health()
+    stopped = sum(after[k] - before[k] for k in ("requests_dropped", "requests_aborted"))
+    assert stopped == 1, (before, after)
+
+
+# ---------------------------------------------------------------- weight updates
+
+
+def _state(tiny: Any) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in tiny[0].state_dict().items()}
+
+
+def test_weights_only_from_inside_the_root(served: Served, tiny: Any, tmp_path: Path) -> None:
+    outside = write_weights_dir(_state(tiny), tmp_path / "outside")
+    (served.root / "escape").symlink_to(outside, target_is_directory=True)
+    version = served.health()["policy_version"] + 1
+    for path in ("../", str(outside), "escape", str(served.root / ".." / outside.name), "/etc"):
+        r = served.load({"model_path": path, "policy_version": version})
+        refused(r, 403, f"model_path {path!r}", "--weights-root")
+        assert r.json()["success"] is False
+        served.unharmed()
+
+
+def test_a_fifo_is_refused_and_health_answers_meanwhile(served: Served) -> None:
+    fifo = served.root / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "model.safetensors")  # reading it would block until a writer came: never
+    answers: list[httpx.Response] = []
+    load = threading.Thread(target=lambda: answers.append(served.load({"model_path": "fifo"}, timeout=30)))
+    load.start()
+    served.health()  # within 2 s, whatever the load does
+    load.join(30)
+    refused(answers[0], 400, "model.safetensors: not a regular file")
+    served.unharmed()
+
+
+@pytest.mark.parametrize(
+    ("tensor", "words"),
+    [
+        (
+            torch.ones(64, dtype=torch.int8),
+            ["model.norm.weight has dtype int8, the served model has float32"],
+        ),
+        (torch.full((64,), float("nan")), ["model.norm.weight has NaN or infinite values"]),
+    ],
+)
+def test_bad_tensors_are_refused(served: Served, tiny: Any, tensor: torch.Tensor, words: list[str]) -> None:
+    state = _state(tiny)
+    state["model.norm.weight"] = tensor
+    name = f"bad-{tensor.dtype}".replace("torch.", "")
+    write_weights_dir(state, served.root / name)
+    version = served.health()["policy_version"] + 1
+    refused(served.load({"model_path": name, "policy_version": version}), 400, *words)
+    assert served.health()["policy_version"] == version - 1
+    served.unharmed()
+
+
+def test_versions_only_go_up(served: Served, tiny: Any) -> None:
+    write_weights_dir(_state(tiny), served.root / "start")  # the served weights again: same answers
+    current = served.health()["policy_version"]
+    for bad, words in ((-5, ["policy_version", "-5"]), (10**30, ["policy_version"])):
+        refused(served.load({"model_path": "start", "policy_version": bad}), 400, *words)
+        served.unharmed()
+    refused(served.load({"model_path": "start", "weight_version": "-5"}), 400, "weight_version")
+    # SGLang's own fields, as its clients send them, are understood
+    sglang = {"load_format": "auto", "flush_cache": True, "abort_all_requests": False}
+    ok = served.load({"model_path": "start", "weight_version": str(current + 1), **sglang})
+    assert ok.status_code == 200 and ok.json()["policy_version"] == current + 1, ok.text
+    for stale in (current + 1, current, 0):
+        r = served.load({"model_path": "start", "policy_version": stale})
+        refused(r, 409, f"policy_version: {stale} is not newer than the served version {current + 1}")
+    refused(served.load({"model_path": "start", "policy_versoin": 9}), 400, "did you mean 'policy_version'")
+    refused(served.load({"model_path": "start", "load_format": "pt"}), 400, "load_format")
+    served.unharmed()
+
+
+def test_weight_updates_are_off_without_a_root(tiny: Any) -> None:
+    app = create_app(HFEngine(*tiny), "tiny-random", 2048)
+    try:
+        with TestClient(app) as client:
+            r = client.post("/update_weights_from_disk", json={"model_path": "/anything"})
+            refused(r, 403, "weight updates are off; start turnrl serve with --weights-root DIR")
+    finally:
+        app.state.server.batcher.close(5)
