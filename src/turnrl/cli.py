@@ -12,6 +12,8 @@ import argparse
 import importlib
 import sys
 
+from turnrl.servers.listen import OneLineParser
+
 # command name -> module providing register(subparsers)
 COMMANDS: dict[str, str] = {
     "train": "turnrl.trainer.cli",
@@ -29,7 +31,7 @@ COMMANDS: dict[str, str] = {
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="turnrl", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="turnrl", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = argv[0] if argv and argv[0] in COMMANDS else None
     # a module may register several commands: import each module once

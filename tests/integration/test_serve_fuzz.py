@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -274,3 +275,58 @@ def test_weight_updates_are_off_without_a_root(tiny: Any) -> None:
             refused(r, 403, "weight updates are off; start turnrl serve with --weights-root DIR")
     finally:
         app.state.server.batcher.close(5)
+
+
+# ---------------------------------------------------------------- start-up and turnrl's own client
+
+
+def test_start_up_refusals_are_one_line(cli: Any, capsys: Any, monkeypatch: Any, tmp_path: Path) -> None:
+    monkeypatch.delenv("TURNRL_API_KEY", raising=False)
+    r = cli("serve", "--model", "tiny-random", "--host", "0.0.0.0")
+    assert r.returncode == 1 and r.stderr.strip() == (
+        "turnrl serve: error: --host 0.0.0.0: binding beyond loopback needs a key (--api-key KEY or "
+        "$TURNRL_API_KEY); anyone who reaches the port could use the server"
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = cli("serve", "--model", "tiny-random", "--port", str(port))
+    assert r.returncode == 1 and r.stderr.strip() == (
+        f"turnrl serve: error: --host 127.0.0.1 --port {port}: cannot listen (Address already in use)"
+    )
+    r = cli("serve", "--model", "tiny-random", "--weights-root", str(tmp_path / "nope"))
+    assert (
+        r.returncode == 1
+        and r.stderr.strip() == f"turnrl serve: error: --weights-root {tmp_path / 'nope'}: not a directory"
+    )
+    for flag, value, words in (
+        ("--port", "99999", "argument --port: 99999 is not a port in [0, 65535]"),
+        ("--max-rows-per-request", "0", "argument --max-rows-per-request: must be >= 1, got 0"),
+    ):
+        with pytest.raises(SystemExit) as stopped:
+            cli("serve", "--model", "tiny-random", flag, value)
+        assert stopped.value.code == 2 and f"turnrl serve: error: {words}" in capsys.readouterr().err
+
+
+def test_turnrl_s_client_with_another_key_stops_at_once(served: Served, tiny: Any) -> None:
+    from turnrl.config.schema import ServerConfig
+    from turnrl.rollout.hf import eos_ids
+    from turnrl.rollout.server import ServerEngine, ServerError
+
+    cfg = ServerConfig(startup_timeout_s=60, api_key="not-the-key")
+    start = time.monotonic()
+    with pytest.raises(
+        ServerError, match=rf"inference server {served.url} refused the key \(HTTP 401: api key: wrong"
+    ):
+        ServerEngine([served.url], cfg, eos_ids=eos_ids(*tiny), vocab_size=49152)
+    assert time.monotonic() - start < 10  # not after startup_timeout_s
+    # with the key: the server's limits are read and requests are cut to fit them
+    engine = ServerEngine(
+        [served.url], ServerConfig(api_key=served.proc.api_key), eos_ids=eos_ids(*tiny), vocab_size=49152
+    )
+    try:
+        assert engine.limits[served.url]["max_tokens_per_request"] == MAX_TOKENS
+        assert engine.max_tokens == MAX_TOKENS and engine.rows_per_request == 64
+    finally:
+        engine.close()

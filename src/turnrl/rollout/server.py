@@ -135,6 +135,7 @@ class ServerEngine:
         """Wait for `url`, check it serves the trainer's model; its model id."""
         deadline = time.monotonic() + self.cfg.startup_timeout_s
         health: Any = None
+        r: httpx.Response | None
         while True:
             try:
                 r = self.client.get(f"{url}/health", timeout=5.0)
@@ -142,7 +143,12 @@ class ServerEngine:
                     health = r.json() if r.content.strip() else {}
                     break
             except (httpx.HTTPError, ValueError):
-                pass
+                r = None
+            if r is not None and r.status_code in (401, 403):  # up, but not for us: waiting changes nothing
+                raise ServerError(
+                    f"rollout.server.urls: inference server {url} refused the key (HTTP {r.status_code}: "
+                    f"{response_detail(r)}); set rollout.server.api_key or $TURNRL_API_KEY to the server's key"
+                )
             if time.monotonic() > deadline:
                 raise ServerError(
                     f"inference server {url} did not answer {url}/health within "

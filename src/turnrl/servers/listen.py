@@ -14,9 +14,17 @@ from __future__ import annotations
 
 import argparse
 import socket
-from typing import Any
+from typing import Any, NoReturn
 
 from turnrl.errors import TurnrlInputError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad option is one line naming it, without the usage block above it
+    (`turnrl COMMAND --help` still shows the usage). Sub-parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def port_arg(text: str) -> int:

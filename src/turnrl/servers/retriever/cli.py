@@ -9,19 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import NoReturn
 
 from turnrl.servers.keys import API_KEY_ENV, resolve_api_key
 from turnrl.servers.listen import port_arg, positive_int
 from turnrl.servers.retriever.errors import RetrieverError
 from turnrl.servers.retriever.limits import Limits
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad option is one line naming it (no usage block above it)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _human_bytes(size: int) -> str:
@@ -93,7 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="build and serve a search index (Search-R1-compatible /retrieve)",
         description=__doc__.splitlines()[0],
     )
-    sub = parser.add_subparsers(dest="retriever_command", metavar="SUBCOMMAND", parser_class=OneLineParser)
+    sub = parser.add_subparsers(dest="retriever_command", metavar="SUBCOMMAND")
     parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
 
     idx = sub.add_parser("index", help="build an index directory from a corpus file")

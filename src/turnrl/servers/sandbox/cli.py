@@ -11,7 +11,6 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import NoReturn
 
 from turnrl.errors import TurnrlInputError
 from turnrl.servers.keys import API_KEY_ENV, check_bind, resolve_api_key
@@ -21,17 +20,10 @@ from turnrl.servers.sandbox.config import SandboxConfig
 COMMAND = "turnrl sandbox serve"
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad option is one line naming it (no usage block above it)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("sandbox", help="code sandbox server (SandboxFusion-compatible /run_code)")
     parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
-    cmds = parser.add_subparsers(dest="sandbox_command", metavar="COMMAND", parser_class=OneLineParser)
+    cmds = parser.add_subparsers(dest="sandbox_command", metavar="COMMAND")
     serve = cmds.add_parser("serve", help="serve POST /run_code and GET /health")
     defaults = SandboxConfig()
     serve.add_argument(
