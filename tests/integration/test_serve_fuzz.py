@@ -160,7 +160,7 @@ def test_bodies_past_the_limit(served: Served) -> None:
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: chunked, refused while it streams in
         nonlocal sent
-        for _ in range(64):
+        for _ in range(1024):  # 64 MiB, if nobody stopped it
             sent += 64 << 10
             yield b"[" * (64 << 10)
 
@@ -168,7 +168,7 @@ def test_bodies_past_the_limit(served: Served) -> None:
         httpx.HTTPError
     ):  # the server may close while we still write: refused either way
         refused(served.client.post("/v1/completions", content=chunks()), 413, "--max-body")
-    assert sent < 4 * MAX_BODY
+    assert sent < 24 * MAX_BODY  # the limit plus what the kernel's socket buffers take in
     served.unharmed()
 
 

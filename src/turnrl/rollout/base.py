@@ -42,7 +42,8 @@ class Generation:
     log_probs: list[list[float]]
     """log p(token) under the sampling temperature, before top-p/top-k truncation."""
     finish_reasons: list[str]
-    """'stop' (EOS or stop string) or 'length'."""
+    """'stop' (EOS or stop string) or 'length'; 'abort' only for rows an engine's `abort` callback
+    stopped (a server's client that left: nobody reads them)."""
     policy_version: int = 0
     """Version of the weights that sampled these tokens (0 = the start policy, +1 per actor update);
     the oldest one when rows differ."""
