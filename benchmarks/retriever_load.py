@@ -187,7 +187,7 @@ class Bm25sServer(LocalRetriever):
 def serve_bm25s(index_dir: Path, port: int) -> None:
     import uvicorn
 
-    from turnrl.servers.keys import resolve_api_key
+    from turnrl.keys import resolve_api_key
     from turnrl.servers.retriever.index import load_index
     from turnrl.servers.retriever.server import create_app
 

@@ -17,8 +17,8 @@ import uvicorn
 from fastapi import FastAPI, Request
 
 from turnrl.errors import TurnrlInputError
+from turnrl.keys import auth_headers, check_bind, is_loopback
 from turnrl.servers.guard import Guard, finite_json, non_finite_path, wait_for_disconnect
-from turnrl.servers.keys import auth_headers, check_bind, is_loopback
 from turnrl.servers.listen import bind, url_of
 
 KEY = "s3cret-key"
@@ -56,7 +56,7 @@ def make_app() -> tuple[FastAPI, dict[str, int]]:
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, dict[str, int]]]:
     app, seen = make_app()
-    sock = bind("127.0.0.1", 0, "test")
+    sock = bind("127.0.0.1", 0)
     srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -139,17 +139,17 @@ def test_bind_errors_are_one_line_and_loopback_needs_no_key():
     taken.listen()
     port = taken.getsockname()[1]
     try:
-        with pytest.raises(TurnrlInputError, match=rf"^x --host 127.0.0.1 --port {port}: cannot listen \("):
-            bind("127.0.0.1", port, "x")
+        with pytest.raises(TurnrlInputError, match=rf"^--host 127.0.0.1 --port {port}: cannot listen \("):
+            bind("127.0.0.1", port)
     finally:
         taken.close()
-    with pytest.raises(TurnrlInputError, match=r"^x --port 99999: not a port"):
-        bind("127.0.0.1", 99999, "x")
+    with pytest.raises(TurnrlInputError, match=r"^--port 99999: not a port"):
+        bind("127.0.0.1", 99999)
     with pytest.raises(TurnrlInputError, match="cannot resolve"):
-        bind("no-such-host.invalid", 0, "x")
+        bind("no-such-host.invalid", 0)
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3") and not is_loopback("example.org")
-    check_bind("127.0.0.1", "", "x")
-    check_bind("0.0.0.0", "k", "x")
-    with pytest.raises(TurnrlInputError, match=r"^turnrl serve --host 0.0.0.0: binding beyond loopback"):
-        check_bind("0.0.0.0", "", "turnrl serve")
+    check_bind("127.0.0.1", "")
+    check_bind("0.0.0.0", "k")
+    with pytest.raises(TurnrlInputError, match=r"^--host 0.0.0.0: binding beyond loopback"):
+        check_bind("0.0.0.0", "")

@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "turnrl.fields": 1,
     "turnrl.tensors": 1,
     "turnrl.runtime": 1,
+    "turnrl.keys": 1,
     "turnrl.plugins": 1,
     "turnrl.config": 2,
     "turnrl.algorithms": 2,

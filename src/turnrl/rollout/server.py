@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import os
 import shutil
 import threading
 import time
@@ -41,6 +40,7 @@ import httpx
 import torch
 
 from turnrl.config.schema import ServerConfig
+from turnrl.keys import auth_headers
 from turnrl.rollout.base import Generation, SamplingParams, row_limits
 from turnrl.rollout.server_wire import (
     Request,
@@ -53,15 +53,6 @@ from turnrl.rollout.server_wire import (
 )
 
 log = logging.getLogger(__name__)
-
-API_KEY_ENV = "TURNRL_API_KEY"
-"""`turnrl.servers.keys.API_KEY_ENV`, restated: the rollout layer sits below the servers."""
-
-
-def auth_headers(api_key: str) -> dict[str, str]:
-    """`turnrl.servers.keys.auth_headers`: the key, else $TURNRL_API_KEY, as a Bearer header."""
-    key = api_key or os.environ.get(API_KEY_ENV, "")
-    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 class ServerEngine:

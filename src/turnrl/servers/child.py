@@ -42,8 +42,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from turnrl.keys import API_KEY_ENV, auth_headers
 from turnrl.runtime import free_port
-from turnrl.servers.keys import API_KEY_ENV, auth_headers
 
 PORT_ATTEMPTS = 3
 """Launches per child before giving up on finding a port nobody takes first."""

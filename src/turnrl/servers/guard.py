@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from turnrl.servers.keys import API_KEY_ENV, auth_headers, check_bind, resolve_api_key
+from turnrl.keys import API_KEY_ENV, auth_headers, check_bind, resolve_api_key
 
 __all__ = [
     "API_KEY_ENV",
@@ -159,10 +159,10 @@ def non_finite_path(value: Any, path: str = "") -> str | None:
     return None
 
 
-def finite_json(content: Any, status: int = 200) -> Response:
+def finite_json(content: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     """`content` as a JSON response, or a 500 naming where a NaN or infinity was (never sent as
     JSON that a strict parser refuses, or as null that a client would take for a value)."""
     where = non_finite_path(content)
     if where is not None:
         return detail(f"response: {where} is not a finite number; nothing was sent", 500)
-    return Response(orjson.dumps(content), status_code=status, media_type="application/json")
+    return Response(orjson.dumps(content), status_code=status, media_type="application/json", headers=headers)

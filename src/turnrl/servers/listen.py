@@ -1,6 +1,6 @@
 """Bind first, then say so, then serve: how every turnrl server starts listening.
 
-    sock = bind("127.0.0.1", 8000, "turnrl serve")     # one-line TurnrlInputError if it cannot
+    sock = bind("127.0.0.1", 8000)     # one-line TurnrlInputError if it cannot
     print("listening on", url_of(sock))                 # only now is it true
     serve_on(app, sock, log_level="warning")
 
@@ -49,14 +49,15 @@ def positive_int(text: str) -> int:
     return value
 
 
-def bind(host: str, port: int, command: str) -> socket.socket:
-    """A listening TCP socket on host:port, or TurnrlInputError naming the flags and the reason."""
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port, or TurnrlInputError starting with the flags and giving
+    the reason (the command puts its own name in front)."""
     if not 0 <= port <= 65535:
-        raise TurnrlInputError(f"{command} --port {port}: not a port in [0, 65535]")
+        raise TurnrlInputError(f"--port {port}: not a port in [0, 65535]")
     try:
         infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as err:
-        raise TurnrlInputError(f"{command} --host {host}: cannot resolve ({err})") from None
+        raise TurnrlInputError(f"--host {host}: cannot resolve ({err})") from None
     family, kind, proto, _name, address = infos[0]
     sock = socket.socket(family, kind, proto)
     try:
@@ -66,7 +67,7 @@ def bind(host: str, port: int, command: str) -> socket.socket:
     except OSError as err:
         sock.close()
         raise TurnrlInputError(
-            f"{command} --host {host} --port {port}: cannot listen ({err.strerror or err})"
+            f"--host {host} --port {port}: cannot listen ({err.strerror or err})"
         ) from None
     sock.set_inheritable(True)
     return sock

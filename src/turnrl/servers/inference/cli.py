@@ -108,26 +108,24 @@ def serve_command(args: argparse.Namespace) -> int:
     try:
         return serve(args)
     except TurnrlInputError as err:
-        # the shared bind checks name the command themselves: said once is enough
-        message = " ".join(str(err).split()).removeprefix("turnrl serve ")
-        print(f"turnrl serve: error: {message}", file=sys.stderr)
+        print(f"turnrl serve: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
 
 
 def serve(args: argparse.Namespace) -> int:
     from turnrl.errors import TurnrlInputError
-    from turnrl.servers.keys import check_bind, resolve_api_key
+    from turnrl.keys import check_bind, resolve_api_key
     from turnrl.servers.listen import bind
 
     api_key = resolve_api_key(args.api_key)
-    check_bind(args.host, api_key, "turnrl serve")
+    check_bind(args.host, api_key)
     weights_root = None
     if args.weights_root:
         if not os.path.isdir(args.weights_root):
             raise TurnrlInputError(f"--weights-root {args.weights_root}: not a directory")
         weights_root = os.path.realpath(args.weights_root)
     # bound before the model loads: a taken port costs no loading time, and "listening" is true
-    sock = bind(args.host, args.port, "turnrl serve")
+    sock = bind(args.host, args.port)
     try:
         return _serve_on(args, sock, api_key, weights_root)
     finally:

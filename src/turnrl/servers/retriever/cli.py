@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from turnrl.servers.keys import API_KEY_ENV, resolve_api_key
+from turnrl.keys import API_KEY_ENV, resolve_api_key
 from turnrl.servers.listen import port_arg, positive_int
 from turnrl.servers.retriever.errors import RetrieverError
 from turnrl.servers.retriever.limits import Limits

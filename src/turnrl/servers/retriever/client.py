@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import orjson
 
-from turnrl.servers.keys import API_KEY_ENV, auth_headers
+from turnrl.keys import API_KEY_ENV, auth_headers
 from turnrl.servers.retriever.corpus import split_title
 from turnrl.servers.retriever.errors import RetrieverError, RetrieverRequestError, RetrieverUnavailable
 

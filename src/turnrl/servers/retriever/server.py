@@ -27,15 +27,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from turnrl.errors import TurnrlInputError
+from turnrl.keys import check_bind
 from turnrl.servers.guard import Guard
-from turnrl.servers.keys import check_bind
 from turnrl.servers.listen import bind, serve_on, url_of
 from turnrl.servers.retriever.errors import RetrieverError
 from turnrl.servers.retriever.index import LoadedIndex, load_index, turnrl_version
 from turnrl.servers.retriever.limits import Limits
 from turnrl.servers.validation import describe_validation_error as describe
-
-COMMAND = "turnrl retriever serve"
 
 
 class RetrieveRequest(BaseModel):
@@ -179,13 +177,12 @@ def listen(host: str, port: int, api_key: str) -> socket.socket:
     """The listening socket, or RetrieverError in one line: no key beyond loopback, a bad or
     taken port. Bound before the index loads, so such a mistake costs no loading time."""
     try:
-        check_bind(host, api_key, COMMAND)
-        return bind(host, port, COMMAND)
+        check_bind(host, api_key)
+        return bind(host, port)
     except RetrieverError:
         raise
     except TurnrlInputError as err:
-        # a RetrieverError is what the CLI prints as its one line, after its own command name
-        raise RetrieverError(str(err).removeprefix(f"{COMMAND} ")) from None
+        raise RetrieverError(str(err)) from None  # what the CLI prints as its one line
 
 
 def serve(

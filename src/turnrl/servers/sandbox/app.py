@@ -109,9 +109,7 @@ def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
         except Overloaded:
             msg = f"sandbox overloaded: {gate.running} running and {gate.waiting} queued (the limits); retry later"
             body = {"detail": msg, "status": "SandboxError", "message": msg}
-            overloaded = finite_json(body, 503)
-            overloaded.headers["Retry-After"] = "1"
-            return overloaded
+            return finite_json(body, 503, {"Retry-After": "1"})
         try:
             result = await runner.run(spec, slot)
         except BadRequest as err:  # the request's own files could not be written

@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 from turnrl.errors import TurnrlInputError
-from turnrl.servers.keys import API_KEY_ENV, check_bind, resolve_api_key
+from turnrl.keys import API_KEY_ENV, check_bind, resolve_api_key
 from turnrl.servers.listen import port_arg, positive_int
 from turnrl.servers.sandbox.config import SandboxConfig
 
@@ -169,9 +169,8 @@ def serve(cfg: SandboxConfig) -> int:
     from turnrl.servers.sandbox.app import create_app
     from turnrl.servers.sandbox.probe import probe_isolation
 
-    # no command name in these lines: serve_command puts its own in front
-    check_bind(cfg.host, cfg.api_key, "")
-    sock = bind(cfg.host, cfg.port, "")  # first: a taken port is reported before the slow probe
+    check_bind(cfg.host, cfg.api_key)
+    sock = bind(cfg.host, cfg.port)  # first: a taken port is reported before the slow probe
     work_root = tempfile.mkdtemp(prefix="turnrl-sandbox-")
     try:
         os.chmod(work_root, 0o711)  # slot uids must traverse it to reach their own 0700 dir

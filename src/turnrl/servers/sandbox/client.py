@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from turnrl.errors import TurnrlInputError
-from turnrl.servers.keys import API_KEY_ENV, auth_headers
+from turnrl.keys import API_KEY_ENV, auth_headers
 
 
 class SandboxError(RuntimeError):

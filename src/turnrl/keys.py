@@ -35,10 +35,11 @@ def is_loopback(host: str) -> bool:
         return False  # a hostname: it may resolve to anything
 
 
-def check_bind(host: str, api_key: str, command: str) -> None:
-    """Refuse, in one line, to serve on a non-loopback interface without a key."""
+def check_bind(host: str, api_key: str) -> None:
+    """Refuse, in one line starting with the flag, to serve beyond loopback without a key; the
+    command puts its own name in front."""
     if not api_key and not is_loopback(host):
         raise TurnrlInputError(
-            f"{command} --host {host}: binding beyond loopback needs a key (--api-key KEY or "
+            f"--host {host}: binding beyond loopback needs a key (--api-key KEY or "
             f"${API_KEY_ENV}); anyone who reaches the port could use the server"
         )
