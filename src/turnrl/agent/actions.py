@@ -12,15 +12,12 @@ with a one-line reason: the loop shows the model a corrective observation and co
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from turnrl.agent.executor import ToolCall
 from turnrl.agent.tools.base import ToolError
-
-TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+from turnrl.servers.chat.tool_calls import TOOL_CALL, parse_call
 
 
 @dataclass
@@ -65,25 +62,8 @@ class XmlActions:
 
 def _call_from_json(raw: str, tools: set[str]) -> ToolCall | str:
     """A ToolCall, or the one-line reason the JSON is not a usable call."""
-    try:
-        data: Any = json.loads(raw)
-    except json.JSONDecodeError as err:
-        return f"tool call is not valid JSON ({err.msg} at char {err.pos})"
-    if not isinstance(data, dict):
-        return f"tool call must be a JSON object, got {type(data).__name__}"
-    name, args = data.get("name"), data.get("arguments", data.get("parameters", {}))
-    if not isinstance(name, str) or not name:
-        return "tool call has no 'name' string"
-    if name not in tools:
-        return f"unknown tool '{name}'; available: {', '.join(sorted(tools))}"
-    if isinstance(args, str):  # some models send the arguments as a JSON string
-        try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
-            return f"arguments of '{name}' are not a JSON object"
-    if not isinstance(args, dict):
-        return f"arguments of '{name}' must be a JSON object, got {type(args).__name__}"
-    return ToolCall(name, args)
+    call = parse_call(raw, tools)
+    return call if isinstance(call, str) else ToolCall(*call)
 
 
 class JsonActions:

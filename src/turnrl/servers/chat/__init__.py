@@ -1,0 +1,3 @@
+"""The OpenAI chat format over token ids, shared by `turnrl serve`'s `/v1/chat/completions` and the
+agent gateway: rendering messages and tools with the model's own chat template (`template`), and
+reading tool calls back out of what the model wrote (`tool_calls`)."""

@@ -1,0 +1,96 @@
+"""OpenAI chat messages and tools, rendered to token ids with the model's own chat template.
+
+    template = ChatTemplate(tokenizer)
+    ids = template.prompt_ids(messages, tools)     # the generation prompt, as the model will see it
+
+OpenAI's wire format and Hugging Face's templates disagree in two places, both fixed here before
+rendering: message `content` may be a list of parts (`[{"type": "text", "text": ...}]`; joined
+into text), and a tool call's `arguments` is JSON *text* on the wire but a mapping in templates
+(Qwen's writes `arguments | tojson`; text would be quoted twice). Tools are passed as the template's
+`tools` variable, exactly the OpenAI `tools` list. The text is tokenized without adding special
+tokens: the template already wrote them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from turnrl.errors import TurnrlInputError
+
+
+class ChatTemplateError(TurnrlInputError):
+    """The messages cannot be rendered with this model's template; the message says why, in one line."""
+
+
+def text_of(content: Any) -> str:
+    """A message's content as text: a string, None (""), or a list of text parts (joined)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for i, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            raise ChatTemplateError(
+                f"content[{i}]: only text parts ({{'type': 'text', 'text': ...}}) are supported"
+            )
+        parts.append(part["text"])
+    return "".join(parts)
+
+
+def template_message(message: dict[str, Any]) -> dict[str, Any]:
+    """One OpenAI message as chat templates take it (content text, tool-call arguments a mapping)."""
+    out = {k: v for k, v in message.items() if v is not None}
+    out["content"] = text_of(message.get("content"))
+    calls = []
+    for call in message.get("tool_calls") or []:
+        function = dict(call.get("function") or {})
+        args = function.get("arguments")
+        if isinstance(args, str):
+            # text that is not JSON is kept: the template shows what the client sent
+            with contextlib.suppress(json.JSONDecodeError):
+                function["arguments"] = json.loads(args) if args.strip() else {}
+        calls.append({**call, "function": function})
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+class ChatTemplate:
+    """Renders OpenAI messages (+ tools) with `tokenizer`'s chat template."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ChatTemplateError(
+                "the model's tokenizer has no chat template: chat requests cannot be rendered"
+            )
+        self.tokenizer = tokenizer
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """The template's text for `messages` (and `tools`), ending with the assistant header."""
+        converted = [template_message(m) for m in messages]
+        try:
+            return self.tokenizer.apply_chat_template(
+                converted, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
+            )
+        except Exception as err:  # jinja errors, raise_exception() in templates, type errors
+            raise ChatTemplateError(
+                f"messages: the chat template cannot render them ({type(err).__name__}: {' '.join(str(err).split())})"
+            ) from None
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of rendered text (the template wrote the special tokens already)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def prompt_ids(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        """The generation prompt's ids."""
+        return self.encode(self.render(messages, tools))
