@@ -77,7 +77,7 @@ _DECLARED = (
         "(B,)",
         "object str",
         "load_batch",
-        "reward metrics dump",
+        "gen reward metrics dump",
         "which dataset or task a row comes from; picks its rule scorer",
     ),
     _f(
@@ -85,18 +85,23 @@ _DECLARED = (
         "(B,)",
         "object",
         "load_batch",
-        "reward dump",
+        "gen reward dump",
         "the reference answer the scorer checks",
     ),
     _f(
-        "extra_info", "(B,)", "object dict", "load_batch", "reward", "the row's free-form extras, for scorers"
+        "extra_info",
+        "(B,)",
+        "object dict",
+        "load_batch",
+        "gen reward",
+        "the row's free-form extras, for scorers (and agent functions)",
     ),
     _f(
         "index",
         "(B,)",
         "object int",
         "load_batch",
-        "group reward validation",
+        "gen group reward validation",
         "the prompt's row number in its dataset",
     ),
     _f(
@@ -104,7 +109,7 @@ _DECLARED = (
         "(B,)",
         "object list",
         "load_batch",
-        "reward validation inspector",
+        "gen reward validation inspector",
         "the prompt as chat messages (agents and reward models re-render it)",
     ),
     # -- stage 3 (gen): rollout/base.assemble and agent/assemble -------------------------------------
@@ -162,6 +167,31 @@ _DECLARED = (
     _f("agent_invalid_actions", "(B,)", "object int", "gen", "metrics", "turns whose action did not parse"),
     _f("agent_tool_errors", "(B,)", "object int", "gen", "metrics", "tool calls that returned an error"),
     _f("agent_truncated", "(B,)", "object bool", "gen", "metrics", "the episode ran out of turns or tokens"),
+    # a function agent's (`rollout.agent`) own reward, carried to the reward stage (rewards/carried.py)
+    _f(
+        "agent_reward",
+        "(B,)",
+        "object float|None",
+        "gen",
+        "reward",
+        "the reward the agent function returned; None = score `agent_answer` (or the response) by rule",
+    ),
+    _f(
+        "agent_answer",
+        "(B,)",
+        "object str|None",
+        "gen",
+        "reward",
+        "the last assistant message of the messages an agent function returned: the text its rule scores",
+    ),
+    _f(
+        "agent_error",
+        "(B,)",
+        "object str",
+        "gen",
+        "reward",
+        "why the agent function's episode failed, one line ('' = it did not): scored 0 or stops the run",
+    ),
     # -- stages 4-6 (group, reward, gen_max) --------------------------------------------------------
     _f(
         "uid",

@@ -70,6 +70,7 @@ def test_health_and_models(servers):
         "max_rows_in_a_batch": 0,
         "requests_dropped": 0,
         "requests_aborted": 0,
+        "tool_calls_unparsed": 0,
         "max_model_len": 2048,
         "limits": {"max_rows_per_request": 1024, "max_tokens_per_request": 4194304, "max_body": 33554432},
     }

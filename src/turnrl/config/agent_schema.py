@@ -1,4 +1,5 @@
-"""Configuration of multi-turn agent rollouts (`rollout.multi_turn.*`).
+"""Configuration of agent rollouts: multi-turn episodes with turnrl's tools (`rollout.multi_turn.*`)
+and agents written as plain functions against the OpenAI API (`rollout.agent.*`).
 
 Token budgets count tokens of one response (one episode), never of the batch.
 """
@@ -69,6 +70,14 @@ class MultiTurnConfig:
     """Built-in tools the model may call: any of calculator, python, search."""
     custom_tools: list[str] = field(default_factory=list)
     """User tools as `path/to/file.py:Name` (a class with name/description/parameters/call, or a function)."""
+    mcp_servers: list[str] = field(default_factory=list)
+    """MCP servers whose tools the model may call, each a command line split like a shell would (shlex),
+    started as a child process and spoken to over stdio, e.g. `["python my_server.py", "npx -y
+    @modelcontextprotocol/server-filesystem /data"]`. Each server's tools (name, description, input
+    schema) join the tool set; a name another tool has stops the run. Needs `pip install -e ".[agents]"`."""
+    mcp_startup_timeout_s: float = 60.0
+    """Seconds an MCP server may take to start, initialise and list its tools (`npx`/`uvx` may download
+    the server first); one that has not answered by then stops the run in one line."""
     format: str = "xml"
     """`xml`: `<tag>input</tag>` actions (Search-R1, Code-R1); `json`: `<tool_call>{"name", "arguments"}</tool_call>` in the chat template."""
     answer_tag: str = "answer"
@@ -93,3 +102,25 @@ class MultiTurnConfig:
     """The `python` tool (code sandbox client)."""
     calculator: CalculatorToolConfig = field(default_factory=CalculatorToolConfig)
     """The `calculator` tool (exact arithmetic, no code execution)."""
+
+
+@dataclass
+class FunctionAgentConfig:
+    """`rollout.agent`: an agent written against the OpenAI API, trained as it is (docs/agents.md)."""
+
+    entrypoint: str = ""
+    """The agent: `path/to/file.py:run` or `package.module:run`, a function `run(client, model, row)`
+    (or `async def`) returning its reward. Empty = off. Set, it replaces `rollout.multi_turn`."""
+    max_concurrency: int = 64
+    """Episodes running at once (each one agent call with its own client)."""
+    timeout_s: float = 300.0
+    """Wall-clock seconds one episode may take; a late episode scores 0 (`agent/errors/timeout`)."""
+    max_calls: int = 32
+    """Model calls one episode may make; the next one is refused and the episode ends truncated."""
+    chat_template: str = ""
+    """A Jinja chat template file used instead of the tokenizer's, for models whose own template
+    renders no tools or tool calls. Empty = the tokenizer's."""
+    on_error: str = "fail_first_step"
+    """What an agent that raises, times out, returns no reward or makes no call does: `fail` stops
+    the run, `zero` scores the episode 0 (counted in `agent/errors/<kind>`), `fail_first_step`
+    stops the run in validation before training and in the first step, then scores 0."""

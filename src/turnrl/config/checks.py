@@ -12,11 +12,17 @@ import dataclasses
 import math
 import operator
 import re
+import shlex
 from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Any, NamedTuple
 
-from turnrl.config.agent_schema import MultiTurnConfig, PythonToolConfig, SearchToolConfig
+from turnrl.config.agent_schema import (
+    FunctionAgentConfig,
+    MultiTurnConfig,
+    PythonToolConfig,
+    SearchToolConfig,
+)
 from turnrl.config.rollout_schema import RolloutConfig, ServerConfig
 from turnrl.config.schema import (
     ActorConfig,
@@ -26,6 +32,7 @@ from turnrl.config.schema import (
     DataConfig,
     EvalConfig,
     FilterGroupsConfig,
+    JudgeConfig,
     KLControlConfig,
     ModelConfig,
     OptimConfig,
@@ -100,8 +107,10 @@ RANGES: dict[type, dict[str, Rule]] = {
         "max_tokens_per_turn": Rule(">= 0", "0 = up to the remaining response budget"),
         "tool_timeout": POSITIVE,
         "max_concurrent_calls": AT_LEAST_1,
+        "mcp_startup_timeout_s": POSITIVE,
     },
     SearchToolConfig: {"topk": AT_LEAST_1},
+    FunctionAgentConfig: {"max_concurrency": AT_LEAST_1, "timeout_s": POSITIVE, "max_calls": AT_LEAST_1},
     PythonToolConfig: {
         "run_timeout": POSITIVE,
         "memory_limit_mb": Rule(">= 1 or -1", "-1 = the server's default"),
@@ -148,6 +157,17 @@ RANGES: dict[type, dict[str, Rule]] = {
     RewardModelConfig: {"coef": AT_LEAST_0, "micro_batch_size": AT_LEAST_1},
     OverlongBufferConfig: {"len": AT_LEAST_1, "penalty_factor": AT_LEAST_0},
     RewardConfig: {"timeout_s": Rule(">= 0", "0 = no limit")},
+    JudgeConfig: {
+        "max_score": POSITIVE,
+        "coef": AT_LEAST_0,
+        "temperature": Rule(">= 0", "0 = greedy"),
+        "max_tokens": AT_LEAST_1,
+        "concurrency": AT_LEAST_1,
+        "timeout_s": POSITIVE,
+        "max_retries": AT_LEAST_0,
+        "cache_size": Rule(">= 0", "0 = no cache"),
+        "startup_timeout_s": POSITIVE,
+    },
     TrainerConfig: {
         "total_epochs": AT_LEAST_0,  # 0 only with total_training_steps (check_config)
         "total_training_steps": Rule(">= 0", "0 = run trainer.total_epochs"),
@@ -267,6 +287,8 @@ def check_config(cfg: Config) -> None:
     _check_async(cfg)
     if cfg.rollout.multi_turn.enable:
         _check_multi_turn(cfg.rollout.multi_turn)
+    if cfg.rollout.agent.entrypoint:
+        _check_function_agent(cfg)
 
 
 def _check_distributed(cfg: Config) -> None:
@@ -454,10 +476,43 @@ def _check_algorithm(cfg: Config) -> None:
             f"'critic.ppo_mini_batch_size'={cfg.critic.ppo_mini_batch_size} prompts; pick a divisor"
         )
     _one_of("reward.on_error", cfg.reward.on_error, ON_ERROR_MODES)
+    if cfg.reward.judge.enable:
+        _check_judge(cfg.reward.judge)
     ob = cfg.reward.overlong_buffer
     if ob.enable and not 0 < ob.len < cfg.data.max_response_length:
         raise ConfigError(
             f"'reward.overlong_buffer.len' must be in (0, data.max_response_length), got {ob.len}"
+        )
+
+
+JUDGE_FIELDS = ("prompt", "response", "ground_truth")
+"""The placeholders of `reward.judge.prompt` (`turnrl.rewards.judge.fill` fills them)."""
+
+
+def _check_judge(j: JudgeConfig) -> None:
+    """`reward.judge` with `enable=true`: checked before any model loads or judge starts."""
+    key = "reward.judge"
+    if not j.url and not j.model:
+        raise ConfigError(
+            f"'{key}.enable=true' needs '{key}.url' (an OpenAI-compatible endpoint) or '{key}.model' "
+            "(a model for a turnrl serve child)"
+        )
+    if j.url and not j.url.startswith(("http://", "https://")):
+        raise ConfigError(f"'{key}.url' '{j.url}' is not an http(s):// URL")
+    _one_of(f"{key}.device", j.device, ("auto", "cpu", "cuda"))
+    if "{response}" not in j.prompt:
+        raise ConfigError(
+            f"'{key}.prompt' has no {{response}} placeholder: the judge would never see the response "
+            f"(placeholders: {', '.join('{' + f + '}' for f in JUDGE_FIELDS)})"
+        )
+    try:
+        groups = re.compile(j.score_pattern).groups
+    except re.error as err:
+        raise ConfigError(f"'{key}.score_pattern' {j.score_pattern!r} is not a regex: {err}") from None
+    if groups != 1:
+        raise ConfigError(
+            f"'{key}.score_pattern' {j.score_pattern!r} has {groups} groups; it needs exactly one, around "
+            r"the number (e.g. 'Score:\s*([0-9.]+)'; write other groups as (?:...))"
         )
 
 
@@ -483,5 +538,33 @@ def _check_multi_turn(mt: MultiTurnConfig) -> None:
         raise ConfigError(f"'{key}.format' must be xml or json, got '{mt.format}'")
     if not mt.answer_tag.strip():
         raise ConfigError(f"'{key}.answer_tag' must not be empty")
-    if not mt.tools and not mt.custom_tools:
-        raise ConfigError(f"{key} is enabled but names no tool ({key}.tools / custom_tools)")
+    if not mt.tools and not mt.custom_tools and not mt.mcp_servers:
+        raise ConfigError(f"{key} is enabled but names no tool ({key}.tools / custom_tools / mcp_servers)")
+    for i, command in enumerate(mt.mcp_servers):  # found before any model loads or server starts
+        try:
+            argv = shlex.split(command) if isinstance(command, str) else None
+        except ValueError as err:
+            raise ConfigError(
+                f"'{key}.mcp_servers[{i}]' \"{command}\" is not a command line ({err})"
+            ) from None
+        if not argv:
+            raise ConfigError(f"'{key}.mcp_servers[{i}]' must be a command line, got {command!r}")
+
+
+ENTRYPOINT = re.compile(r"[^:]+:[A-Za-z_]\w*")
+"""`rollout.agent.entrypoint`: `path/to/file.py:run` or `package.module:run`."""
+
+
+def _check_function_agent(cfg: Config) -> None:
+    """`rollout.agent` with an entrypoint: its form is checked here; whether it loads, when the
+    rollout is built (that imports the user's file)."""
+    ac, key = cfg.rollout.agent, "rollout.agent"
+    if not ENTRYPOINT.fullmatch(ac.entrypoint.strip()):
+        raise ConfigError(
+            f"'{key}.entrypoint' {ac.entrypoint!r} must be path/to/file.py:function or package.module:function"
+        )
+    if cfg.rollout.multi_turn.enable:
+        raise ConfigError(
+            f"'{key}.entrypoint' and 'rollout.multi_turn.enable=true' are two agent modes: choose one"
+        )
+    _one_of(f"{key}.on_error", ac.on_error, ON_ERROR_MODES)

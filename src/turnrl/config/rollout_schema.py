@@ -1,5 +1,5 @@
 """Configuration of sampling (`rollout.*`): the engine, its inference servers, the sampling
-parameters; agent episodes are `rollout.multi_turn.*` (`agent_schema.py`).
+parameters; agent episodes are `rollout.multi_turn.*` and `rollout.agent.*` (`agent_schema.py`).
 
 Token budgets count tokens of one response, never of the batch.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from turnrl.config.agent_schema import MultiTurnConfig
+from turnrl.config.agent_schema import FunctionAgentConfig, MultiTurnConfig
 
 
 @dataclass
@@ -73,3 +73,5 @@ class RolloutConfig:
     """Samples per validation prompt."""
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     """Agent mode: multi-turn episodes with tools."""
+    agent: FunctionAgentConfig = field(default_factory=FunctionAgentConfig)
+    """An agent written against the OpenAI API, as a function (`rollout.agent.entrypoint`)."""

@@ -270,6 +270,78 @@ class CustomFunctionConfig:
     """Function name: `compute_score(data_source, solution_str, ground_truth, extra_info=None)`."""
 
 
+DEFAULT_JUDGE_PROMPT = """You are grading an answer to a task. Read the task, the reference answer and the response, then rate how well the response solves the task, from 0 (wrong, or no answer) to 10 (fully correct).
+
+Task:
+{prompt}
+
+Reference answer:
+{ground_truth}
+
+Response:
+{response}
+
+Give a one-sentence reason, then end with a line of the form "Score: N", N an integer from 0 to 10."""
+
+
+@dataclass
+class JudgeConfig:
+    """An LLM as judge (docs/judges.md): each response is shown to a model behind an
+    OpenAI-compatible endpoint with a rubric, and the score it writes back is part of the reward:
+    `reward = rule + coef * judge`, the rule being the row's rule scorer (0 for a data source
+    without one), the judge's score in [0, 1]. Training, validation and `turnrl eval` all score so."""
+
+    enable: bool = False
+    """Score responses with the judge too."""
+    url: str = ""
+    """The judge's OpenAI-compatible base URL (`http://host:8000/v1`; `/chat/completions` is
+    appended). Empty = a `turnrl serve` child serving `model`, started with the run and stopped
+    at its end."""
+    model: str = ""
+    """With `url` empty: the model the child judge serves (any `model.path` form: a Hugging Face
+    directory or Hub id, `smollm2-135m-instruct`, `tiny-random`)."""
+    device: str = "cpu"
+    """Where the child judge runs: `cpu` (default: the policy keeps the GPU), `cuda` or `auto`."""
+    api_key: str = ""
+    """The key sent as `Authorization: Bearer ...`. Empty = $TURNRL_API_KEY, else $OPENAI_API_KEY;
+    a child judge's own fresh key for the child."""
+    model_name: str = ""
+    """Sent as the request's `model`. Empty = the first model the endpoint lists (GET /v1/models,
+    asked once at start-up)."""
+    prompt: str = DEFAULT_JUDGE_PROMPT
+    """The rubric, sent as one user message: `{prompt}` (the row's prompt messages as text),
+    `{response}` (the decoded response) and `{ground_truth}` are filled in; `{response}` is
+    required, other braces are left as written."""
+    score_pattern: str = r"Score:\s*([0-9.]+)"
+    """A regex with exactly one group: its last match in the judge's reply, read as a number, is
+    the score. No match, a group that is not a number, or one outside [0, max_score] is an
+    unparsed reply, a failure handled by `reward.on_error`."""
+    max_score: float = 10.0
+    """The judge's score is divided by this into [0, 1]."""
+    coef: float = 1.0
+    """Weight of the judge's score: reward = rule + coef * judge."""
+    temperature: float = 0.0
+    """The judge's sampling temperature (0 = greedy: the same reply for the same request)."""
+    max_tokens: int = 256
+    """The longest reply the judge may write, in tokens."""
+    concurrency: int = 8
+    """Requests in flight at once."""
+    timeout_s: float = 60.0
+    """Seconds one request may take before it is abandoned (and retried)."""
+    max_retries: int = 2
+    """Retries of a request that timed out, could not connect or got HTTP 408, 409, 429 or 5xx,
+    with exponential back-off; then it is a failure handled by `reward.on_error`."""
+    cache_size: int = 10000
+    """Replies remembered (least recently used dropped first), keyed by the judge's model and
+    the filled-in rubric (so by prompt, response and ground truth): a repeated response costs no
+    request. 0 = no cache."""
+    cache_file: str = ""
+    """A JSONL file the cache is read from at start and appended to: replies kept across runs.
+    Empty = in memory only."""
+    startup_timeout_s: float = 300.0
+    """Seconds the child judge may take to load its model and answer /health."""
+
+
 @dataclass
 class RewardConfig:
     custom_function: CustomFunctionConfig = field(default_factory=CustomFunctionConfig)
@@ -277,14 +349,16 @@ class RewardConfig:
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     """DAPO overlong reward shaping."""
     on_error: str = "fail_first_step"
-    """A reward function (built-in or custom) that raises, times out or returns NaN / a non-number:
-    `fail` stops the run naming the row's index and data_source; `zero` scores the row 0 and counts
+    """A reward function (built-in or custom) that raises, times out or returns NaN / a non-number,
+    or a judge call that fails (no answer after its retries, a reply without a score): `fail` stops the run naming the row's index and data_source; `zero` scores the row 0 and counts
     it in the `reward/errors` metric; `fail_first_step` stops during validation before training and
     the first training step (where a broken function shows), then counts as `zero`."""
     timeout_s: float = 60.0
     """Seconds one reward call may take. > 0: reward functions run in a child process that is killed
     and restarted when a call overruns (a hang cannot stall training); 0: in the trainer's process,
     without a limit."""
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    """An LLM as judge: reward = rule + coef * judge (docs/judges.md)."""
 
 
 @dataclass

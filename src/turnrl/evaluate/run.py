@@ -32,7 +32,7 @@ from turnrl.models import sources
 from turnrl.models.loader import load_tokenizer
 from turnrl.models.policy import build_policy
 from turnrl.rewards.guard import ERRORS_KEY
-from turnrl.rewards.scorer import rates_by_source
+from turnrl.rewards.scorer import OWN_PREFIX, own_metrics, rates_by_source
 from turnrl.rollout.base import SamplingParams
 from turnrl.runtime import seed_everything
 from turnrl.trainer import checkpoint
@@ -186,7 +186,7 @@ def collect_diagnostics(into: dict[str, list[float]], batch: Any, extras: dict[s
     """Per-response values to average: model tokens, the reward's extra values, agent episode stats."""
     into["response_length"] += batch["response_mask"].sum(-1).tolist()  # model tokens, not observations
     for key, values in extras.items():
-        into[key if key == ERRORS_KEY else f"reward_extra/{key}"] += values
+        into[key if key.startswith(OWN_PREFIX) else f"reward_extra/{key}"] += values
     for key in EPISODE_FIELDS:
         if key in batch:
             into[key] += [float(v) for v in batch[key]]
@@ -257,9 +257,12 @@ def pass_settings(name: str, params: SamplingParams, result: PassResult) -> dict
 
 
 def diagnostics(result: PassResult) -> dict[str, float]:
-    """Means over responses (the reward failures are a count)."""
-    out = {f"{k}/mean": float(np.mean(v)) for k, v in result.diagnostics.items() if k != ERRORS_KEY and v}
-    out[ERRORS_KEY] = float(sum(result.diagnostics.get(ERRORS_KEY, [])))
+    """Means over responses (the reward stage's own metrics, failures and the judge's counts, are
+    counts: `turnrl.rewards.scorer.own_metrics`)."""
+    d = result.diagnostics
+    out = {f"{k}/mean": float(np.mean(v)) for k, v in d.items() if not k.startswith(OWN_PREFIX) and v}
+    out.update(own_metrics(d))
+    out[ERRORS_KEY] = out.get(ERRORS_KEY, 0.0)
     return out
 
 

@@ -1,4 +1,9 @@
-"""Stage 6: turn decoded responses into `token_level_scores` (score at the last model token)."""
+"""Stage 6: turn decoded responses into `token_level_scores` (score at the last model token).
+
+A row's score is its rule score (the reward function of its data source), plus `coef` times the
+judge's score when `reward.judge` is on (`turnrl.rewards.judge`); a failure of either is handled
+by `reward.on_error`.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,10 @@ import torch
 
 from turnrl.batch import Batch
 from turnrl.config.checks import ON_ERROR_MODES
+from turnrl.rewards import judge as judges
+from turnrl.rewards.carried import AgentEpisodeError, Carried, CarriedRow, agent_fix
 from turnrl.rewards.guard import ERRORS_KEY, InProcess, Outcome, RewardProcess
+from turnrl.rewards.judge import Judge, JudgeInput, Verdict, prompt_text, truth_text
 from turnrl.rewards.registry import RewardError, ScoreFn, load_custom, lookup, registered, resolve
 
 log = logging.getLogger(__name__)
@@ -58,6 +66,28 @@ def rates_by_source(
     return out
 
 
+OWN_PREFIX = "reward/"
+"""Extras under this prefix are the reward stage's own metrics, reported under their own names, not
+as `reward_extra/<key>/mean`: `reward/errors` and the judge's `reward/judge/*`. A reward function
+cannot report into them."""
+SUMMED = (ERRORS_KEY, *judges.COUNTS)
+"""Own metrics that count rows or requests of one call (one entry per call): summed over a step's
+calls. The others (the judge's seconds per request) are averaged."""
+
+
+def own_metrics(extras: Mapping[str, list[float]]) -> dict[str, float]:
+    """The reward stage's own metrics among `extras`, by their own names:
+
+    {"reward/errors": [0, 2], "reward/judge/latency_s": [0.5, 1.5], "acc": [1]}
+        ->  {"reward/errors": 2.0, "reward/judge/latency_s": 1.0}
+    """
+    out = {}
+    for key, values in extras.items():
+        if key.startswith(OWN_PREFIX) and (values or key in SUMMED):
+            out[key] = float(sum(values)) if key in SUMMED else float(sum(values) / len(values))
+    return out
+
+
 class RewardFunctionError(RewardError):
     """A reward function that raised, hung or returned a non-score where `reward.on_error` says
     to stop; the message names the function, the row, its index and data_source."""
@@ -72,6 +102,10 @@ class RuleReward:
     `on_error` and `timeout_s`: as `reward.on_error` and `reward.timeout_s` (turnrl.rewards.guard).
     `scorers`: data sources added to the public datasets' table, `data_source -> scorer`: a run
     passes the built-in tasks' (`turnrl.tasks.scorers()`).
+    `judge`: an LLM judge whose score, times its `coef`, is added to each row's rule score (closed
+    by `close()`); a row without a rule (`missing_ok`) scores the judge's alone.
+    `agent_on_error`: set in a function-agent run (`rollout.agent.on_error`): rows whose agent gave
+    its own reward or failed (`turnrl.rewards.carried`) are scored so, not by their rule.
     """
 
     def __init__(
@@ -85,6 +119,8 @@ class RuleReward:
         on_error: str = "fail_first_step",
         timeout_s: float = 60.0,
         scorers: Mapping[str, ScoreFn] | None = None,
+        judge: Judge | None = None,
+        agent_on_error: str | None = None,
     ):
         if on_error not in ON_ERROR_MODES:
             raise RewardError(f"unknown reward.on_error '{on_error}'; valid: {', '.join(ON_ERROR_MODES)}")
@@ -96,6 +132,8 @@ class RuleReward:
         self.custom: ScoreFn | None = load_custom(custom_path, custom_name) if custom_path else None
         self.table = registered(sandbox_url, scorers, sandbox_api_key)
         self.on_error = on_error
+        self.judge = judge
+        self.agent_on_error = agent_on_error
         self.trained = False  # has a training batch been scored? (fail_first_step is strict until then)
         self.calls: InProcess | RewardProcess = (
             RewardProcess(custom_path, custom_name, self.table, timeout_s)
@@ -105,7 +143,9 @@ class RuleReward:
 
     def check(self, data_sources: set[str]) -> None:
         """Fail at start-up, not mid-run, when a data source has no scorer."""
-        if self.missing_ok:
+        # an agent function may return its own reward: a source needs a scorer only for the rows
+        # whose agent returns messages, and those fail in one line when they are scored
+        if self.missing_ok or self.agent_on_error is not None:
             return
         for source in data_sources:
             resolve(source, self.custom, self.table)
@@ -121,15 +161,24 @@ class RuleReward:
 
     def __call__(self, batch: Batch, validation: bool = False) -> tuple[torch.Tensor, dict[str, list[float]]]:
         """(token_level_scores, extras). `extras[ERRORS_KEY]` holds this call's count of rows whose
-        function failed and scored 0; a failure where `reward.on_error` says stop raises instead."""
+        function or judge failed and scored 0; a failure where `reward.on_error` says stop raises
+        instead. With a judge, `extras` holds its own counts too (`OWN_PREFIX`)."""
         texts = self.decode(batch)
+        carried = Carried.of(batch)  # a function agent's own rewards and final answers
+        if carried is not None:
+            texts = carried.texts(texts)
         strict = self._strict(validation)
         scores = torch.zeros(len(batch))
         extras: dict[str, list[float]] = defaultdict(list)
         failed: list[str] = []
+        scored: list[int] = []  # rows whose rule did not fail: the ones the judge scores
         for i, text in enumerate(texts):
             source = batch["data_source"][i]
+            if carried is not None and not carried.scored_by_rule(i):
+                self._take_carried(carried.row(i), batch, i, validation, scores)
+                continue
             if self.missing_ok and self.custom is None and lookup(source, self.table) is None:
+                scored.append(i)  # no rule: 0 from the rule
                 continue
             out = self.calls(source, text, batch["ground_truth"][i], batch["extra_info"][i])
             if out.error:
@@ -139,9 +188,12 @@ class RuleReward:
                 failed.append(what)
                 continue  # scores 0
             scores[i] = out.score
+            scored.append(i)
             for k, v in out.extra.items():
-                if k != ERRORS_KEY:  # the name of our count; a function cannot report into it
+                if not k.startswith(OWN_PREFIX):  # our metrics' names; a function cannot report into them
                     extras[k].append(v)
+        if self.judge is not None and scored:
+            self._add_judge(self.judge, batch, texts, scored, scores, extras, failed, validation)
         if not validation:
             self.trained = True
         if failed:
@@ -156,21 +208,71 @@ class RuleReward:
         token_level[rows, last_token_index(mask)] = scores * (mask.sum(1) > 0).float()
         return token_level, dict(extras)
 
-    def _strict(self, validation: bool) -> bool:
+    def _add_judge(
+        self,
+        judge: Judge,
+        batch: Batch,
+        texts: list[str],
+        rows: list[int],
+        scores: torch.Tensor,
+        extras: dict[str, list[float]],
+        failed: list[str],
+        validation: bool,
+    ) -> None:
+        """Add `coef` x the judge's score to `rows`' scores, all rows asked at once; a row whose
+        judgment failed raises where `reward.on_error` says stop, else scores 0 and is counted."""
+        prompts = batch["raw_prompt"] if "raw_prompt" in batch else [""] * len(batch)
+        asked = [
+            JudgeInput(prompt_text(prompts[i]), texts[i], truth_text(batch["ground_truth"][i])) for i in rows
+        ]
+        verdicts = judge.score(asked)
+        strict = self._strict(validation)
+        for i, verdict in zip(rows, verdicts, strict=True):
+            if verdict.error:
+                what = f"{judge.name} {verdict.error} {self._where(batch, i, validation)}"
+                if strict:
+                    raise RewardFunctionError(f"{what}; {_judge_fix(verdict, self.on_error)}")
+                failed.append(what)
+                scores[i] = 0.0  # a failed reward scores the row 0, whatever its rule said
+                continue
+            scores[i] += judge.cfg.coef * verdict.score
+            extras[judges.SCORE].append(verdict.score)
+        for key, values in judge_metrics(verdicts).items():
+            extras[key] += values
+
+    def _take_carried(
+        self, row: CarriedRow, batch: Batch, i: int, validation: bool, scores: torch.Tensor
+    ) -> None:
+        """A row whose agent function returned its reward, or failed (`rollout.agent.on_error`)."""
+        if not row.error:
+            scores[i] = row.reward
+            return
+        mode = self.agent_on_error or "fail_first_step"
+        if self._strict(validation, mode):
+            raise AgentEpisodeError(f"{row.error} {self._where(batch, i, validation)}; {agent_fix(mode)}")
+        # else it scores 0; the rollout counted it in agent/errors/<kind>
+
+    def _strict(self, validation: bool, on_error: str | None = None) -> bool:
         """Does a failure stop the run? `fail_first_step` is strict until the first training batch
-        has been scored: validation before training and step 1 are where a broken function shows."""
-        if self.on_error == "fail_first_step":
+        has been scored: validation before training and step 1 are where a broken function shows.
+        `on_error`: the mode to apply (default `reward.on_error`'s)."""
+        mode = on_error or self.on_error
+        if mode == "fail_first_step":
             return not self.trained
-        return self.on_error == "fail"
+        return mode == "fail"
 
     def _failure(self, out: Outcome, batch: Batch, i: int, validation: bool) -> str:
         """What failed, where: the function, what it did, the row, its index and data_source."""
+        return f"{self._name(batch['data_source'][i])} {out.error} {self._where(batch, i, validation)}"
+
+    def _where(self, batch: Batch, i: int, validation: bool) -> str:
+        """`on row 3 (index 'q7', data_source 'my/task') in the first training step`."""
         source = batch["data_source"][i]
         index = batch["index"][i] if "index" in batch else i
         phase = "validation" if validation else "training"
         if self.on_error == "fail_first_step" and not self.trained:
             phase = "validation before training" if validation else "the first training step"
-        return f"{self._name(source)} {out.error} on row {i} (index {index!r}, data_source '{source}') in {phase}"
+        return f"on row {i} (index {index!r}, data_source '{source}') in {phase}"
 
     def _name(self, source: str) -> str:
         if self.custom_path:
@@ -180,8 +282,34 @@ class RuleReward:
         return f"reward function {getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
 
     def close(self) -> None:
-        """Stop the reward process, if there is one."""
+        """Stop the reward process and the judge, if there are."""
         self.calls.close()
+        if self.judge is not None:
+            self.judge.close()
+
+
+def judge_metrics(verdicts: list[Verdict]) -> dict[str, list[float]]:
+    """The judge's own extras of one call: its counts (one entry each) and each request's seconds."""
+    out: dict[str, list[float]] = {
+        judges.REQUESTS: [float(sum(v.latency_s is not None for v in verdicts))],
+        judges.ERRORS: [float(sum(bool(v.error) and not v.unparsed for v in verdicts))],
+        judges.UNPARSED: [float(sum(v.unparsed for v in verdicts))],
+        judges.CACHE_HITS: [float(sum(v.cached and not v.error for v in verdicts))],
+    }
+    latencies = [v.latency_s for v in verdicts if v.latency_s is not None]
+    if latencies:
+        out[judges.LATENCY] = latencies
+    return out
+
+
+def _judge_fix(verdict: Verdict, on_error: str) -> str:
+    """What to do about a failed judgment: the settings to look at, and `reward.on_error`."""
+    if verdict.unparsed:
+        todo = "fix reward.judge.prompt or reward.judge.score_pattern"
+    else:
+        todo = "check that the judge answers (reward.judge.url, api_key, timeout_s, max_retries)"
+    later = "" if on_error == "fail" else " even in the first step"
+    return f"{todo}, or set reward.on_error=zero to score such rows 0{later} (counted in reward/errors)"
 
 
 def _fix(out: Outcome, on_error: str) -> str:

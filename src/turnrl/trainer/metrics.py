@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from turnrl.batch import Batch
-from turnrl.rewards.guard import ERRORS_KEY
+from turnrl.rewards.scorer import OWN_PREFIX, own_metrics
 
 
 def _stats(prefix: str, x: torch.Tensor) -> dict[str, float]:
@@ -74,11 +74,15 @@ def async_metrics(
 
 
 def extra_metrics(extras: dict[str, list[float]], prefix: str = "reward_extra") -> dict[str, float]:
-    """`<prefix>/<key>/mean` per reward extra; the reward stage's count of failed rows (one entry
-    per reward call) is summed into its own metric, `reward/errors`."""
-    out = {f"{prefix}/{k}/mean": float(np.mean(v)) for k, v in extras.items() if v and k != ERRORS_KEY}
-    if ERRORS_KEY in extras:
-        out[ERRORS_KEY] = float(sum(extras[ERRORS_KEY]))
+    """`<prefix>/<key>/mean` per reward extra; the reward stage's own metrics (`reward/errors`, the
+    count of failed rows, one entry per reward call; the judge's `reward/judge/*`) keep their names,
+    counts summed (`turnrl.rewards.scorer.own_metrics`)."""
+    out = {
+        f"{prefix}/{k}/mean": float(np.mean(v))
+        for k, v in extras.items()
+        if v and not k.startswith(OWN_PREFIX)
+    }
+    out.update(own_metrics(extras))
     return out
 
 

@@ -89,8 +89,9 @@ class StepSampler:
         return greedy.batch["token_level_scores"].sum(-1)
 
     def score(self, batch: Batch) -> dict[str, list[float]]:
-        """Stage 6 as training scores: the rule score, plus the reward model's, plus the overlong
-        shaping, at the last model token (validation scores the rule alone)."""
+        """Stage 6 as training scores: the rule score (with the judge's, `reward.judge`), plus the
+        reward model's, plus the overlong shaping, at the last model token (validation scores the
+        rule reward alone)."""
         cfg = self.cfg
         extras = stages.score(self.reward, batch)
         if self.reward_model:

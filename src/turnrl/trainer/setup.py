@@ -14,6 +14,7 @@ import torch
 from turnrl.config import Config, ConfigError
 from turnrl.data.dataset import DataError, Example, load_examples
 from turnrl.models.loader import cache_root, load_tokenizer
+from turnrl.rewards.judge import Judge
 from turnrl.rewards.registry import registered, resolve
 from turnrl.rewards.scorer import RuleReward
 from turnrl.rollout.base import Rollout, RolloutEngine
@@ -83,8 +84,10 @@ def build_data(cfg: Config) -> Data:
 
 def check_scorers(cfg: Config, examples: list[Example]) -> None:
     """A data source without a rule scorer fails now, before the models load (a custom function
-    scores every source; with a reward model a source may have no rule)."""
-    if not cfg.reward.custom_function.path and not cfg.reward_model.enable:
+    scores every source; with a reward model or a judge a source may have no rule, and an agent
+    function may return its own reward)."""
+    rule_optional = cfg.reward_model.enable or cfg.reward.judge.enable or cfg.rollout.agent.entrypoint
+    if not cfg.reward.custom_function.path and not rule_optional:
         table = registered(extra=scorers())
         for source in sorted({e.data_source for e in examples}):
             resolve(source, None, table)
@@ -100,7 +103,12 @@ def build_rollout(
     cfg: Config, engine: RolloutEngine, tokenizer: Any, pad_id: int, streaming: bool = False
 ) -> Rollout:
     """Stage 3 over `engine`: single-turn, or agent episodes with the configured tools (this starts
-    and health-checks their servers; `close()` stops them). `streaming`: see `AgentRollout`."""
+    and health-checks their servers; `close()` stops them), or an agent function's episodes through
+    the gateway (`rollout.agent.entrypoint`). `streaming`: see `AgentRollout`."""
+    if cfg.rollout.agent.entrypoint:
+        from turnrl.agent.functions.rollout import FunctionAgentRollout
+
+        return FunctionAgentRollout(engine, tokenizer, cfg, pad_id)
     if not cfg.rollout.multi_turn.enable:
         return SingleTurnRollout(engine, pad_id)
     from turnrl.agent.rollout import AgentRollout
@@ -110,18 +118,28 @@ def build_rollout(
 
 
 def build_reward(cfg: Config, tokenizer: Any, rollout: Rollout) -> RuleReward:
-    """The rule reward of `reward.*`; code rewards reuse the sandbox an agent rollout started."""
-    return RuleReward(
-        tokenizer,
-        cfg.reward.custom_function.path,
-        cfg.reward.custom_function.name,
-        missing_ok=cfg.reward_model.enable,
-        sandbox_url=getattr(rollout, "sandbox_url", None),
-        sandbox_api_key=getattr(rollout, "sandbox_api_key", None),
-        on_error=cfg.reward.on_error,
-        timeout_s=cfg.reward.timeout_s,
-        scorers=scorers(),  # the built-in tasks' data sources
-    )
+    """The rule reward of `reward.*`, plus the judge of `reward.judge` (started now when it is a
+    child; `close()` stops it); code rewards reuse the sandbox an agent rollout started."""
+    jc = cfg.reward.judge
+    judge = Judge.from_config(jc, cfg.trainer.num_threads, cfg.model.cache_dir) if jc.enable else None
+    try:
+        return RuleReward(
+            tokenizer,
+            cfg.reward.custom_function.path,
+            cfg.reward.custom_function.name,
+            missing_ok=cfg.reward_model.enable or jc.enable,
+            sandbox_url=getattr(rollout, "sandbox_url", None),
+            sandbox_api_key=getattr(rollout, "sandbox_api_key", None),
+            on_error=cfg.reward.on_error,
+            timeout_s=cfg.reward.timeout_s,
+            scorers=scorers(),  # the built-in tasks' data sources
+            judge=judge,
+            agent_on_error=cfg.rollout.agent.on_error if cfg.rollout.agent.entrypoint else None,
+        )
+    except BaseException:
+        if judge is not None:  # a custom function that does not load: no judge child left behind
+            judge.close()
+        raise
 
 
 @dataclass

@@ -22,6 +22,8 @@ from turnrl.config.schema import Config, RolloutCorrectionConfig
 from turnrl.rollout.base import Rollout, SamplingParams
 
 PROMPT_FIELDS = ("input_ids", "attention_mask", "position_ids")
+ROW_FIELDS = ("raw_prompt", "data_source", "ground_truth", "extra_info", "index")
+"""The dataset row's own fields, lent to a rollout that hands each row to an agent function."""
 
 STAGES: tuple[str, ...] = (
     "load_batch",  # 1  prompts from the dataloader
@@ -97,9 +99,15 @@ class StageClock:
             hook.record(name, stage.batch, elapsed)
 
 
-def split_generation_input(batch: Batch) -> Batch:
-    """Stage 2: pop the prompt tensors; the engine needs nothing else."""
-    return batch.pop(PROMPT_FIELDS)
+def split_generation_input(batch: Batch, rows: bool = False) -> Batch:
+    """Stage 2: pop the prompt tensors; the engine needs nothing else. `rows`: the row's own fields
+    go along too, not popped (an agent function reads its row: `rollout.agent`)."""
+    gen_batch = batch.pop(PROMPT_FIELDS)
+    if rows:
+        for name in ROW_FIELDS:
+            if name in batch:
+                gen_batch[name] = batch[name]
+    return gen_batch
 
 
 def group_and_merge(batch: Batch, rollout: Batch, n: int) -> Batch:
@@ -152,7 +160,7 @@ def generate_and_score(
     same prompts again)."""
     prompts = prompts.select(prompts.keys())
     with clock("gen_batch") as st:
-        gen_batch = st.batch = split_generation_input(prompts)
+        gen_batch = st.batch = split_generation_input(prompts, getattr(rollout, "wants_rows", False))
     with clock("gen") as st:
         out, rollout_metrics = rollout.generate(gen_batch, params)
         st.batch = out

@@ -16,14 +16,15 @@ import numpy as np
 from turnrl.data.dataset import Example
 from turnrl.data.loader import batches_of
 from turnrl.rewards.guard import ERRORS_KEY
-from turnrl.rewards.scorer import RuleReward, rates_by_source
+from turnrl.rewards.scorer import OWN_PREFIX, RuleReward, own_metrics, rates_by_source
 from turnrl.rollout.base import Rollout, SamplingParams
 from turnrl.trainer import stages
 from turnrl.trainer.stages import Scored
 
 
 def rule_scorer(reward: RuleReward, validation: bool = False) -> stages.Scorer:
-    """Stage 6 with the rule reward alone (no reward model, no shaping): a validation score."""
+    """Stage 6 with the rule reward alone (rule scorers and the judge; no reward model, no
+    shaping): a validation score."""
     return functools.partial(stages.score, functools.partial(reward, validation=validation))
 
 
@@ -78,9 +79,12 @@ def validate(
                 rates[name][src] += v
     metrics = {f"val/test_score/{src}": float(np.mean(v)) for src, v in per_source.items()}
     metrics["val/test_score/mean"] = float(np.mean([s for v in per_source.values() for s in v]))
-    errors = extras.pop(ERRORS_KEY, [])
-    metrics.update({f"val/{k}/mean": float(np.mean(v)) for k, v in extras.items()})
-    metrics[f"val/{ERRORS_KEY}"] = float(sum(errors))
+    own = own_metrics(extras)  # reward/errors and the judge's counts: val/reward/...
+    metrics.update(
+        {f"val/{k}/mean": float(np.mean(v)) for k, v in extras.items() if not k.startswith(OWN_PREFIX)}
+    )
+    metrics.update({f"val/{k}": v for k, v in own.items()})
+    metrics[f"val/{ERRORS_KEY}"] = own.get(ERRORS_KEY, 0.0)
     for name, by_source in rates.items():
         metrics[f"val/{name}"] = float(np.mean([v for vs in by_source.values() for v in vs]))
         metrics.update({f"val/{name}/{src}": float(np.mean(v)) for src, v in by_source.items() if src})

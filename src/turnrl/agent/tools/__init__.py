@@ -1,5 +1,6 @@
 """Tools an agent can call: the protocol (`base`), built-ins (calculator, python, search), user tools
-loaded from a file (`custom`), and `ToolSet`, which builds them and the servers they need."""
+loaded from a file (`custom`), MCP servers' tools (`mcp_tools`), and `ToolSet`, which builds them and the
+servers they need."""
 
 from turnrl.agent.tools.base import FunctionTool, Tool, ToolError, ToolResult, schema
 from turnrl.agent.tools.calculator import Calculator

@@ -5,6 +5,9 @@ in one line naming the URL, instead of a hang at the first tool call. Without a 
 starts its own sandbox / retriever (over `search.index`, else the index `default_index` builds) as
 a child process, under a `ServerSupervisor`: restarted once if it dies mid-run, counted in
 `servers/restarts`.
+
+MCP servers (`mcp_servers`) start last, each over stdio on the MCP thread's loop (`mcp_tools`); their
+tools join the set under their own names, and a name already taken stops the run in one line.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ class ToolSet:
         names neither a URL nor an index (a run passes the search task's, `turnrl.tasks.search`)."""
         self.cfg, self.cache_dir, self.default_index = cfg, cache_dir, default_index
         self.tools: dict[str, Any] = {}
+        self._origin: dict[str, str] = {}
+        """Where each tool came from, for the clash messages: `the built-in tool`, a custom spec, a server."""
+        self._mcp: Any = None
+        """The MCP servers' clients (`mcp_tools.McpClients`) while they run."""
         self._children: list[Any] = []
         self.supervisors: list[ServerSupervisor] = []
         self.sandbox_url = ""
@@ -49,18 +56,34 @@ class ToolSet:
                         f"rollout.multi_turn.tools: unknown tool '{name}'; built-in: {', '.join(BUILTIN_TOOLS)} "
                         "(add your own with rollout.multi_turn.custom_tools)"
                     )
-                self._add(getattr(self, f"_{name}")())
+                self._add(getattr(self, f"_{name}")(), "the built-in tool")
             for spec in self.cfg.custom_tools:
-                self._add(load_custom_tool(spec))
+                self._add(load_custom_tool(spec), f"the custom tool '{spec}'")
+            if self.cfg.mcp_servers:
+                self._start_mcp()
         except BaseException:
             self.close()
             raise
         return self
 
-    def _add(self, tool: Any) -> None:
+    def _add(self, tool: Any, origin: str) -> None:
         if tool.name in self.tools:
             raise ToolError(f"rollout.multi_turn: two tools are named '{tool.name}'")
         self.tools[tool.name] = tool
+        self._origin[tool.name] = origin
+
+    def _start_mcp(self) -> None:
+        from turnrl.agent.tools.mcp_tools import KEY, McpClients, quoted
+
+        self._mcp = McpClients(self.cfg.mcp_servers, self.cfg.mcp_startup_timeout_s)
+        for tool in self._mcp.start():
+            server = quoted(tool.server.command)
+            if tool.name in self.tools:  # the model could not tell the two apart
+                raise ToolError(
+                    f"{KEY}: {server} has a tool named '{tool.name}', as has {self._origin[tool.name]}; "
+                    "tool names must be unique (drop one of them)"
+                )
+            self._add(tool, f"MCP server {server}")
 
     def _calculator(self) -> Any:
         c = self.cfg.calculator
@@ -156,6 +179,12 @@ class ToolSet:
 
     def close(self) -> None:
         """Stop the child servers (tool clients are closed by the executor that owns their event loop)."""
+        if self._mcp is not None:
+            mcp, self._mcp = self._mcp, None
+            try:
+                mcp.close()
+            except Exception as err:  # stopping must go on for the others
+                log.warning("stopping the MCP servers failed: %r", err)
         while self._children:
             child = self._children.pop()
             try:

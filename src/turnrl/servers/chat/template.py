@@ -14,6 +14,7 @@ tokens: the template already wrote them.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 from typing import Any
 
@@ -73,12 +74,26 @@ class ChatTemplate:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         add_generation_prompt: bool = True,
+        variables: dict[str, Any] | None = None,
     ) -> str:
-        """The template's text for `messages` (and `tools`), ending with the assistant header."""
+        """The template's text for `messages` (and `tools`), ending with the assistant header.
+        `variables`: extra template variables (vLLM's `chat_template_kwargs`, e.g. `enable_thinking`)."""
+        # a variable named like a parameter of the call (chat_template, tokenize, ...) would change the
+        # call itself, a client-chosen template included: refused
+        own = set(inspect.signature(self.tokenizer.apply_chat_template).parameters) | {"messages", "tools"}
+        for name in sorted(variables or {}):
+            if name in own or not name.isidentifier():
+                raise ChatTemplateError(
+                    f"chat_template_kwargs.{name}: not a template variable that may be set"
+                )
         converted = [template_message(m) for m in messages]
         try:
             return self.tokenizer.apply_chat_template(
-                converted, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
+                converted,
+                tools=tools or None,
+                tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+                **(variables or {}),
             )
         except Exception as err:  # jinja errors, raise_exception() in templates, type errors
             raise ChatTemplateError(
@@ -90,7 +105,10 @@ class ChatTemplate:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def prompt_ids(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        variables: dict[str, Any] | None = None,
     ) -> list[int]:
         """The generation prompt's ids."""
-        return self.encode(self.render(messages, tools))
+        return self.encode(self.render(messages, tools, variables=variables))

@@ -5,6 +5,8 @@
         -> {"id", "object": "text_completion", "created", "model", "policy_version", "usage",
             "choices": [{"index", "text", "logprobs": {"tokens", "token_logprobs", ...},
                          "finish_reason", "token_ids", "prompt_token_ids"}]}
+    POST /v1/chat/completions     OpenAI's chat API, rendered with the model's chat template
+                                  (turnrl.servers.inference.chat_route)
     POST /update_weights_from_disk {"model_path": dir, "policy_version": int}   (SGLang's name)
         -> {"success", "message", "policy_version"}
     GET  /health                  -> {"status": "ok", "model", "vocab_size", "policy_version", "max_model_len",
@@ -31,10 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -44,33 +45,26 @@ from starlette.responses import Response
 from turnrl.models.weights_dir import WeightsError, WeightsOutsideRoot, load_weights_dir
 from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.rollout.hf import HFEngine
-from turnrl.servers.guard import Guard, detail, finite_json, wait_for_disconnect
+from turnrl.servers.guard import Guard, detail, finite_json
 from turnrl.servers.inference.batcher import Batcher
+from turnrl.servers.inference.chat_route import add_chat_route
+from turnrl.servers.inference.common import (  # shared with chat_route, so defined below both
+    BadRequest,
+    Limits,
+    check_size,
+    generate_for,
+    sampling,
+)
+from turnrl.servers.inference.common import one_line as _one_line
+from turnrl.servers.inference.common import short as _short
 from turnrl.servers.validation import describe_validation_error
 
 log = logging.getLogger("turnrl.serve")
 
 MAX_VERSION = 2**63 - 1
 """The largest policy version (an int64: what SGLang, torch and JSON readers all hold exactly)."""
-SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
-"""What `torch.Generator.manual_seed` accepts; beyond it, it raises."""
-MIN_TEMPERATURE = 1e-6
-"""Below it (but above 0, greedy) logits / temperature overflow float32 to inf and sampling fails."""
 PARSE_IN_THREAD = 1 << 20
 """Bodies larger than this are parsed on a worker thread, so /health does not wait for them."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one request may ask for; each is a `turnrl serve` option, reported by /health."""
-
-    max_rows_per_request: int = 1024
-    """Output rows (prompts x n) of one request (--max-rows-per-request)."""
-    max_tokens_per_request: int = 4 << 20
-    """Prompt tokens + rows x max_tokens of one request (--max-tokens-per-request): the KV cache
-    and the result it may make the server hold."""
-    max_body: int = 32 << 20
-    """Bytes of one request body (--max-body), enforced by the guard while the body streams in."""
 
 
 # OpenAI / vLLM / SGLang fields whose effect this server does not implement: a non-default value is
@@ -161,23 +155,6 @@ class UpdateWeightsRequest(BaseModel):
     token_step: int = 0
 
 
-class BadRequest(ValueError):
-    """A request this server will not serve: `status` (400 unless said) and a one-line message."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    """`repr(value)`, cut: a refusal names what was sent, it does not echo a megabyte back."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int past Python's 4300-digit printing limit
-        return "a number too long to print"
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
 def parse_prompts(prompt: Any, vocab_size: int) -> list[list[int]]:
     """A token-id prompt as a list of prompts; strings are refused (token in, token out)."""
     text = "prompt: text prompts are not accepted (token in, token out); send token ids"
@@ -200,57 +177,20 @@ def sampling_params(req: CompletionRequest) -> SamplingParams:
     for name, default in _UNSUPPORTED.items():
         if getattr(req, name) not in (default, None):
             raise BadRequest(f"{name}: not supported by turnrl serve")
-    if req.max_tokens < 1:
-        raise BadRequest(f"max_tokens: must be >= 1, got {_short(req.max_tokens)}")
-    if req.n < 1:
-        raise BadRequest(f"n: must be >= 1, got {_short(req.n)}")
     if req.best_of not in (None, req.n):
         raise BadRequest("best_of: not supported by turnrl serve (leave it unset or equal to n)")
-    if req.temperature < 0 or 0 < req.temperature < MIN_TEMPERATURE:
-        raise BadRequest(
-            f"temperature: must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, got {_short(req.temperature)}"
-        )
-    if not 0 < req.top_p <= 1:
-        raise BadRequest(f"top_p: must be in (0, 1], got {_short(req.top_p)}")
-    top_k = req.top_k or 0
-    if top_k < -1:
-        raise BadRequest(f"top_k: must be -1 or 0 (off) or a positive count, got {_short(top_k)}")
     if req.logprobs is not None and req.logprobs < 0:
         raise BadRequest(f"logprobs: must be >= 0, got {_short(req.logprobs)}")
-    if req.seed is not None and not SEED_MIN <= req.seed <= SEED_MAX:
-        raise BadRequest(f"seed: must be in [-2**63, 2**64 - 1], got {_short(req.seed)}")
-    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-    if any(not s for s in stop):
-        raise BadRequest("stop: empty stop string")
-    return SamplingParams(
-        max_new_tokens=req.max_tokens,
+    return sampling(
+        max_tokens=req.max_tokens,
         n=req.n,
         temperature=req.temperature,
         top_p=req.top_p,
-        top_k=max(top_k, 0),
-        stop=stop,
+        top_k=req.top_k,
+        stop=req.stop,
         seed=req.seed,
         ignore_eos=req.ignore_eos,
     )
-
-
-def check_size(prompts: list[list[int]], params: SamplingParams, limits: Limits) -> None:
-    """413 when the request asks for more rows or tokens than `limits` allow."""
-    rows = len(prompts) * params.n
-    if rows > limits.max_rows_per_request:
-        raise BadRequest(
-            f"n: {len(prompts)} prompt(s) x n={_short(params.n)} = {_short(rows)} rows exceed this "
-            f"server's {limits.max_rows_per_request} rows per request (--max-rows-per-request)",
-            413,
-        )
-    tokens = sum(len(p) for p in prompts) + rows * params.max_new_tokens
-    if tokens > limits.max_tokens_per_request:
-        raise BadRequest(
-            f"max_tokens: prompt tokens + {rows} rows x max_tokens {_short(params.max_new_tokens)} = "
-            f"{_short(tokens)} tokens exceed this server's {limits.max_tokens_per_request} per request "
-            f"(--max-tokens-per-request)",
-            413,
-        )
 
 
 class Server:
@@ -274,6 +214,7 @@ class Server:
         self.vocab_size = int(engine.model.get_input_embeddings().weight.shape[0])
         self.policy_version = 0
         self.batcher = Batcher(engine, max_batch_rows, batch_wait_ms / 1000)
+        self.tool_calls_unparsed = 0  # /v1/chat/completions: <tool_call> blocks returned as content
 
     async def load(self, path: str, version: int | None) -> tuple[int, int]:
         # shielded: a trainer that stops waiting does not cancel a load it asked for
@@ -365,10 +306,6 @@ def _version(req: UpdateWeightsRequest) -> int | None:
     return version
 
 
-def _one_line(err: BaseException) -> str:
-    return f"{type(err).__name__}: {' '.join(str(err).split())}"
-
-
 def create_app(
     engine: HFEngine,
     model_id: str,
@@ -426,6 +363,7 @@ def create_app(
                 "max_model_len": server.max_model_len,
                 "limits": asdict(server.limits),
                 **server.batcher.stats(),
+                "tool_calls_unparsed": server.tool_calls_unparsed,
             }
         )
 
@@ -465,24 +403,14 @@ def create_app(
         # a long prompt list is checked token by token: off the event loop, as its parsing was
         large = len(await request.body()) > PARSE_IN_THREAD  # read once, cached by the request
         prompts, params = await asyncio.to_thread(checked, req) if large else checked(req)
-        gone = threading.Event()
-        job = asyncio.wrap_future(server.batcher.submit(prompts, params, gone))
-        left = asyncio.ensure_future(wait_for_disconnect(request))
-        try:
-            await asyncio.wait({job, left}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            left.cancel()
-        if not job.done():  # the client left: drop its request, or stop its rows at the next step
-            gone.set()
-            job.cancel()
-            return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
-        try:
-            gen = job.result()
-        except Exception as err:  # the whole merged batch failed (out of memory, ...); the server goes on
-            return detail(f"generation failed: {_one_line(err)}", 500)
+        gen = await generate_for(request, server.batcher, prompts, params)
+        if isinstance(gen, Response):  # the client left (499), or the batch failed (500)
+            return gen
         # decoding the text of many long choices is real work: off the event loop
         content = await asyncio.to_thread(server.response, req, prompts, params, gen)
         return finite_json(content)
+
+    add_chat_route(app, server, body_of)
 
     @app.post("/update_weights_from_disk")
     async def _update(request: Request) -> Response:

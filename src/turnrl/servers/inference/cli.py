@@ -17,7 +17,8 @@ from turnrl.servers.listen import port_arg, positive_int
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser(
         "serve",
-        help="inference server: OpenAI-style /v1/completions over token ids + /update_weights_from_disk",
+        help="inference server: OpenAI-style /v1/completions over token ids, /v1/chat/completions, "
+        "/update_weights_from_disk",
     )
     parser.add_argument(
         "--model",
@@ -77,6 +78,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--served-model-name", default="", help="the model id clients see (default: the --model value)"
     )
     parser.add_argument(
+        "--chat-template",
+        default="",
+        help="a Jinja chat template file (or the template text) for /v1/chat/completions, in place of "
+        "the model's own (as vLLM's option)",
+    )
+    parser.add_argument(
         "--batch-size", type=int, default=64, help="responses per forward batch (default %(default)s)"
     )
     parser.add_argument(
@@ -124,15 +131,54 @@ def serve(args: argparse.Namespace) -> int:
         if not os.path.isdir(args.weights_root):
             raise TurnrlInputError(f"--weights-root {args.weights_root}: not a directory")
         weights_root = os.path.realpath(args.weights_root)
+    chat_template = read_chat_template(args.chat_template) if args.chat_template else None
     # bound before the model loads: a taken port costs no loading time, and "listening" is true
     sock = bind(args.host, args.port)
     try:
-        return _serve_on(args, sock, api_key, weights_root)
+        return _serve_on(args, sock, api_key, weights_root, chat_template)
     finally:
         sock.close()
 
 
-def _serve_on(args: argparse.Namespace, sock: socket.socket, api_key: str, weights_root: str | None) -> int:
+def read_chat_template(setting: str) -> str:
+    """`--chat-template`: a file's text, or the template itself when it is no file but reads as Jinja."""
+    from turnrl.errors import TurnrlInputError
+
+    if os.path.isfile(setting):
+        try:
+            with open(setting, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as err:
+            raise TurnrlInputError(f"--chat-template {setting}: cannot be read ({err})") from None
+    if "{{" in setting or "{%" in setting:
+        return setting
+    raise TurnrlInputError(
+        f"--chat-template {setting}: no such file (give a Jinja file or the template text)"
+    )
+
+
+def _check_chat_template(tokenizer: object, template: str, setting: str) -> None:
+    """Give the tokenizer `template` and render one message with it: a template that cannot is
+    refused at start-up, not at every chat request."""
+    from turnrl.errors import TurnrlInputError
+
+    tokenizer.chat_template = template  # type: ignore[attr-defined]
+    hello = [{"role": "user", "content": "Hello"}]
+    try:
+        tokenizer.apply_chat_template(hello, tokenize=False, add_generation_prompt=True)  # type: ignore[attr-defined]
+    except Exception as err:  # jinja's syntax and runtime errors, raise_exception() in the template
+        raise TurnrlInputError(
+            f"--chat-template {setting}: cannot render a user message ({type(err).__name__}: {err})"
+        ) from None
+
+
+def _serve_on(
+    args: argparse.Namespace,
+    sock: socket.socket,
+    api_key: str,
+    weights_root: str | None,
+    chat_template: str | None = None,
+) -> int:
     import torch
 
     from turnrl.errors import TurnrlInputError
@@ -161,6 +207,8 @@ def _serve_on(args: argparse.Namespace, sock: socket.socket, api_key: str, weigh
     torch.manual_seed(args.seed)
     model, tokenizer = load_model(args.model, device, args.dtype, args.cache_dir, args.seed)
     model.eval().requires_grad_(False)
+    if chat_template is not None:
+        _check_chat_template(tokenizer, chat_template, args.chat_template)
     max_len = getattr(model.config, "max_position_embeddings", None)
     model_id = args.served_model_name or args.model
     engine = HFEngine(model, tokenizer, args.batch_size)
