@@ -1,0 +1,128 @@
+"""An agent function: found by its entrypoint, called, and what it returned read as a reward.
+
+    agent = load_agent("agents/calc.py:run")         # or "my_package.agents:run"
+    agent.is_async                                   # `async def run(...)`: it gets an AsyncOpenAI client
+    returned = read_return(agent.fn(client, model, row))
+
+`run(client, model, row)` returns one of:
+- a number: the episode's reward;
+- a dict with `reward` (a number) and other numbers, which become the metrics `agent/fn/<name>`;
+- a list of messages (its conversation as it ended): the row's rule scorer then reads the last
+  assistant message's content, as it reads a response.
+Anything else (a string, None, NaN, a dict without `reward`) is a bad return.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from turnrl.errors import TurnrlInputError
+from turnrl.plugins import load_attribute
+from turnrl.servers.chat.template import ChatTemplateError, text_of
+
+
+class AgentLoadError(TurnrlInputError):
+    """An entrypoint that does not lead to a callable; the message names it."""
+
+
+@dataclass(frozen=True)
+class AgentFunction:
+    fn: Callable[..., Any]
+    is_async: bool
+    name: str
+    """The entrypoint as configured, for messages."""
+
+
+def load_agent(entrypoint: str, where: str = "rollout.agent.entrypoint") -> AgentFunction:
+    """The function at `path/to/file.py:name` or `package.module:name`; AgentLoadError (one line
+    naming it) when the file or module is missing, does not import, or `name` is not callable."""
+    target, sep, name = entrypoint.strip().rpartition(":")
+    if not sep or not target or not name.isidentifier():
+        raise AgentLoadError(f"{where}: {entrypoint!r} must be path/to/file.py:function or package.module:function")
+    if target.endswith(".py") or "/" in target or Path(target).is_file():
+        fn = load_attribute(target, name, where, AgentLoadError)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as err:
+            raise AgentLoadError(f"{where}: cannot import module {target!r} ({err})") from None
+        except Exception as err:
+            raise AgentLoadError(f"{where}: importing {target} failed: {err!r}") from None
+        fn = getattr(module, name, None)
+        if fn is None:
+            raise AgentLoadError(f"{where}: module {target} defines no {name!r}")
+    if not callable(fn):
+        raise AgentLoadError(f"{where}: {name!r} in {target} is a {type(fn).__name__}, not a function")
+    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    return AgentFunction(fn, is_async, entrypoint.strip())
+
+
+@dataclass
+class Returned:
+    """What an agent function returned, read: a reward, or an answer to score, or why neither."""
+
+    reward: float | None = None
+    answer: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    bad: str = ""
+    """Why the return is not a reward ('' = it is one)."""
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _number(value: Any) -> float | None:
+    """A finite float, or None for anything else (a string, a bool's fine: it is a number)."""
+    if isinstance(value, str | bytes) or value is None:
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+EXPECTED = "expected a number, a dict with 'reward', or a list of messages"
+
+
+def read_return(value: Any) -> Returned:
+    """Read `run(...)`'s return value (see the module docstring)."""
+    if isinstance(value, dict):
+        if "reward" not in value:
+            return Returned(bad=f"returned a dict without 'reward' (keys: {sorted(map(str, value))}); {EXPECTED}")
+        reward = _number(value["reward"])
+        if reward is None:
+            return Returned(bad=f"returned reward {_short(value['reward'])}; expected a finite number")
+        metrics = {
+            str(k): x for k, v in value.items() if k != "reward" and (x := _number(v)) is not None
+        }
+        return Returned(reward=reward, metrics=metrics)
+    if isinstance(value, list | tuple):
+        return _answer(list(value))
+    reward = _number(value)
+    if reward is None:
+        return Returned(bad=f"returned {type(value).__name__} {_short(value)}; {EXPECTED}")
+    return Returned(reward=reward)
+
+
+def _answer(messages: list[Any]) -> Returned:
+    """The last assistant message's content, from messages as dicts or the SDK's message objects."""
+    for message in reversed(messages):
+        if hasattr(message, "model_dump"):
+            message = message.model_dump()
+        if not isinstance(message, dict):
+            return Returned(bad=f"returned a list holding {type(message).__name__} {_short(message)}; {EXPECTED}")
+        if message.get("role") == "assistant":
+            try:
+                return Returned(answer=text_of(message.get("content")))
+            except ChatTemplateError as err:
+                return Returned(bad=f"returned an assistant message whose {err}")
+    return Returned(bad=f"returned {len(messages)} messages without an assistant message; {EXPECTED}")
