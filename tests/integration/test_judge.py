@@ -197,13 +197,15 @@ def test_the_judge_asks_the_server_with_its_key_and_reads_the_score(server, weig
 
 def test_a_wrong_key_is_refused(server, make_judge):
     # at start-up, by the one request that asks for the model's name
-    with pytest.raises(RewardError, match=r"reward.judge.url .*: GET /models failed \(answered HTTP 401: "):
+    with pytest.raises(
+        RewardError, match=r"GET /models failed \(answered HTTP 401: api key: wrong key\); check the URL"
+    ):
         make_judge(api_key="not-the-key")
     # mid-run: an error (HTTP 401 is not retried), not an unparsed reply
     judge = make_judge(api_key="not-the-key", model_name="tiny-random")
     before = served(server)
     (verdict,) = judge.score([row(1)])
-    assert verdict.error.startswith("answered HTTP 401: api key") and not verdict.unparsed
+    assert verdict.error == "answered HTTP 401: api key: wrong key" and not verdict.unparsed
     assert served(server) == before
 
 

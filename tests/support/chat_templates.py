@@ -8,3 +8,11 @@ TOOL_TEMPLATE = (
     "{{ '<|im_end|>\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+
+FORGETFUL_TEMPLATE = TOOL_TEMPLATE.replace(
+    "'<|im_start|>' + m['role'] + '\\n' + m['content'] }}",
+    "'<|im_start|>' + m['role'] + '\\n' }}{% if m['role'] != 'assistant' or loop.last %}{{ m['content'] }}{% endif %}",
+)
+"""TOOL_TEMPLATE, but an assistant message's content is shown only while it is the last message (as
+templates that drop earlier turns' reasoning do): rendering more messages rewrites earlier ones."""
+assert FORGETFUL_TEMPLATE != TOOL_TEMPLATE

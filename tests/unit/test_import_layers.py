@@ -35,6 +35,8 @@ LAYERS: dict[str, int] = {
     "turnrl.servers": 5,
     "turnrl.rewards": 6,
     "turnrl.agent": 6,
+    "turnrl.agent.gateway": 6,  # the OpenAI-compatible gateway that records function agents' episodes
+    "turnrl.agent.functions": 6,  # agents written as functions against the OpenAI API
     "turnrl.tasks": 7,
     "turnrl.data": 8,
     "turnrl.workers": 9,

@@ -508,11 +508,17 @@ def _check_judge(j: JudgeConfig) -> None:
     try:
         groups = re.compile(j.score_pattern).groups
     except re.error as err:
-        raise ConfigError(f"'{key}.score_pattern' {j.score_pattern!r} is not a regex: {err}") from None
+        raise ConfigError(f"'{key}.score_pattern' '{j.score_pattern}' is not a regex: {err}") from None
     if groups != 1:
         raise ConfigError(
-            f"'{key}.score_pattern' {j.score_pattern!r} has {groups} groups; it needs exactly one, around "
+            f"'{key}.score_pattern' '{j.score_pattern}' has {groups} groups; it needs exactly one, around "
             r"the number (e.g. 'Score:\s*([0-9.]+)'; write other groups as (?:...))"
+        )
+    import importlib.util
+
+    if importlib.util.find_spec("openai") is None:  # the judge's client: found missing before anything loads
+        raise ConfigError(
+            f"'{key}.enable=true' needs the openai package: pip install -e \".[agents]\" (or pip install openai)"
         )
 
 

@@ -106,7 +106,7 @@ def parse_score(reply: str, pattern: str | re.Pattern[str], max_score: float) ->
     regex = re.compile(pattern) if isinstance(pattern, str) else pattern
     matches = list(regex.finditer(reply))
     if not matches:
-        raise Unparsed(f"has no match of reward.judge.score_pattern {regex.pattern!r}")
+        raise Unparsed(f"has no match of reward.judge.score_pattern '{regex.pattern}'")
     text = matches[-1].group(1)
     try:
         value = float(text) if text else math.nan

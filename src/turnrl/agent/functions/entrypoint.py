@@ -44,7 +44,9 @@ def load_agent(entrypoint: str, where: str = "rollout.agent.entrypoint") -> Agen
     naming it) when the file or module is missing, does not import, or `name` is not callable."""
     target, sep, name = entrypoint.strip().rpartition(":")
     if not sep or not target or not name.isidentifier():
-        raise AgentLoadError(f"{where}: {entrypoint!r} must be path/to/file.py:function or package.module:function")
+        raise AgentLoadError(
+            f"{where}: {entrypoint!r} must be path/to/file.py:function or package.module:function"
+        )
     if target.endswith(".py") or "/" in target or Path(target).is_file():
         fn = load_attribute(target, name, where, AgentLoadError)
     else:
@@ -59,7 +61,8 @@ def load_agent(entrypoint: str, where: str = "rollout.agent.entrypoint") -> Agen
             raise AgentLoadError(f"{where}: module {target} defines no {name!r}")
     if not callable(fn):
         raise AgentLoadError(f"{where}: {name!r} in {target} is a {type(fn).__name__}, not a function")
-    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    # an object whose __call__ is `async def` is an async agent too
+    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
     return AgentFunction(fn, is_async, entrypoint.strip())
 
 
@@ -97,13 +100,13 @@ def read_return(value: Any) -> Returned:
     """Read `run(...)`'s return value (see the module docstring)."""
     if isinstance(value, dict):
         if "reward" not in value:
-            return Returned(bad=f"returned a dict without 'reward' (keys: {sorted(map(str, value))}); {EXPECTED}")
+            return Returned(
+                bad=f"returned a dict without 'reward' (keys: {sorted(map(str, value))}); {EXPECTED}"
+            )
         reward = _number(value["reward"])
         if reward is None:
             return Returned(bad=f"returned reward {_short(value['reward'])}; expected a finite number")
-        metrics = {
-            str(k): x for k, v in value.items() if k != "reward" and (x := _number(v)) is not None
-        }
+        metrics = {str(k): x for k, v in value.items() if k != "reward" and (x := _number(v)) is not None}
         return Returned(reward=reward, metrics=metrics)
     if isinstance(value, list | tuple):
         return _answer(list(value))
@@ -119,7 +122,9 @@ def _answer(messages: list[Any]) -> Returned:
         if hasattr(message, "model_dump"):
             message = message.model_dump()
         if not isinstance(message, dict):
-            return Returned(bad=f"returned a list holding {type(message).__name__} {_short(message)}; {EXPECTED}")
+            return Returned(
+                bad=f"returned a list holding {type(message).__name__} {_short(message)}; {EXPECTED}"
+            )
         if message.get("role") == "assistant":
             try:
                 return Returned(answer=text_of(message.get("content")))

@@ -25,6 +25,7 @@ truncated, not failed: it scores 0 unless it returned a reward anyway.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import threading
@@ -85,7 +86,7 @@ def _openai() -> Any:
         import openai
     except ImportError:
         raise ConfigError(
-            "rollout.agent.entrypoint needs the openai package (the agent's client): pip install -e \".[agents]\""
+            'rollout.agent.entrypoint needs the openai package (the agent\'s client): pip install -e ".[agents]"'
         ) from None
     return openai
 
@@ -133,9 +134,7 @@ class FunctionAgentRollout:
                 "(stage 2 lends them to a rollout with wants_rows)"
             )
         names = {"raw_prompt": "prompt"}
-        return [
-            {names.get(f, f): gen_batch[f][i] for f in ROW_FIELDS} for i in range(len(gen_batch))
-        ]
+        return [{names.get(f, f): gen_batch[f][i] for f in ROW_FIELDS} for i in range(len(gen_batch))]
 
     def _run_all(
         self, jobs: list[tuple[str, int]], rows: list[dict[str, Any]], params: SamplingParams
@@ -155,7 +154,9 @@ class FunctionAgentRollout:
                 start = time.monotonic()
                 running[future] = (episode_id, start, start + ac.timeout_s, handle)
             soonest = min(deadline for _, _, deadline, _ in running.values())
-            done, _ = wait(list(running), timeout=max(0.0, soonest - time.monotonic()), return_when=FIRST_COMPLETED)
+            done, _ = wait(
+                list(running), timeout=max(0.0, soonest - time.monotonic()), return_when=FIRST_COMPLETED
+            )
             now = time.monotonic()
             for future, (episode_id, start, deadline, handle) in list(running.items()):
                 if future in done:
@@ -239,7 +240,10 @@ class FunctionAgentRollout:
             elif traj.limit and kind in ("exception", "bad_return"):
                 kind = error = ""  # it failed because a limit refused its call: truncated, scores 0
             elif not kind and traj.episode is None:
-                kind, error = "no_calls", "returned without a model call that succeeded (use the client it was given)"
+                kind, error = (
+                    "no_calls",
+                    "returned without a model call that succeeded (use the client it was given)",
+                )
             returned = outcome.returned if not kind else None
             if kind:
                 kinds[kind] += 1
@@ -265,7 +269,9 @@ class FunctionAgentRollout:
         batch["agent_error"] = np.array(errors, dtype=object)
         if kinds:
             first = next(e for e in errors if e)
-            log.warning("%d agent episode(s) failed (%s); the first: %s", sum(kinds.values()), dict(kinds), first)
+            log.warning(
+                "%d agent episode(s) failed (%s); the first: %s", sum(kinds.values()), dict(kinds), first
+            )
         return batch, self._metrics(jobs, outcomes, episodes, samples, kinds, fn_metrics)
 
     def _metrics(
@@ -305,7 +311,11 @@ class FunctionAgentRollout:
             out[f"agent/fn/{name}"] = mean(values)
         drifted = [t.drift for t in trajs if t.drift]
         if drifted:
-            log.warning("%d agent episode(s) drifted from their recorded trajectory; the first: %s", len(drifted), drifted[0])
+            log.warning(
+                "%d agent episode(s) drifted from their recorded trajectory; the first: %s",
+                len(drifted),
+                drifted[0],
+            )
         return out
 
     def close(self) -> None:
@@ -335,7 +345,13 @@ def _client(cls: Any, http_cls: Any, base_url: str, key: str, timeout: float) ->
 
 
 async def _run_async(
-    agent: AgentFunction, openai: Any, base_url: str, key: str, timeout: float, model: str, row: dict[str, Any]
+    agent: AgentFunction,
+    openai: Any,
+    base_url: str,
+    key: str,
+    timeout: float,
+    model: str,
+    row: dict[str, Any],
 ) -> Any:
     client = _client(openai.AsyncOpenAI, openai.DefaultAsyncHttpxClient, base_url, key, timeout)
     try:
@@ -347,7 +363,5 @@ async def _run_async(
 def _cancel(handle: list[Any]) -> None:
     """Cancel an async agent's task on its own loop (a sync agent's thread cannot be stopped)."""
     for loop, task in handle:
-        try:
+        with contextlib.suppress(RuntimeError):  # its loop has already ended
             loop.call_soon_threadsafe(task.cancel)
-        except RuntimeError:  # its loop has already ended
-            pass

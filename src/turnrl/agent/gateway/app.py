@@ -71,14 +71,20 @@ def _overrides(req: ChatRequest, run: SamplingParams) -> bool:
     return any(v != ours[k] for k, v in sent.items())
 
 
-def prepare(gateway: Gateway, episode: OpenEpisode, req: ChatRequest) -> tuple[Plan, ChatOutput, SamplingParams]:
+def prepare(
+    gateway: Gateway, episode: OpenEpisode, req: ChatRequest
+) -> tuple[Plan, ChatOutput, SamplingParams]:
     """Check the request and plan the call on the episode's trajectory; BadRequest otherwise."""
     try:
         check_options(req)
         if req.n != 1:
-            raise BadRequest(f"n: must be 1, got {req.n}; the trainer's rollout.n makes the group of episodes")
+            raise BadRequest(
+                f"n: must be 1, got {req.n}; the trainer's rollout.n makes the group of episodes"
+            )
         if req.top_logprobs:
-            raise BadRequest("top_logprobs: not offered by the agent gateway (logprobs: true gives the sampled ones)")
+            raise BadRequest(
+                "top_logprobs: not offered by the agent gateway (logprobs: true gives the sampled ones)"
+            )
         messages = check_messages(_without_nulls(req.messages))
         tools, names = check_tools(req.tools)
         parse_tools = check_tool_choice(req.tool_choice, tools)
@@ -127,14 +133,18 @@ def finish(
     """The chat.completion body; the call recorded on the episode's trajectory."""
     ids, lps = gen.response_ids[0], gen.log_probs[0]
     if len(ids) > plan.max_new_tokens:  # an engine must honour the budget: a silent cut would hide it
-        raise RuntimeError(f"rollout engine returned {len(ids)} tokens for a call limited to {plan.max_new_tokens}")
+        raise RuntimeError(
+            f"rollout engine returned {len(ids)} tokens for a call limited to {plan.max_new_tokens}"
+        )
     with gateway.tokenizer_lock:
         body, unparsed = chat_completion(gateway.tokenizer, gateway.model_id, plan.context, gen, output)
     message = body["choices"][0]["message"]
     answer = {k: v for k, v in message.items() if v is not None}
     version = min(gen.versions_of(0), default=gen.policy_version)
     with gateway.tokenizer_lock:  # record() decodes the last token
-        episode.trajectory.record(plan, ids, lps, version, answer, len(message.get("tool_calls") or []), unparsed)
+        episode.trajectory.record(
+            plan, ids, lps, version, answer, len(message.get("tool_calls") or []), unparsed
+        )
     return body
 
 
@@ -201,7 +211,9 @@ def create_app(gateway: Gateway) -> FastAPI:
                     gen = job.result()
                 except Exception as err:  # the engine's fault, not the agent's: the run stops after the step
                     gateway.engine_failed(err)
-                    return detail(f"generation failed: {type(err).__name__}: {' '.join(str(err).split())}", 500)
+                    return detail(
+                        f"generation failed: {type(err).__name__}: {' '.join(str(err).split())}", 500
+                    )
             finally:
                 episode.end_call(gone)
             content = await asyncio.to_thread(finish, gateway, episode, plan, output, gen)

@@ -100,7 +100,9 @@ class Gateway:
         try:
             self.end = message_end(template)
         except ValueError as err:
-            raise GatewayError(f"rollout.agent: {err}; set rollout.agent.chat_template to one that does not") from None
+            raise GatewayError(
+                f"rollout.agent: {err}; set rollout.agent.chat_template to one that does not"
+            ) from None
         self.renders_tools = renders_tools(template)
         self.tokenizer_lock = threading.Lock()  # a fast tokenizer is not safe from two threads at once
         self.api_key = secrets.token_urlsafe(24)

@@ -81,7 +81,9 @@ def message_end(template: ChatTemplate) -> str:
     ValueError naming why the template cannot be used for exact trajectories."""
     base = [{"role": "user", "content": "question"}]
     prompt = template.render(base)
-    with_answer = template.render([*base, {"role": "assistant", "content": _SENTINEL}], add_generation_prompt=False)
+    with_answer = template.render(
+        [*base, {"role": "assistant", "content": _SENTINEL}], add_generation_prompt=False
+    )
     if not with_answer.startswith(prompt) or _SENTINEL not in with_answer[len(prompt) :]:
         raise ValueError(
             "the chat template renders an assistant message differently from its generation prompt"
@@ -158,7 +160,9 @@ class Trajectory:
         self.calls += 1
         if self.calls > lim.max_calls:
             self._stop("max_calls")
-            raise Refused(f"episode: rollout.agent.max_calls={lim.max_calls} calls reached; the episode ends here")
+            raise Refused(
+                f"episode: rollout.agent.max_calls={lim.max_calls} calls reached; the episode ends here"
+            )
         if self.limit == "length":
             raise Refused(
                 f"episode: its response reached data.max_response_length={lim.max_response_tokens} tokens; "
@@ -221,7 +225,9 @@ class Trajectory:
         n = len(self.expected)
         if key != self.key:
             return self._drifted("the tools or template variables changed")
-        if len(messages) < n or [comparable(m) for m in messages[:n]] != [comparable(m) for m in self.expected]:
+        if len(messages) < n or [comparable(m) for m in messages[:n]] != [
+            comparable(m) for m in self.expected
+        ]:
             return self._drifted("the messages do not extend the previous call's and its answer")
         before = self.template.render(messages[:n], tools, add_generation_prompt=False, variables=variables)
         after = self.template.render(messages, tools, variables=variables)

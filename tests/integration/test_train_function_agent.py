@@ -1,0 +1,75 @@
+"""`turnrl train` with an agent written against the OpenAI API (`rollout.agent.entrypoint`): a real
+run of the console script on tiny-random with the calculator agent of tests/support/agents, and the
+one-line stops at start-up and in the first step."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.support.chat_templates import TOOL_TEMPLATE
+from tests.support.cli import console_script, one_line_error
+
+AGENTS = Path(__file__).parents[1] / "support" / "agents"
+
+
+def overrides(tmp_path: Path, agent: str) -> list[str]:
+    """The calculator task with the smallest sizes; tools rendered by a template that shows them."""
+    template = tmp_path / "tools.jinja"
+    template.write_text(TOOL_TEMPLATE)
+    return [
+        "model.path=tiny-random",
+        "data.task=calculator",
+        "data.task_args.n_train=8",
+        "data.task_args.n_val=2",
+        "data.train_batch_size=2",
+        "data.val_batch_size=2",
+        "data.max_response_length=48",
+        "rollout.n=2",
+        f"rollout.agent.entrypoint={agent}",
+        f"rollout.agent.chat_template={template}",
+        "rollout.agent.timeout_s=60",
+        "actor.ppo_mini_batch_size=1",
+        "actor.ppo_micro_batch_size=4",
+        "trainer.total_training_steps=2",
+        "trainer.test_freq=0",
+        "trainer.val_before_train=false",
+        "trainer.logger=[jsonl]",
+        f"trainer.default_local_dir={tmp_path / 'run'}",
+    ]
+
+
+def test_calculator_agent_trains_through_turnrl_train(tmp_path):
+    agent = f"{AGENTS / 'calculator_agent.py'}:run"
+    proc = subprocess.run(
+        [console_script(), "train", *overrides(tmp_path, agent)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "critic/score/mean" in r]
+    assert len(steps) == 2
+    last = steps[-1]
+    for key in ("agent/turns/mean", "agent/calls/mean", "agent/template_drift", "agent/errors/exception"):
+        assert key in last, key
+    assert last["agent/turns/mean"] >= 1 and last["agent/errors/exception"] == 0
+    assert "agent/fn/tool_calls" in last and "agent/fn/answered" in last  # the agent's own numbers
+    assert "actor/pg_loss" in last and "val/test_score/mean" in rows[-1]
+    # the prompt is the agent's own: the tool template's tool list, not the tokenizer's default system
+    assert last["prompt_length/mean"] > 0
+
+
+def test_failing_agent_stops_the_first_step_in_one_line(tmp_path, cli):
+    agent = f"{AGENTS / 'scripted.py'}:raises"
+    line = one_line_error(cli("train", *overrides(tmp_path, agent)))
+    assert line.startswith(f"turnrl train: agent {agent} raised ZeroDivisionError: division by zero"), line
+    assert "in the first training step" in line and "rollout.agent.on_error=zero" in line
+
+
+def test_missing_agent_stops_at_start_up(tmp_path, cli):
+    line = one_line_error(cli("train", *overrides(tmp_path, "nowhere/agent.py:run")))
+    assert line == "turnrl train: rollout.agent.entrypoint: file not found: nowhere/agent.py"
+    assert not (tmp_path / "run").exists()

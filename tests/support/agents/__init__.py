@@ -1,0 +1,1 @@
+"""Agents written against the OpenAI API, as `rollout.agent.entrypoint` takes them."""
