@@ -42,11 +42,10 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
-from turnrl.models.weights_dir import WeightsError, WeightsOutsideRoot, load_weights_dir
+from turnrl.models.weights_dir import WeightsError, WeightsOutsideRoot
 from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.rollout.hf import HFEngine
 from turnrl.servers.guard import Guard, detail, finite_json
-from turnrl.servers.inference.batcher import Batcher
 from turnrl.servers.inference.chat_route import add_chat_route
 from turnrl.servers.inference.common import (  # shared with chat_route, so defined below both
     BadRequest,
@@ -57,12 +56,11 @@ from turnrl.servers.inference.common import (  # shared with chat_route, so defi
 )
 from turnrl.servers.inference.common import one_line as _one_line
 from turnrl.servers.inference.common import short as _short
+from turnrl.servers.inference.server import MAX_VERSION, Server
 from turnrl.servers.validation import describe_validation_error
 
 log = logging.getLogger("turnrl.serve")
 
-MAX_VERSION = 2**63 - 1
-"""The largest policy version (an int64: what SGLang, torch and JSON readers all hold exactly)."""
 PARSE_IN_THREAD = 1 << 20
 """Bodies larger than this are parsed on a worker thread, so /health does not wait for them."""
 
@@ -193,100 +191,60 @@ def sampling_params(req: CompletionRequest) -> SamplingParams:
     )
 
 
-class Server:
-    """The served model and its policy version. Every engine call, generation or weight load, runs
-    on the batcher's one worker thread, so a load never lands in the middle of a generation."""
+def _text(tokenizer: Any, ids: list[int], stop: list[str], reason: str, skip_special: bool) -> str:
+    """A choice's text, cut before the stop string that ended it."""
+    text = tokenizer.decode(ids, skip_special_tokens=skip_special)
+    if reason == "stop" and stop:  # OpenAI: the text ends before the stop string (the ids keep it)
+        cuts = [text.find(s) for s in stop if s in text]
+        text = text[: min(cuts)] if cuts else text
+    return text
 
-    def __init__(
-        self,
-        engine: HFEngine,
-        model_id: str,
-        max_model_len: int | None,
-        max_batch_rows: int = 256,
-        batch_wait_ms: float = 5.0,
-        limits: Limits | None = None,
-        weights_root: str | None = None,
-    ) -> None:
-        self.engine, self.model_id, self.max_model_len = engine, model_id, max_model_len
-        self.limits = limits or Limits()
-        self.weights_root = weights_root
-        self.tokenizer = engine.tokenizer
-        self.vocab_size = int(engine.model.get_input_embeddings().weight.shape[0])
-        self.policy_version = 0
-        self.batcher = Batcher(engine, max_batch_rows, batch_wait_ms / 1000)
-        self.tool_calls_unparsed = 0  # /v1/chat/completions: <tool_call> blocks returned as content
 
-    async def load(self, path: str, version: int | None) -> tuple[int, int]:
-        # shielded: a trainer that stops waiting does not cancel a load it asked for
-        future = self.batcher.call(lambda: self._load(path, version))
-        return await asyncio.shield(asyncio.wrap_future(future))
+def _logprobs(tokenizer: Any, ids: list[int], lps: list[float], as_ids: bool) -> dict[str, Any]:
+    """OpenAI's completions `logprobs` object of one choice."""
+    tokens = [f"token_id:{t}" if as_ids else tokenizer.decode([t]) for t in ids]
+    offsets, pos = [], 0
+    for tok in tokens:
+        offsets.append(pos)
+        pos += len(tok)
+    return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": None, "text_offset": offsets}
 
-    def _load(self, path: str, version: int | None) -> tuple[int, int]:
-        """On the worker thread: the path checks touch the file system, which may block."""
-        assert self.weights_root is not None
-        version = self.policy_version + 1 if version is None else version  # no version: still a new one
-        if version > MAX_VERSION:
-            raise BadRequest(f"policy_version: {version} is beyond {MAX_VERSION}")
-        if version <= self.policy_version:  # checked here, where loads run one at a time
-            raise BadRequest(
-                f"policy_version: {version} is not newer than the served version {self.policy_version}; "
-                f"versions only go up",
-                409,
-            )
-        count = load_weights_dir(self.engine.model, path, root=self.weights_root)
-        self.policy_version = version
-        self.engine.sync_weights(version)
-        return count, version
 
-    def _text(self, ids: list[int], stop: list[str], reason: str, skip_special: bool) -> str:
-        text = self.tokenizer.decode(ids, skip_special_tokens=skip_special)
-        if reason == "stop" and stop:  # OpenAI: the text ends before the stop string (the ids keep it)
-            cuts = [text.find(s) for s in stop if s in text]
-            text = text[: min(cuts)] if cuts else text
-        return text
-
-    def _logprobs(self, ids: list[int], lps: list[float], as_ids: bool) -> dict[str, Any]:
-        tokens = [f"token_id:{t}" if as_ids else self.tokenizer.decode([t]) for t in ids]
-        offsets, pos = [], 0
-        for tok in tokens:
-            offsets.append(pos)
-            pos += len(tok)
-        return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": None, "text_offset": offsets}
-
-    def response(
-        self, req: CompletionRequest, prompts: list[list[int]], params: SamplingParams, gen: Generation
-    ) -> dict[str, Any]:
-        choices = []
-        for index, (ids, lps, reason) in enumerate(
-            zip(gen.response_ids, gen.log_probs, gen.finish_reasons, strict=True)
-        ):
-            choice: dict[str, Any] = {
-                "index": index,
-                "text": self._text(ids, params.stop, reason, req.skip_special_tokens),
-                "logprobs": None
-                if req.logprobs is None
-                else self._logprobs(ids, lps, req.return_tokens_as_token_ids),
-                "finish_reason": reason,
-            }
-            if req.return_token_ids:
-                choice["token_ids"] = ids
-                choice["prompt_token_ids"] = prompts[index // params.n]
-            choices.append(choice)
-        completion_tokens = sum(len(ids) for ids in gen.response_ids)
-        prompt_tokens = sum(len(p) for p in prompts)
-        return {
-            "id": f"cmpl-{uuid.uuid4().hex}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": self.model_id,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-            "policy_version": gen.policy_version,
+def completion_response(
+    server: Server, req: CompletionRequest, prompts: list[list[int]], params: SamplingParams, gen: Generation
+) -> dict[str, Any]:
+    """The `text_completion` answer: choices prompt-major (prompt i's n samples at i*n..i*n+n-1)."""
+    choices = []
+    for index, (ids, lps, reason) in enumerate(
+        zip(gen.response_ids, gen.log_probs, gen.finish_reasons, strict=True)
+    ):
+        choice: dict[str, Any] = {
+            "index": index,
+            "text": _text(server.tokenizer, ids, params.stop, reason, req.skip_special_tokens),
+            "logprobs": None
+            if req.logprobs is None
+            else _logprobs(server.tokenizer, ids, lps, req.return_tokens_as_token_ids),
+            "finish_reason": reason,
         }
+        if req.return_token_ids:
+            choice["token_ids"] = ids
+            choice["prompt_token_ids"] = prompts[index // params.n]
+        choices.append(choice)
+    completion_tokens = sum(len(ids) for ids in gen.response_ids)
+    prompt_tokens = sum(len(p) for p in prompts)
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": server.model_id,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+        "policy_version": gen.policy_version,
+    }
 
 
 def _version(req: UpdateWeightsRequest) -> int | None:
@@ -407,7 +365,7 @@ def create_app(
         if isinstance(gen, Response):  # the client left (499), or the batch failed (500)
             return gen
         # decoding the text of many long choices is real work: off the event loop
-        content = await asyncio.to_thread(server.response, req, prompts, params, gen)
+        content = await asyncio.to_thread(completion_response, server, req, prompts, params, gen)
         return finite_json(content)
 
     add_chat_route(app, server, body_of)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import FastAPI
 from pydantic import BaseModel
@@ -42,10 +42,8 @@ from turnrl.servers.chat.schema import (
 from turnrl.servers.chat.template import ChatTemplate
 from turnrl.servers.guard import detail, finite_json
 from turnrl.servers.inference.common import BadRequest, check_size, generate_for, one_line, sampling, short
+from turnrl.servers.inference.server import Server
 from turnrl.servers.inference.top_logprobs import top_logprobs
-
-if TYPE_CHECKING:
-    from turnrl.servers.inference.app import Server
 
 BodyOf = Callable[[Request, type[BaseModel], str], Awaitable[Any]]
 """The app's body parser: the body as `model`, or a one-line 400 (missing, not JSON, a bad field)."""
