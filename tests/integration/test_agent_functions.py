@@ -92,10 +92,11 @@ def rows_batch(tok, questions: list[str], source: str = "agent/test") -> Batch:
 
 
 def run(rollout, tok, questions=QUESTIONS, n=2, budget=BUDGET):
-    """Stages 3 and 4: the rollout, merged with its rows as the reward stage gets them."""
+    """Stages 3 and 4: the rollout, merged with its rows as the reward stage gets them; seeded as a
+    training step is."""
     rows = rows_batch(tok, questions)
     gen_batch = split_generation_input(rows, rows=True)
-    out, metrics = rollout.generate(gen_batch, SamplingParams(max_new_tokens=budget, n=n))
+    out, metrics = rollout.generate(gen_batch, SamplingParams(max_new_tokens=budget, n=n, seed=7))
     return group_and_merge(rows, out, n), metrics
 
 
@@ -116,6 +117,8 @@ def test_tool_loop_is_recorded_token_by_token(tiny_tool):
     assert metrics["agent/template_drift"] == 0 and metrics["agent/errors/exception"] == 0
     assert metrics["agent/fn/turns"] == 3.0 and "agent/fn/note" not in metrics  # numbers only
     assert list(batch["agent_reward"]) == [0.5] * 4 and list(batch["agent_error"]) == [""] * 4
+    # a group's episodes open with the same context but sample apart (the step's seed is not used)
+    assert segments(batch, 0)[0] != segments(batch, 1)[0] and segments(batch, 2)[0] != segments(batch, 3)[0]
 
     for row in range(4):
         full, mask, lps = unpadded(batch, row)
@@ -169,6 +172,7 @@ def test_async_agent_returns_messages_scored_by_the_rule(tiny_tool, tmp_path):
     ("agent", "kind", "said"),
     [
         ("raises", "exception", "raised ZeroDivisionError: division by zero (scripted.py:"),
+        ("tools_refused", "exception", "the gateway answered 400: tools: the chat template does not render"),
         ("bad_return", "bad_return", "returned str 'correct'"),
         ("nan_return", "bad_return", "returned float nan"),
         ("no_calls", "no_calls", "returned without a model call"),
@@ -179,7 +183,8 @@ def test_async_agent_returns_messages_scored_by_the_rule(tiny_tool, tmp_path):
 def test_failures_score_zero_are_counted_and_stop_the_first_step(tiny_tool, agent, kind, said):
     _, tok, _, _ = tiny_tool
     start = time.monotonic()
-    with make(tiny_tool, agent, **{"rollout.agent.timeout_s": 2}) as rollout:
+    extra = {"rollout.agent.chat_template": ""} if agent == "tools_refused" else {}  # renders no tools
+    with make(tiny_tool, agent, **{"rollout.agent.timeout_s": 2, **extra}) as rollout:
         batch, metrics = run(rollout, tok, QUESTIONS[:1], n=2)
     assert time.monotonic() - start < 15  # a hung agent is left behind at its timeout
     assert metrics[f"agent/errors/{kind}"] == 2, metrics
@@ -238,7 +243,8 @@ def test_limits_truncate_without_error_and_long_prompts_fail(tiny_tool):
     with make(tiny_tool, "many_calls") as rollout:  # until the response budget is spent
         batch, metrics = run(rollout, tok, QUESTIONS[:1], n=1, budget=40)
     assert metrics["agent/truncated_ratio"] == 1 and metrics["agent/errors/exception"] == 0
-    assert int(batch["attention_mask"][0, -40:].sum()) <= 40
+    assert metrics["agent/calls/mean"] == metrics["agent/turns/mean"] + 1  # the refused call
+    assert list(batch["finish_reason"]) == ["length"]
     with make(tiny_tool, "one_call", **{"data.max_prompt_length": 8}) as rollout:
         batch, metrics = run(rollout, tok, QUESTIONS[:1], n=1)
     assert metrics["agent/errors/prompt_too_long"] == 1

@@ -109,3 +109,9 @@ def many_calls(client, model, row):
 
 
 not_callable = 42
+
+
+def tools_refused(client, model, row):
+    """Sends tools where the template renders none: the gateway's 400 ends it (raised by the SDK)."""
+    client.chat.completions.create(model=model, messages=row["prompt"], max_tokens=MAX_TOKENS)
+    client.chat.completions.create(model=model, messages=row["prompt"], tools=TOOLS, max_tokens=MAX_TOKENS)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,10 +61,30 @@ def load_agent(entrypoint: str, where: str = "rollout.agent.entrypoint") -> Agen
         if fn is None:
             raise AgentLoadError(f"{where}: module {target} defines no {name!r}")
     if not callable(fn):
-        raise AgentLoadError(f"{where}: {name!r} in {target} is a {type(fn).__name__}, not a function")
+        raise AgentLoadError(f"{where}: {name!r} in {target} is not a function ({type(fn).__name__})")
     # an object whose __call__ is `async def` is an async agent too
     is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
     return AgentFunction(fn, is_async, entrypoint.strip())
+
+
+def describe_error(err: BaseException, agent: AgentFunction) -> str:
+    """`BadRequestError: the gateway answered 400: tools: ... (agent.py:12)`: the type, the message's
+    first line (a refusal's own one-line `detail` for an API error), and the line of the agent
+    that was running (the deepest frame in the agent's own file), not the SDK's."""
+    body = getattr(err, "body", None)
+    status = getattr(err, "status_code", None)
+    if isinstance(body, dict) and isinstance(body.get("detail"), str) and status is not None:
+        text = f"{type(err).__name__}: the gateway answered {status}: {body['detail']}"
+    else:
+        lines = str(err).strip().splitlines()
+        first = lines[0] if lines and len(lines[0]) <= 200 else (lines[0][:197] + "..." if lines else "")
+        text = f"{type(err).__name__}: {first}" if first else type(err).__name__
+    frames = traceback.extract_tb(err.__traceback__)
+    own = getattr(getattr(agent.fn, "__code__", None), "co_filename", None)
+    mine = [f for f in frames if own is not None and f.filename == own] or frames
+    if mine:
+        text += f" ({Path(mine[-1].filename).name}:{mine[-1].lineno})"
+    return text
 
 
 @dataclass

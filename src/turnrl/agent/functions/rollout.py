@@ -41,13 +41,12 @@ import numpy as np
 
 from turnrl.agent.assemble import assemble_episodes
 from turnrl.agent.episode import Episode
-from turnrl.agent.functions.entrypoint import AgentFunction, Returned, load_agent, read_return
+from turnrl.agent.functions.entrypoint import AgentFunction, Returned, describe_error, load_agent, read_return
 from turnrl.agent.gateway.server import Gateway, OpenEpisode
 from turnrl.agent.gateway.trajectory import EpisodeLimits
 from turnrl.batch import Batch
 from turnrl.config.checks import ConfigError
 from turnrl.config.schema import Config
-from turnrl.rewards.guard import describe
 from turnrl.rollout.base import SamplingParams
 from turnrl.servers.chat.template import ChatTemplate, ChatTemplateError
 from turnrl.tensors import left_pad
@@ -57,6 +56,7 @@ log = logging.getLogger(__name__)
 ERROR_KINDS = ("exception", "timeout", "bad_return", "no_calls", "prompt_too_long")
 """`agent/errors/<kind>`: why an episode failed (it scores 0, or stops the run: `rollout.agent.on_error`)."""
 ROW_FIELDS = ("raw_prompt", "data_source", "ground_truth", "extra_info", "index")
+"""The row fields stage 2 lends (`trainer.stages.ROW_FIELDS`; the trainer's layer is above this one)."""
 
 
 @dataclass
@@ -208,7 +208,9 @@ class FunctionAgentRollout:
     def _outcome(self, future: Future[Any], seconds: float) -> Outcome:
         err = future.exception()
         if err is not None:
-            return Outcome(error=f"raised {describe(err)}", kind="exception", seconds=seconds)
+            return Outcome(
+                error=f"raised {describe_error(err, self.agent)}", kind="exception", seconds=seconds
+            )
         returned = read_return(future.result())
         if returned.bad:
             return Outcome(returned, error=returned.bad, kind="bad_return", seconds=seconds)

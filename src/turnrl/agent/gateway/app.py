@@ -9,7 +9,8 @@ the agent knowing. The request is OpenAI's, checked as `turnrl serve` checks it 
 refused with "did you mean", NaN refused, unsupported options refused), with three rules of its own:
 `n` must be 1 (the trainer's `rollout.n` makes the group), `top_logprobs` is not offered, and the
 sampling parameters are the run's (`temperature`, `top_p`, `top_k`: the trainer computes its
-log-probs at them), so the request's own are ignored and counted (`agent/sampling_overridden`).
+log-probs at them; no `seed`: a group's episodes would sample alike), so the request's own are
+ignored and counted (`agent/sampling_overridden`).
 
 One call of an episode runs at a time (a second waits for the first): the episode's trajectory
 grows call by call (`trajectory`). A call whose client leaves, or whose episode is closed (timed
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from turnrl.agent.gateway.server import Gateway, OpenEpisode
 
 EXAMPLE = '{"model": "policy", "messages": [{"role": "user", "content": "Hello"}]}'
-SAMPLING = ("temperature", "top_p", "top_k")
+SAMPLING = ("temperature", "top_p", "top_k", "seed")
 """The request's sampling fields the run's own replace."""
 
 
@@ -64,7 +65,7 @@ def _without_nulls(messages: list[Any]) -> list[Any]:
 
 def _overrides(req: ChatRequest, run: SamplingParams) -> bool:
     """Whether the request asked for sampling other than the run's (which is used all the same)."""
-    ours = {"temperature": run.temperature, "top_p": run.top_p, "top_k": run.top_k}
+    ours = {"temperature": run.temperature, "top_p": run.top_p, "top_k": run.top_k, "seed": None}
     sent = {k: getattr(req, k) for k in SAMPLING if k in req.model_fields_set}
     if "top_k" in sent:
         sent["top_k"] = max(sent["top_k"] or 0, 0)  # -1, 0 and null all mean off
@@ -113,7 +114,9 @@ def prepare(
         n=1,
         max_new_tokens=plan.max_new_tokens,
         stop=list(dict.fromkeys([*episode.params.stop, *stop])),
-        seed=req.seed if req.seed is not None else episode.params.seed,
+        # never seeded: the n episodes of a prompt open with the same context, and one seed would give
+        # them one sample (a GRPO group of equal answers); unseeded calls also merge in the engine
+        seed=None,
         ignore_eos=req.ignore_eos or episode.params.ignore_eos,
     )
     output = ChatOutput(

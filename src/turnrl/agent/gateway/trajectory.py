@@ -157,6 +157,8 @@ class Trajectory:
         """The call's context and budget, or Refused. Renders and tokenises (real work: off the
         event loop)."""
         lim = self.limits
+        if self.closed:  # a late call of an episode that timed out: its record is already read
+            raise Refused("episode: already ended (timed out?)", 404)
         self.calls += 1
         if self.calls > lim.max_calls:
             self._stop("max_calls")
