@@ -106,6 +106,18 @@ def test_a_plain_call_with_token_ids(client, tiny):
     assert ids == want.response_ids[0] and c.finish_reason == want.finish_reasons[0]
 
 
+def test_the_sdks_own_message_goes_back_as_history(client):
+    """What an agent loop does: append `message.model_dump()` (nulls for audio, function_call,
+    annotations, ... included) and ask again; a null is an absent key, not an unknown field."""
+    first = chat(client, max_tokens=4, temperature=0).choices[0].message
+    dumped = first.model_dump()
+    assert any(v is None for v in dumped.values())  # the SDK does send nulls
+    again = chat(
+        client, max_tokens=4, temperature=0, messages=[*HELLO, dumped, {"role": "user", "content": "ok"}]
+    )
+    assert again.choices[0].message.role == "assistant"
+
+
 def test_n_seed_and_greedy_determinism(client):
     def sample(**kw):
         r = chat(client, n=3, max_tokens=6, extra_body={"return_token_ids": True}, **kw)

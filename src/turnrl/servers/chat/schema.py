@@ -268,6 +268,9 @@ def check_messages(messages: list[Any]) -> list[dict[str, Any]]:
             raise ChatRequestError(
                 f"{where}: must be an object with role and content, got {type(message).__name__}"
             )
+        # a null is an absent key: the SDK's `message.model_dump()` sends `"audio": null`,
+        # `"function_call": null`, ... for what OpenAI's own answers may carry
+        message = {k: v for k, v in message.items() if v is not None}
         role = message.get("role")
         if role not in ROLES:
             seen = "missing" if role is None else f"{_shown(role)} is not"
