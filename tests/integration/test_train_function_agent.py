@@ -1,5 +1,5 @@
 """`turnrl train` with an agent written against the OpenAI API (`rollout.agent.entrypoint`): a real
-run of the console script on tiny-random with the calculator agent of tests/support/agents, and the
+run of the console script on tiny-random with the example calculator agent (examples/agents), and the
 one-line stops at start-up and in the first step."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from tests.support.chat_templates import TOOL_TEMPLATE
 from tests.support.cli import console_script, one_line_error
 
 AGENTS = Path(__file__).parents[1] / "support" / "agents"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "agents" / "calculator_openai.py"
 
 
 def overrides(tmp_path: Path, agent: str) -> list[str]:
@@ -41,7 +42,7 @@ def overrides(tmp_path: Path, agent: str) -> list[str]:
 
 
 def test_calculator_agent_trains_through_turnrl_train(tmp_path):
-    agent = f"{AGENTS / 'calculator_agent.py'}:run"
+    agent = f"{EXAMPLE}:run"
     proc = subprocess.run(
         [console_script(), "train", *overrides(tmp_path, agent)],
         capture_output=True,
@@ -56,7 +57,7 @@ def test_calculator_agent_trains_through_turnrl_train(tmp_path):
     for key in ("agent/turns/mean", "agent/calls/mean", "agent/template_drift", "agent/errors/exception"):
         assert key in last, key
     assert last["agent/turns/mean"] >= 1 and last["agent/errors/exception"] == 0
-    assert "agent/fn/tool_calls" in last and "agent/fn/answered" in last  # the agent's own numbers
+    assert "agent/fn/called_right" in last and "agent/fn/answered" in last  # the agent's own numbers
     assert "actor/pg_loss" in last and "val/test_score/mean" in rows[-1]
 
 

@@ -15,20 +15,16 @@ from typing import Any
 
 import verifiers.v1 as vf
 
-from tests.support.verifiers_tools import CalcToolset
+from tests.support.verifiers_parts import CalcToolset, EchoData
 
 QUESTIONS = [
     ("Say the word blue.", "blue"),
     ("What is 2+3? Answer with a number.", "5"),
     ("Name a fruit that is yellow.", "banana"),
 ]
-LENGTH_CAP = 40
-"""Characters of reply that earn the full length reward."""
+LENGTH_CAP = 200
+"""Characters of reply that earn the full length reward (24 random tokens are ~50-150)."""
 CONTAINS_WEIGHT, LENGTH_WEIGHT = 1.0, 0.5
-
-
-class EchoData(vf.TaskData):
-    answer: str = ""
 
 
 class EchoTaskConfig(vf.TaskConfig):

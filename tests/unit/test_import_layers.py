@@ -46,6 +46,7 @@ LAYERS: dict[str, int] = {
     "turnrl.inspector": 11,
     "turnrl.export": 11,
     "turnrl.cli": 12,
+    "turnrl.recipes": 12,  # example agents beside the recipes: they import no turnrl module
 }
 
 

@@ -67,19 +67,24 @@ class VerifiersEpisodeError(RuntimeError):
     """An episode that verifiers itself recorded as failed (a harness, tool or model-call error)."""
 
 
-def _one_line(err: BaseException | str, limit: int = 300) -> str:
-    # pydantic and verifiers errors span lines; the culprit is in the first few words
+def _one_line(err: BaseException | str, limit: int = 400) -> str:
+    # pydantic and verifiers errors span lines; what failed is said first, and a traceback that
+    # verifiers quotes ends with its cause, so a long one keeps both ends
     text = " ".join(str(err).split()) or type(err).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    head = limit // 3
+    return f"{text[:head]} ... {text[-(limit - head - 5) :]}"
 
 
 def _verifiers(where: str) -> Any:
     try:
         import verifiers.v1 as vf
     except ImportError as err:
-        raise VerifiersEnvError(
-            f"{where}: the verifiers package (0.4, verifiers.v1) is not importable ({_one_line(err)}); {INSTALL}"
-        ) from None
+        # the package itself missing (or a pre-0.4 one without verifiers.v1), else a broken dependency
+        missing = isinstance(err, ModuleNotFoundError) and err.name in ("verifiers", "verifiers.v1")
+        why = "is not installed (or is older than 0.4)" if missing else f"does not import ({_one_line(err)})"
+        raise VerifiersEnvError(f"{where}: the verifiers package {why}; {INSTALL}") from None
     return vf
 
 
@@ -93,7 +98,9 @@ def load_verifiers_env(spec: str) -> vf.Env:
     spec = spec.strip().removeprefix(PREFIX)
     where = f"{PREFIX}{spec}"
     if not spec:
-        raise VerifiersEnvError(f"{where}: name an environment: verifiers:<taskset id> or verifiers:path/to/file.py:load")
+        raise VerifiersEnvError(
+            f"{where}: name an environment: verifiers:<taskset id> or verifiers:path/to/file.py:load"
+        )
     vf = _verifiers(where)
     target, sep, attr = spec.rpartition(":")
     if sep and target and attr.isidentifier():
@@ -193,11 +200,15 @@ def task_of(env: vf.Env, row: dict[str, Any], where: str = "verifiers") -> Any:
     data_cls = task_cls.data_type()
     extra = row.get("extra_info") or {}
     if not isinstance(extra, dict):
-        raise VerifiersEnvError(f"{where}: the row's extra_info must be an object, got {type(extra).__name__}")
+        raise VerifiersEnvError(
+            f"{where}: the row's extra_info must be an object, got {type(extra).__name__}"
+        )
     try:
         wire = extra.get(TASK_KEY)
         if wire is not None:
-            data = data_cls.model_validate_json(wire) if isinstance(wire, str) else data_cls.model_validate(wire)
+            data = (
+                data_cls.model_validate_json(wire) if isinstance(wire, str) else data_cls.model_validate(wire)
+            )
         else:
             data = data_cls.model_validate(_fields_of(row, extra, data_cls, where))
     except TurnrlInputError:
@@ -224,7 +235,9 @@ def _fields_of(row: dict[str, Any], extra: dict[str, Any], data_cls: Any, where:
     return fields
 
 
-async def run_episode(env: vf.Env, client: Any, model: str, row: dict[str, Any], where: str = "verifiers") -> Any:
+async def run_episode(
+    env: vf.Env, client: Any, model: str, row: dict[str, Any], where: str = "verifiers"
+) -> Any:
     """One `vf.Episode` of `env` on the row's task, its model calls sent through `client`."""
     vf = _verifiers(where)
     task = task_of(env, row, where)
@@ -237,7 +250,9 @@ async def run_episode(env: vf.Env, client: Any, model: str, row: dict[str, Any],
             model=model,
             # an unset key variable: verifiers then sends "Bearer EMPTY" to the relay, which checks its own header
             client=vf.EvalClientConfig(
-                base_url=relay.url, api_key_var="TURNRL_VERIFIERS_NO_KEY", headers={RELAY_KEY_HEADER: relay.key}
+                base_url=relay.url,
+                api_key_var="TURNRL_VERIFIERS_NO_KEY",
+                headers={RELAY_KEY_HEADER: relay.key},
             ),
         )
         async with episode_env.serving():
@@ -274,6 +289,8 @@ def _numbers(trace: Any) -> dict[str, float]:
         # a metric named like a reward key keeps its value under metric/<name>
         key = f"metric/{name}" if name == "reward" or name.startswith("reward/") else name
         out[key] = float(value)
+    # a metric that is not a number is left out; a reward that is not one stays, for the caller
+    # to refuse (turnrl counts it as a bad return, it does not train on it)
     return {k: v for k, v in out.items() if math.isfinite(v)} | {"reward": out["reward"]}
 
 
@@ -334,7 +351,9 @@ class _Relay:
         from aiohttp import web
 
         if not hmac.compare_digest(request.headers.get(RELAY_KEY_HEADER, ""), self.key):
-            return web.json_response({"error": {"message": "bad relay key", "type": "auth_error"}}, status=401)
+            return web.json_response(
+                {"error": {"message": "bad relay key", "type": "auth_error"}}, status=401
+            )
         body = await request.json()
         stream = bool(body.pop("stream", False))
         options = body.pop("stream_options", None) or {}
@@ -346,10 +365,14 @@ class _Relay:
                     self.client.post, "/chat/completions", cast_to=httpx.Response, body=body
                 )
         except openai.APIStatusError as err:  # the endpoint's own answer (a refused call, a bad request)
-            return web.Response(status=err.status_code, body=err.response.content, content_type="application/json")
+            return web.Response(
+                status=err.status_code, body=err.response.content, content_type="application/json"
+            )
         except openai.APIConnectionError as err:
             message = f"turnrl: the episode's endpoint did not answer: {_one_line(err)}"
-            return web.json_response({"error": {"message": message, "type": "api_connection_error"}}, status=502)
+            return web.json_response(
+                {"error": {"message": message, "type": "api_connection_error"}}, status=502
+            )
         completion = response.json()
         if not stream:
             return web.json_response(completion)
@@ -381,7 +404,9 @@ def sse_events(completion: dict[str, Any], include_usage: bool) -> bytes:
             }
         )
     if include_usage and completion.get("usage") is not None:
-        chunks.append({**head, "object": "chat.completion.chunk", "choices": [], "usage": completion["usage"]})
+        chunks.append(
+            {**head, "object": "chat.completion.chunk", "choices": [], "usage": completion["usage"]}
+        )
     return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
 
 
@@ -417,10 +442,14 @@ def _run_chat_program_here() -> None:
         path = Path(SubprocessRuntime.scripts_dir) / f"{digest}.py"
         if str(path) in cache:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(CHAT_PROGRAM_SOURCE)
-        os.replace(tmp, path)  # a reader never sees half a script
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(CHAT_PROGRAM_SOURCE)
+            os.replace(tmp, path)  # a reader never sees half a script
+        except OSError:  # an unwritable cache: verifiers prepares the script itself, with uv
+            tmp.unlink(missing_ok=True)
+            return
         cache[str(path)] = sys.executable
 
 
@@ -462,14 +491,15 @@ def verifiers_rows(env: vf.Env, split: str = "train", name: str | None = None) -
     `reward_model.ground_truth` its `answer` field ('' without one: the env scores, not the row).
     """
     where = f"{PREFIX}{name or env_name(env)}"
-    vf = _verifiers(where)
     if not env.taskset.bounded:
-        raise VerifiersEnvError(f"{where}: the taskset is infinite; bound it (taskset.take(n)) in its loader")
+        raise VerifiersEnvError(
+            f"{where}: the taskset is infinite; bound it in the loader (env.taskset = env.taskset.take(n))"
+        )
     source = f"verifiers/{name or env_name(env)}"
     rows = []
     for position, task in enumerate(env.taskset):
         data = task.data
-        messages = _messages_of(vf, data)
+        messages = _messages_of(data)
         if not messages:
             raise VerifiersEnvError(
                 f"{where}: task {data.idx} has no prompt (its user opens the conversation); a turnrl row needs one"
@@ -480,7 +510,10 @@ def verifiers_rows(env: vf.Env, split: str = "train", name: str | None = None) -
                 "data_source": source,
                 "prompt": messages,
                 "ability": "verifiers",
-                "reward_model": {"style": "verifiers", "ground_truth": "" if answer is None else _plain(answer)},
+                "reward_model": {
+                    "style": "verifiers",
+                    "ground_truth": "" if answer is None else _plain(answer),
+                },
                 "extra_info": {
                     "split": split,
                     "index": data.idx if data.idx is not None else position,
@@ -493,7 +526,7 @@ def verifiers_rows(env: vf.Env, split: str = "train", name: str | None = None) -
     return rows
 
 
-def _messages_of(vf: Any, data: Any) -> list[dict[str, str]]:
+def _messages_of(data: Any) -> list[dict[str, str]]:
     from verifiers.v1.types import content_text
 
     messages = [{"role": "system", "content": data.system_prompt}] if data.system_prompt else []

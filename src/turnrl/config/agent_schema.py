@@ -111,6 +111,10 @@ class FunctionAgentConfig:
     entrypoint: str = ""
     """The agent: `path/to/file.py:run` or `package.module:run`, a function `run(client, model, row)`
     (or `async def`) returning its reward. Empty = off. Set, it replaces `rollout.multi_turn`."""
+    env: str = ""
+    """An environment as the agent, instead of an entrypoint: `verifiers:<taskset id>` or
+    `verifiers:path/to/file.py:load` (a verifiers v1 `Env`; pip install -e ".[verifiers]"). Its own
+    rollout runs against the episode's client and its rubric's reward is the episode's (docs/agent.md)."""
     max_concurrency: int = 64
     """Episodes running at once (each one agent call with its own client)."""
     timeout_s: float = 300.0

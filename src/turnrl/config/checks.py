@@ -287,7 +287,7 @@ def check_config(cfg: Config) -> None:
     _check_async(cfg)
     if cfg.rollout.multi_turn.enable:
         _check_multi_turn(cfg.rollout.multi_turn)
-    if cfg.rollout.agent.entrypoint:
+    if cfg.rollout.agent.entrypoint or cfg.rollout.agent.env:
         _check_function_agent(cfg)
 
 
@@ -559,18 +559,25 @@ def _check_multi_turn(mt: MultiTurnConfig) -> None:
 
 ENTRYPOINT = re.compile(r"[^:]+:[A-Za-z_]\w*")
 """`rollout.agent.entrypoint`: `path/to/file.py:run` or `package.module:run`."""
+ENV_PREFIX = "verifiers:"
+"""`rollout.agent.env`: the one kind of environment so far (`turnrl.agent.verifiers_env.PREFIX`)."""
 
 
 def _check_function_agent(cfg: Config) -> None:
     """`rollout.agent` with an entrypoint: its form is checked here; whether it loads, when the
     rollout is built (that imports the user's file)."""
     ac, key = cfg.rollout.agent, "rollout.agent"
-    if not ENTRYPOINT.fullmatch(ac.entrypoint.strip()):
+    if ac.entrypoint and ac.env:
+        raise ConfigError(f"'{key}.entrypoint' and '{key}.env' are two ways to name the agent: set one")
+    if ac.env and not ac.env.startswith(ENV_PREFIX):
+        raise ConfigError(f"'{key}.env' {ac.env!r}: environments are named verifiers:<environment>")
+    if ac.entrypoint and not ENTRYPOINT.fullmatch(ac.entrypoint.strip()):
         raise ConfigError(
             f"'{key}.entrypoint' {ac.entrypoint!r} must be path/to/file.py:function or package.module:function"
         )
     if cfg.rollout.multi_turn.enable:
+        name = "entrypoint" if ac.entrypoint else "env"
         raise ConfigError(
-            f"'{key}.entrypoint' and 'rollout.multi_turn.enable=true' are two agent modes: choose one"
+            f"'{key}.{name}' and 'rollout.multi_turn.enable=true' are two agent modes: choose one"
         )
     _one_of(f"{key}.on_error", ac.on_error, ON_ERROR_MODES)

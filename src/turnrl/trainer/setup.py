@@ -86,7 +86,8 @@ def check_scorers(cfg: Config, examples: list[Example]) -> None:
     """A data source without a rule scorer fails now, before the models load (a custom function
     scores every source; with a reward model or a judge a source may have no rule, and an agent
     function may return its own reward)."""
-    rule_optional = cfg.reward_model.enable or cfg.reward.judge.enable or cfg.rollout.agent.entrypoint
+    agent = cfg.rollout.agent.entrypoint or cfg.rollout.agent.env
+    rule_optional = cfg.reward_model.enable or cfg.reward.judge.enable or agent
     if not cfg.reward.custom_function.path and not rule_optional:
         table = registered(extra=scorers())
         for source in sorted({e.data_source for e in examples}):
@@ -104,8 +105,8 @@ def build_rollout(
 ) -> Rollout:
     """Stage 3 over `engine`: single-turn, or agent episodes with the configured tools (this starts
     and health-checks their servers; `close()` stops them), or an agent function's episodes through
-    the gateway (`rollout.agent.entrypoint`). `streaming`: see `AgentRollout`."""
-    if cfg.rollout.agent.entrypoint:
+    the gateway (`rollout.agent.entrypoint` or `.env`). `streaming`: see `AgentRollout`."""
+    if cfg.rollout.agent.entrypoint or cfg.rollout.agent.env:
         from turnrl.agent.functions.rollout import FunctionAgentRollout
 
         return FunctionAgentRollout(engine, tokenizer, cfg, pad_id)
@@ -134,7 +135,9 @@ def build_reward(cfg: Config, tokenizer: Any, rollout: Rollout) -> RuleReward:
             timeout_s=cfg.reward.timeout_s,
             scorers=scorers(),  # the built-in tasks' data sources
             judge=judge,
-            agent_on_error=cfg.rollout.agent.on_error if cfg.rollout.agent.entrypoint else None,
+            agent_on_error=cfg.rollout.agent.on_error
+            if cfg.rollout.agent.entrypoint or cfg.rollout.agent.env
+            else None,
         )
     except BaseException:
         if judge is not None:  # a custom function that does not load: no judge child left behind

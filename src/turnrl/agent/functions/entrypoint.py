@@ -67,6 +67,17 @@ def load_agent(entrypoint: str, where: str = "rollout.agent.entrypoint") -> Agen
     return AgentFunction(fn, is_async, entrypoint.strip())
 
 
+def load_env_agent(env: str, where: str = "rollout.agent.env") -> AgentFunction:
+    """An environment as an agent function: `verifiers:<environment>` plays a verifiers env's own
+    rollout against the episode's client (`turnrl.agent.verifiers_env`); it loads the environment
+    now, so a bad one is one line at start-up."""
+    from turnrl.agent.verifiers_env import PREFIX, load_verifiers_agent
+
+    if not env.startswith(PREFIX):
+        raise AgentLoadError(f"{where}: {env!r}: environments are named {PREFIX}<environment>")
+    return AgentFunction(load_verifiers_agent(env.removeprefix(PREFIX)), True, env)
+
+
 def describe_error(err: BaseException, agent: AgentFunction) -> str:
     """`BadRequestError: the gateway answered 400: tools: ... (agent.py:12)`: the type, the message's
     first line (a refusal's own one-line `detail` for an API error), and the line of the agent

@@ -41,7 +41,14 @@ import numpy as np
 
 from turnrl.agent.assemble import assemble_episodes
 from turnrl.agent.episode import Episode
-from turnrl.agent.functions.entrypoint import AgentFunction, Returned, describe_error, load_agent, read_return
+from turnrl.agent.functions.entrypoint import (
+    AgentFunction,
+    Returned,
+    describe_error,
+    load_agent,
+    load_env_agent,
+    read_return,
+)
 from turnrl.agent.gateway.server import Gateway, OpenEpisode
 from turnrl.agent.gateway.trajectory import EpisodeLimits
 from turnrl.batch import Batch
@@ -100,7 +107,7 @@ class FunctionAgentRollout:
     def __init__(self, engine: Any, tokenizer: Any, cfg: Config, pad_id: int) -> None:
         ac = cfg.rollout.agent
         self.cfg, self.ac, self.pad_id = cfg, ac, pad_id
-        self.agent: AgentFunction = load_agent(ac.entrypoint)
+        self.agent: AgentFunction = load_env_agent(ac.env) if ac.env else load_agent(ac.entrypoint)
         self.openai = _openai()
         tok = _with_template(tokenizer, ac.chat_template)
         try:

@@ -18,6 +18,14 @@ SEARCH_SFT = "search_sft"
 CODE_SFT = "code_sft"
 TASK = "task"
 GENERATOR_FLAGS = ("n", "seed", "topk", "retry_fraction", "cache_dir")
+VERIFIERS = "verifiers:"
+
+
+class _Datasets(list):
+    """The dataset names argparse accepts: these, and any `verifiers:<env>` (checked when it loads)."""
+
+    def __contains__(self, name: object) -> bool:
+        return (isinstance(name, str) and name.startswith(VERIFIERS)) or super().__contains__(name)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(train.jsonl). See docs/data.md.",
     )
     p.add_argument(
-        "dataset", choices=[*RECIPES, TASK, SEARCH_SFT, CODE_SFT], help="which converter or generator"
+        "dataset",
+        choices=_Datasets([*RECIPES, TASK, SEARCH_SFT, CODE_SFT, f"{VERIFIERS}ENV"]),
+        help="which converter or generator; verifiers:ENV writes a verifiers environment's tasks",
     )
     p.add_argument(
         "name",
@@ -99,6 +109,10 @@ def run(ns: argparse.Namespace) -> int:
     from turnrl.data.prepare.output import check_out_dir, to_table, write_splits
     from turnrl.data.prepare.sources import file_parts, hub_parts
 
+    if ns.dataset.startswith(VERIFIERS):
+        from turnrl.data.prepare.verifiers import run_verifiers
+
+        return run_verifiers(ns)
     generator_flags = [f"--{k.replace('_', '-')}" for k in GENERATOR_FLAGS if getattr(ns, k) is not None]
     if ns.name is not None and ns.dataset != TASK:
         raise DataError(

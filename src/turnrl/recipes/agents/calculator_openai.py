@@ -1,0 +1,103 @@
+"""The calculator agent written as any OpenAI-API agent would be, and trained by turnrl as it is.
+
+    turnrl train calculator_agent model.path=smollm2-135m-instruct \
+        rollout.agent.entrypoint=examples/agents/calculator_openai.py:run \
+        rollout.agent.chat_template=examples/templates/chatml_tools.jinja
+
+The tool is a function schema; the model calls it in its own tool-call format, the SDK hands back
+`tool_calls`, the result goes back as a `tool` message, and the episode ends when the model answers
+without a call. The reward is the built-in calculator task's rule, on the OpenAI path: 1 for the
+right product in the final answer, 0.5 for a right tool call without it (a GRPO group then differs
+before the model has learned to copy the result), 0 otherwise. Nothing here knows turnrl: the row
+is the task's (`extra_info` holds the two factors and the worked example's product).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import operator
+import re
+from typing import Any
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression exactly, e.g. '4821 * 739'.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string", "description": "+ - * / and parentheses"}},
+                "required": ["expression"],
+            },
+        },
+    }
+]
+SYSTEM = "You multiply with the calculator tool, then give the product alone as the answer."
+MAX_CALLS = 3
+OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def calculate(expression: str) -> str:
+    """+ - * / over numbers, from the syntax tree (no eval); an error is text the model reads."""
+
+    def value(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in OPS:
+            return OPS[type(node.op)](value(node.left), value(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -value(node.operand)
+        raise ValueError("only numbers and + - * /")
+
+    try:
+        result = value(ast.parse(expression, mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError) as err:
+        return f"error: {err}"
+    return str(int(result)) if float(result).is_integer() else str(result)
+
+
+def worked_example(x: int, y: int) -> list[dict[str, Any]]:
+    """One exchange shown in the tool format: a 135M model follows a shown turn far more often
+    than a described one."""
+    call = {"id": "call_0", "type": "function",
+            "function": {"name": "calculator", "arguments": json.dumps({"expression": f"{x} * {y}"})}}  # fmt: skip
+    return [
+        {"role": "user", "content": f"Compute {x} * {y}."},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_0", "content": str(x * y)},
+        {"role": "assistant", "content": str(x * y)},
+    ]
+
+
+def run(client: Any, model: str, row: dict[str, Any]) -> dict[str, float]:
+    info = row["extra_info"]
+    x, y = (int(v) for v in info["example"].split("*"))
+    truth = str(row["ground_truth"])
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        *worked_example(x, y),
+        {"role": "user", "content": f"Compute {info['a']} * {info['b']}."},
+    ]
+    called_right, answer = False, ""
+    for _ in range(MAX_CALLS):
+        reply = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, max_tokens=40)
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            answer = message.content or ""
+            break
+        for call in message.tool_calls:
+            try:
+                expression = str(json.loads(call.function.arguments).get("expression", ""))
+            except (json.JSONDecodeError, AttributeError):
+                expression = ""
+            result = calculate(expression)
+            called_right = called_right or result == truth
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+    numbers = re.findall(r"-?\d+", answer)
+    correct = bool(numbers) and numbers[-1] == truth
+    reward = 1.0 if correct else 0.5 if called_right else 0.0
+    return {"reward": reward, "correct": float(correct), "called_right": float(called_right),
+            "answered": float(bool(answer))}  # fmt: skip
