@@ -83,9 +83,7 @@ def rows_batch(tok: Any, episodes: int) -> Batch:
     )
 
 
-def timed(
-    path: str, rollout: Any, engine: TimedEngine, batch: Batch, tokens: int, budget: int
-) -> dict[str, float]:
+def timed(path: str, rollout: Any, engine: TimedEngine, batch: Batch, budget: int) -> dict[str, float]:
     engine.busy, engine.calls, engine.rows, engine.tokens = 0.0, 0, 0, 0
     start = time.perf_counter()
     _, metrics = rollout.generate(batch, SamplingParams(max_new_tokens=budget, n=1, temperature=1.0))
