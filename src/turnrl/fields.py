@@ -192,6 +192,14 @@ _DECLARED = (
         "reward",
         "why the agent function's episode failed, one line ('' = it did not): scored 0 or stops the run",
     ),
+    _f(
+        "agent_rates",
+        "(B,)",
+        "object dict",
+        "gen",
+        "reward",
+        "the `acc` and `formatted` numbers an agent function returned: validation's accuracy and format rate",
+    ),
     # -- stages 4-6 (group, reward, gen_max) --------------------------------------------------------
     _f(
         "uid",

@@ -57,8 +57,10 @@ def test_calculator_agent_trains_through_turnrl_train(tmp_path):
     for key in ("agent/turns/mean", "agent/calls/mean", "agent/template_drift", "agent/errors/exception"):
         assert key in last, key
     assert last["agent/turns/mean"] >= 1 and last["agent/errors/exception"] == 0
-    assert "agent/fn/called_right" in last and "agent/fn/answered" in last  # the agent's own numbers
+    assert "agent/fn/called_right" in last and "agent/fn/acc" in last  # the agent's own numbers
     assert "actor/pg_loss" in last and "val/test_score/mean" in rows[-1]
+    # the agent's own acc / formatted: validation reports them apart from the reward
+    assert 0 <= rows[-1]["val/accuracy"] <= 1 and 0 <= rows[-1]["val/format_rate"] <= 1
 
 
 def test_failing_agent_stops_the_first_step_in_one_line(tmp_path, cli):

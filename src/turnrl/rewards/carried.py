@@ -6,6 +6,8 @@ back its final messages for the rule scorers to read. The rollout writes, per ro
     agent_reward   the reward it returned (a finite float), or None
     agent_answer   the last assistant message of the messages it returned, or None
     agent_error    why its episode failed, one line naming the agent; '' when it did not
+    agent_rates    the `acc` / `formatted` numbers it returned ({} if none): as a rule scorer's
+                   extras, they become `val/accuracy` and `val/format_rate`, apart from the reward
 
 and the reward stage, per row: an error scores 0 (or stops the run, `rollout.agent.on_error`); a
 reward is the row's score as it is; an answer is the text the row's rule scorer reads instead of
@@ -32,6 +34,7 @@ class CarriedRow:
     reward: float | None
     answer: str | None
     error: str
+    rates: dict[str, float]
 
 
 class Carried:
@@ -41,6 +44,7 @@ class Carried:
         self.rewards = batch["agent_reward"]
         self.answers = batch["agent_answer"]
         self.errors = batch["agent_error"]
+        self.rates = batch["agent_rates"] if "agent_rates" in batch else [{}] * len(batch)
 
     @classmethod
     def of(cls, batch: Batch) -> Carried | None:
@@ -49,7 +53,8 @@ class Carried:
 
     def row(self, i: int) -> CarriedRow:
         reward = self.rewards[i]
-        return CarriedRow(None if reward is None else float(reward), self.answers[i], self.errors[i] or "")
+        reward = None if reward is None else float(reward)
+        return CarriedRow(reward, self.answers[i], self.errors[i] or "", dict(self.rates[i] or {}))
 
     def texts(self, decoded: list[str]) -> list[str]:
         """The text each row's scorers read: the agent's final answer where it gave one."""

@@ -175,7 +175,11 @@ class RuleReward:
         for i, text in enumerate(texts):
             source = batch["data_source"][i]
             if carried is not None and not carried.scored_by_rule(i):
-                self._take_carried(carried.row(i), batch, i, validation, scores)
+                row = carried.row(i)
+                self._take_carried(row, batch, i, validation, scores)
+                if not row.error:  # the agent's own accuracy and format, as a scorer's would be
+                    for k, v in row.rates.items():
+                        extras[k].append(v)
                 continue
             if self.missing_ok and self.custom is None and lookup(source, self.table) is None:
                 scored.append(i)  # no rule: 0 from the rule

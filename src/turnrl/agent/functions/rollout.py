@@ -54,6 +54,7 @@ from turnrl.agent.gateway.trajectory import EpisodeLimits
 from turnrl.batch import Batch
 from turnrl.config.checks import ConfigError
 from turnrl.config.schema import Config
+from turnrl.rewards.scorer import RATE_KEYS
 from turnrl.rollout.base import SamplingParams
 from turnrl.servers.chat.template import ChatTemplate, ChatTemplateError
 from turnrl.tensors import left_pad
@@ -238,6 +239,7 @@ class FunctionAgentRollout:
         errors: list[str] = []
         kinds: Counter[str] = Counter()
         fn_metrics: dict[str, list[float]] = defaultdict(list)
+        rates: list[dict[str, float]] = []
         for episode_id, i in jobs:
             open_episode, outcome = episodes[episode_id], outcomes[episode_id]
             traj = open_episode.trajectory
@@ -254,6 +256,7 @@ class FunctionAgentRollout:
                     "returned without a model call that succeeded (use the client it was given)",
                 )
             returned = outcome.returned if not kind else None
+            rates.append({k: v for k, v in (returned.metrics if returned else {}).items() if k in RATE_KEYS})
             if kind:
                 kinds[kind] += 1
                 errors.append(f"agent {self.agent.name} {error}")
@@ -276,6 +279,7 @@ class FunctionAgentRollout:
         batch["agent_reward"] = np.array(rewards, dtype=object)
         batch["agent_answer"] = np.array(answers, dtype=object)
         batch["agent_error"] = np.array(errors, dtype=object)
+        batch["agent_rates"] = np.array(rates, dtype=object)
         if kinds:
             first = next(e for e in errors if e)
             log.warning(

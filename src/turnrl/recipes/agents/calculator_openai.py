@@ -99,5 +99,7 @@ def run(client: Any, model: str, row: dict[str, Any]) -> dict[str, float]:
     numbers = re.findall(r"-?\d+", answer)
     correct = bool(numbers) and numbers[-1] == truth
     reward = 1.0 if correct else 0.5 if called_right else 0.0
-    return {"reward": reward, "correct": float(correct), "called_right": float(called_right),
-            "answered": float(bool(answer))}  # fmt: skip
+    # `acc` and `formatted` are what validation reports apart from the reward (val/accuracy,
+    # val/format_rate); every number shows in the training metrics as agent/fn/<name>
+    return {"reward": reward, "acc": float(correct), "formatted": float(bool(numbers)),
+            "called_right": float(called_right)}  # fmt: skip
