@@ -49,6 +49,7 @@ from turnrl.agent.functions.entrypoint import (
     load_env_agent,
     read_return,
 )
+from turnrl.agent.gateway.app import create_app
 from turnrl.agent.gateway.server import Gateway, OpenEpisode
 from turnrl.agent.gateway.trajectory import EpisodeLimits
 from turnrl.batch import Batch
@@ -117,6 +118,7 @@ class FunctionAgentRollout:
             raise ConfigError(f"rollout.agent: {err}; set rollout.agent.chat_template") from None
         limits = EpisodeLimits(cfg.data.max_prompt_length, cfg.data.max_response_length, ac.max_calls)
         self.gateway = Gateway(engine, template, limits, ac.max_concurrency)
+        self.gateway.start(create_app(self.gateway))
 
     # -- a step's episodes ----------------------------------------------------------------------
     def generate(self, gen_batch: Batch, params: SamplingParams) -> tuple[Batch, dict[str, float]]:

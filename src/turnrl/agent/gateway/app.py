@@ -22,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import FastAPI, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from turnrl.agent.gateway.server import Gateway, OpenEpisode
 from turnrl.agent.gateway.trajectory import Plan, Refused
 from turnrl.errors import TurnrlInputError
 from turnrl.rollout.base import Generation, SamplingParams
@@ -42,9 +43,6 @@ from turnrl.servers.chat.schema import (
 )
 from turnrl.servers.guard import Guard, detail, finite_json, wait_for_disconnect
 from turnrl.servers.validation import describe_validation_error
-
-if TYPE_CHECKING:
-    from turnrl.agent.gateway.server import Gateway, OpenEpisode
 
 EXAMPLE = '{"model": "policy", "messages": [{"role": "user", "content": "Hello"}]}'
 SAMPLING = ("temperature", "top_p", "top_k", "seed")

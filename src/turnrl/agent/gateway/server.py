@@ -1,7 +1,8 @@
 """The gateway: an OpenAI-compatible chat server in front of the run's rollout engine, in the
 trainer's process, that records every episode's exact trajectory.
 
-    gateway = Gateway(engine, template, limits)              # listening on 127.0.0.1:<random port>
+    gateway = Gateway(engine, template, limits)              # bound to 127.0.0.1:<random port>
+    gateway.start(create_app(gateway))                       # serving (gateway.app: the routes)
     gateway.open(episode_id, params)                         # before the agent's first call
     client = openai.OpenAI(base_url=gateway.base_url(episode_id), api_key=gateway.api_key)
     ...the agent calls client.chat.completions.create(...)...
@@ -23,6 +24,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from turnrl.agent.gateway.engine_runner import EngineRunner
 from turnrl.agent.gateway.trajectory import EpisodeLimits, Trajectory, message_end, renders_tools
@@ -89,10 +91,6 @@ class Gateway:
         max_concurrency: int = 64,
         max_body: int = 32 << 20,
     ) -> None:
-        import uvicorn
-
-        from turnrl.agent.gateway.app import create_app
-
         self.template, self.tokenizer, self.limits = template, template.tokenizer, limits
         self.model_id = MODEL_ID
         self.max_body = max_body
@@ -112,8 +110,16 @@ class Gateway:
         self.runner = EngineRunner(engine, max_concurrency)
         self.sock = bind("127.0.0.1", 0)
         self.url = url_of(self.sock)
+        self.server: Any = None  # uvicorn's, once `start` serves
+        self.thread: threading.Thread | None = None
+
+    def start(self, app: Any) -> Gateway:
+        """Serve `app` (`gateway.app.create_app(self)`: the routes live there, the state here) on
+        the bound socket, from a thread of its own; returns once it answers."""
+        import uvicorn
+
         config = uvicorn.Config(
-            create_app(self),
+            app,
             log_level="warning",
             access_log=False,
             lifespan="off",
@@ -174,8 +180,9 @@ class Gateway:
             self._episodes.clear()
         for episode in episodes:
             episode.close()
-        self.server.should_exit = True
-        if self.thread.is_alive():
-            self.thread.join(timeout=10)
+        if self.server is not None and self.thread is not None:  # started
+            self.server.should_exit = True
+            if self.thread.is_alive():
+                self.thread.join(timeout=10)
         self.runner.close()
         self.sock.close()
