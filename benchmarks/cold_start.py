@@ -128,10 +128,33 @@ def common(a: argparse.Namespace, val_file: Path, seed: int, index: Path | None 
     ]
 
 
+class Stages:
+    """`<out>/stages.json`: the wall seconds of every stage that finished. With `--resume` a finished
+    stage whose output is still there is not run again, so a measurement spread over several sessions
+    (one seed each) adds up to one table."""
+
+    def __init__(self, out: Path, resume: bool) -> None:
+        self.path = out / "stages.json"
+        self.done: dict[str, float] = (
+            json.loads(self.path.read_text()) if resume and self.path.exists() else {}
+        )
+
+    def run(self, key: str, output: Path, args: list[str], log: Path) -> float:
+        if key in self.done and output.exists():
+            print(f"  {key}: reused ({self.done[key]:.0f} s)", flush=True)
+            return self.done[key]
+        self.done[key] = cli(args, log)
+        self.path.write_text(json.dumps(self.done, indent=1) + "\n")
+        return self.done[key]
+
+
+STAGES: Stages  # set in main()
+
+
 def evaluate(a: argparse.Namespace, model: str, out: Path, val_file: Path, seed: int, index: Path | None = None) -> tuple[list[dict[str, Any]], float]:  # fmt: skip
     """`turnrl eval`, greedy only: (its samples, wall seconds of the process)."""
     args = ["eval", *common(a, val_file, seed, index), f"model.path={model}", "eval.n=0", "--out", str(out)]
-    wall = cli(args, out.with_suffix(".log"))
+    wall = STAGES.run(out.name, out / "samples.jsonl", args, out.with_suffix(".log"))
     samples = [s for s in read_jsonl(out / "samples.jsonl") if s["pass"] == "greedy"]
     return samples, wall
 
@@ -156,7 +179,7 @@ def rl(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path, seed: i
         "trainer.logger=[jsonl]",
         f"trainer.default_local_dir={run_dir}",
     ]
-    wall = cli(args, run_dir.with_suffix(".log"))
+    wall = STAGES.run(run_dir.name, run_dir / "metrics.jsonl", args, run_dir.with_suffix(".log"))
     metrics = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "val/test_score/mean" in r][-1]
     last = max((run_dir / "val_samples").glob("step_*.jsonl"), key=lambda p: int(p.stem.split("_")[1]))
     return read_jsonl(last), float(metrics.get("timing_s/validate", 0.0)), wall
@@ -165,13 +188,15 @@ def rl(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path, seed: i
 def sft(a: argparse.Namespace, out: Path, seed: int) -> tuple[Path, float]:
     """Demonstrations and `turnrl sft` on them: (the model directory, wall seconds)."""
     demos = out / f"demos_s{seed}"
-    data_s = cli(
+    data_s = STAGES.run(
+        demos.name, demos / "train.jsonl",
         ["data", "search_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(seed),
          "--topk", str(a.topk), "--retry-fraction", str(a.retry_fraction)],
         out / f"demos_s{seed}.log",
     )  # fmt: skip
     sft_dir = out / f"sft_s{seed}"
-    sft_s = cli(
+    sft_s = STAGES.run(
+        sft_dir.name, sft_dir / "model",
         ["sft", f"model.path={a.model}", f"data.train_files=[{demos / 'train.jsonl'}]",
          "data.max_obs_length=500",  # the search_agent recipe's rollout.multi_turn.max_obs_length
          f"trainer.total_epochs={a.sft_epochs}", f"trainer.train_batch_size={a.sft_batch}",
@@ -187,7 +212,7 @@ def task_files(out: Path, name: str, k: int, facts_seed: int | None = None) -> t
     and its corpus), the first `k` (0: all) as a file; and every validation row by index."""
     task = out / name
     extra = ["--arg", f"facts_seed={facts_seed}"] if facts_seed is not None else []
-    cli(["data", "task", "search", "--out", str(task), *extra], out / f"{name}.log")
+    cli(["data", "task", "search", "--out", str(task), "--overwrite", *extra], out / f"{name}.log")
     lines = (task / "val.jsonl").read_text().splitlines(keepends=True)
     path = out / f"{name}_val.jsonl"
     path.write_text("".join(lines[:k] if k else lines))
@@ -268,6 +293,10 @@ def main() -> None:
     )  # fmt: skip
     ap.add_argument("--no-report", action="store_true", help="skip `turnrl report` of each run")
     ap.add_argument(
+        "--resume", action="store_true",
+        help="--out may hold an earlier run: stages it finished (stages.json) are reused, e.g. to add seeds",
+    )  # fmt: skip
+    ap.add_argument(
         "--tiny",
         action="store_true",
         help="smoke-run sizes: " + ", ".join(f"{k}={v}" for k, v in TINY.items()),
@@ -277,9 +306,11 @@ def main() -> None:
         for key, value in TINY.items():
             setattr(a, key, value)
     out = Path(a.out or f"runs/cold_start-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
-    if out.exists() and any(out.iterdir()):
-        sys.exit(f"--out {out} is not empty")
+    if out.exists() and any(out.iterdir()) and not a.resume:
+        sys.exit(f"--out {out} is not empty (--resume reuses the stages it finished)")
     out.mkdir(parents=True, exist_ok=True)
+    global STAGES
+    STAGES = Stages(out, a.resume)
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; model {a.model}; out {out}"
     )
