@@ -53,7 +53,7 @@ _DECLARED = (
         "(B, T)",
         "long",
         "load_batch gen",
-        "gen_batch gen old_log_prob ref values update_actor update_critic reward",
+        "gen_batch gen old_log_prob ref teacher values update_actor update_critic reward",
         "token ids: the left-padded prompt, then prompt + response",
     ),
     _f(
@@ -61,7 +61,7 @@ _DECLARED = (
         "(B, T)",
         "long",
         "load_batch gen",
-        "gen old_log_prob ref values update_actor update_critic metrics",
+        "gen old_log_prob ref teacher values update_actor update_critic metrics",
         "1 on real tokens, 0 on padding",
     ),
     _f(
@@ -69,7 +69,7 @@ _DECLARED = (
         "(B, T)",
         "long",
         "load_batch gen",
-        "old_log_prob ref values update_actor update_critic",
+        "old_log_prob ref teacher values update_actor update_critic",
         "positions counted over the attended tokens only",
     ),
     _f(
@@ -127,7 +127,7 @@ _DECLARED = (
         "(B, T_resp)",
         "float32",
         "gen",
-        "reward old_log_prob ref values kl_in_reward adv update_actor update_critic metrics",
+        "reward old_log_prob ref teacher values kl_in_reward adv update_actor update_critic metrics",
         "1 on model-sampled tokens: what the losses average over",
     ),
     _f(
@@ -241,8 +241,8 @@ _DECLARED = (
         "(B, T_resp)",
         "float32",
         "old_log_prob",
-        "kl_in_reward update_actor inspector",
-        "log p(token) under the step-start policy: the PPO ratio's denominator",
+        "kl_in_reward adv update_actor inspector",
+        "log p(token) under the step-start policy: the PPO ratio's denominator (opd: the student's)",
     ),
     _f(
         "rollout_is_weights",
@@ -267,6 +267,14 @@ _DECLARED = (
         "ref",
         "kl_in_reward update_actor",
         "log p(token) under the reference (start) policy",
+    ),
+    _f(
+        "teacher_log_prob",
+        "(B, T_resp)",
+        "float32",
+        "teacher",
+        "adv metrics",
+        "log p(token) under the distillation teacher (`teacher.model.path`) at the rollout temperature",
     ),
     _f(
         "values",

@@ -47,6 +47,18 @@ CASES = {
         "actor.clip_ratio_high": 0.28,
         "actor.loss_agg_mode": "seq-mean-token-mean",
     },
+    # the newer policy losses (tests/unit/test_policy_loss_modes.py has their math); ratios large enough
+    # for Clip-Cov / KL-Cov to act on a 4-response micro-batch
+    "cispo": {"actor.policy_loss_mode": "cispo", "actor.clip_ratio_low": 1.0, "actor.clip_ratio_high": 0.28},
+    "sapo": {"actor.policy_loss_mode": "sapo", "actor.entropy_coeff": 0.01},
+    "gmpo": {
+        "actor.policy_loss_mode": "gmpo",
+        "actor.clip_ratio_low": 0.4,
+        "actor.clip_ratio_high": 0.4,
+        "actor.loss_agg_mode": "seq-mean-token-mean",
+    },
+    "clip_cov": {"actor.policy_loss_mode": "clip_cov", "actor.clip_cov_ratio": 0.2, "actor.clip_cov_lb": 0.0},
+    "kl_cov": {"actor.policy_loss_mode": "kl_cov", "actor.kl_cov_ratio": 0.2},
     "dapo": {
         "algorithm.filter_groups.enable": True,
         "algorithm.filter_groups.max_num_gen_batches": 3,
@@ -92,6 +104,8 @@ def test_two_steps(tmp_path, name):
         assert "actor/pg_loss" not in steps[0]  # critic warm-up held the actor back at step 1
     if name in ("gspo_kl_loss", "reinforce_plus_plus"):
         assert "actor/kl_loss" in last and "actor/kl_coef" in last
+    if name in ("clip_cov", "kl_cov"):
+        assert last["actor/pg_covfrac"] > 0.0
     if name == "dapo":
         assert "batch/num_gen_batches" in last and "batch/dropped_groups" in last
     if name == "reward_model":

@@ -9,6 +9,10 @@ Outcome estimators (``grpo``, ``rloo``, ``reinforce_plus_plus_baseline``, ``rema
 response to one score, the sum of its ``token_level_rewards`` over the whole response (the reward lands on
 the last model token), and broadcast one advantage to every model token of that response. They return
 ``returns == advantages`` except ReMax, whose returns are the raw score; a critic never reads them.
+
+On-policy distillation (``opd``) reads no reward: its per-token advantage is the teacher's log-prob of the
+token the student sampled minus the student's own, and ``algorithm.distill_coef`` adds that term to any
+other estimator's advantages.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from turnrl.algorithms.core import check_same_shape, masked_fill_zero, masked_whiten
+from turnrl.algorithms.core import check_same_shape, masked_fill_zero, masked_mean, masked_whiten
 from turnrl.algorithms.groups import group_stats
 
 ADV_ESTIMATORS: tuple[str, ...] = (
@@ -27,6 +31,7 @@ ADV_ESTIMATORS: tuple[str, ...] = (
     "reinforce_plus_plus",
     "reinforce_plus_plus_baseline",
     "remax",
+    "opd",
 )
 
 
@@ -201,6 +206,52 @@ def remax_advantage(
     return advantages, returns
 
 
+def opd_advantage(
+    student_log_prob: Tensor, teacher_log_prob: Tensor, response_mask: Tensor
+) -> tuple[Tensor, Tensor]:
+    """On-policy distillation (Agarwal et al. 2024, GKD; Lu & Thinking Machines Lab 2025): the per-token
+    negative reverse KL, ``A_t = -(log p_student(y_t) - log p_teacher(y_t))`` on the student's own sampled
+    tokens, exactly 0 where ``response_mask`` is 0 (observation tokens, padding). Each token is its own
+    one-step return: no discounting, no whitening, no baseline. Returns are the advantages.
+
+    ``student_log_prob`` is the sampling policy's log-prob (the batch's ``old_log_probs``). A token the
+    teacher finds likelier than the student does gets a positive advantage; a token the teacher would not
+    have written, a negative one. Detached: the gradient flows through the policy loss's ratio only.
+    """
+    check_same_shape(
+        {
+            "student_log_prob": student_log_prob,
+            "teacher_log_prob": teacher_log_prob,
+            "response_mask": response_mask,
+        },
+        "opd_advantage",
+    )
+    with torch.no_grad():
+        advantages = masked_fill_zero(teacher_log_prob.detach() - student_log_prob.detach(), response_mask)
+    return advantages, advantages.clone()
+
+
+def distill_metrics(
+    student_log_prob: Tensor, teacher_log_prob: Tensor, response_mask: Tensor
+) -> dict[str, float]:
+    """`distill/reverse_kl/mean` (the mean over model tokens of log p_student - log p_teacher, the
+    single-sample estimate of KL(student || teacher) per token) and `distill/reverse_kl/max` (its largest
+    token); both 0.0 when no token has mask 1."""
+    check_same_shape(
+        {
+            "student_log_prob": student_log_prob,
+            "teacher_log_prob": teacher_log_prob,
+            "response_mask": response_mask,
+        },
+        "distill_metrics",
+    )
+    with torch.no_grad():
+        gap = (student_log_prob - teacher_log_prob).double()
+        mask = response_mask != 0
+        top = gap[mask].max().item() if mask.any() else 0.0
+        return {"distill/reverse_kl/mean": masked_mean(gap, mask).item(), "distill/reverse_kl/max": top}
+
+
 def compute_advantage(
     estimator: str,
     *,
@@ -213,12 +264,58 @@ def compute_advantage(
     lam: float = 1.0,
     norm_adv_by_std_in_grpo: bool = True,
     epsilon: float = 1e-6,
+    old_log_probs: Tensor | None = None,
+    teacher_log_prob: Tensor | None = None,
+    distill_coef: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     """Dispatch to the estimator named by ``algorithm.adv_estimator``; see each function for the maths.
 
     ``gae``, ``reinforce_plus_plus`` and ``reinforce_plus_plus_baseline`` whiten their advantages over the
-    valid tokens of the whole batch; ``grpo``, ``rloo`` and ``remax`` do not (GRPO normalises per group).
+    valid tokens of the whole batch; ``grpo``, ``rloo``, ``remax`` and ``opd`` do not (GRPO normalises per
+    group). ``opd`` reads ``old_log_probs`` (the student's) and ``teacher_log_prob``, not the rewards. With
+    another estimator, ``distill_coef`` > 0 then adds ``distill_coef`` times opd's advantage to its
+    advantages (after its own whitening); its returns, a critic's targets, stay the task's.
     """
+    distill = estimator == "opd" or distill_coef > 0
+    if distill and (old_log_probs is None or teacher_log_prob is None):
+        what = f"compute_advantage({estimator!r})" if estimator == "opd" else f"distill_coef={distill_coef}"
+        raise ValueError(
+            f"{what}: on-policy distillation needs old_log_probs (the student's) and teacher_log_prob "
+            "(the teacher's log-probs: set teacher.model.path)"
+        )
+    if estimator == "opd":
+        return opd_advantage(old_log_probs, teacher_log_prob, response_mask)  # type: ignore[arg-type]
+    advantages, returns = _task_advantage(
+        estimator,
+        token_level_rewards,
+        response_mask,
+        index,
+        values,
+        reward_baselines,
+        gamma,
+        lam,
+        norm_adv_by_std_in_grpo,
+        epsilon,
+    )
+    if distill_coef > 0:
+        term, _ = opd_advantage(old_log_probs, teacher_log_prob, response_mask)  # type: ignore[arg-type]
+        advantages = advantages + distill_coef * term.to(advantages.dtype)
+    return advantages, returns
+
+
+def _task_advantage(
+    estimator: str,
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    index: np.ndarray | None,
+    values: Tensor | None,
+    reward_baselines: Tensor | None,
+    gamma: float,
+    lam: float,
+    norm_adv_by_std_in_grpo: bool,
+    epsilon: float,
+) -> tuple[Tensor, Tensor]:
+    """The reward-based estimators of ``compute_advantage``."""
     if estimator == "gae":
         if values is None:
             raise ValueError("compute_advantage('gae'): values (the critic's predictions) are required")

@@ -41,6 +41,7 @@ from turnrl.config.schema import (
     RewardConfig,
     RewardModelConfig,
     RolloutCorrectionConfig,
+    TeacherConfig,
     TrainerConfig,
 )
 from turnrl.config.supervised_schema import SFTDataConfig, SupervisedDataConfig, SupervisedTrainerConfig
@@ -116,7 +117,11 @@ RANGES: dict[type, dict[str, Rule]] = {
         "memory_limit_mb": Rule(">= 1 or -1", "-1 = the server's default"),
         "workers": Rule(">= 0", "0 = one per CPU core"),
     },
-    AlgorithmConfig: {"gamma": Rule("in [0, 1]"), "lam": Rule("in [0, 1]")},
+    AlgorithmConfig: {
+        "gamma": Rule("in [0, 1]"),
+        "lam": Rule("in [0, 1]"),
+        "distill_coef": Rule(">= 0", "0 = off"),
+    },
     KLControlConfig: {"kl_coef": AT_LEAST_0, "target_kl": POSITIVE, "horizon": AT_LEAST_1},
     FilterGroupsConfig: {"max_num_gen_batches": AT_LEAST_1},
     RolloutCorrectionConfig: {"tis_cap": POSITIVE, "mis_low": AT_LEAST_0, "mis_high": POSITIVE},
@@ -136,6 +141,13 @@ RANGES: dict[type, dict[str, Rule]] = {
         "clip_ratio_high": AT_LEAST_0,
         "clip_ratio_c": Rule("> 1", "dual-clip"),
         "entropy_coeff": Rule("finite"),  # negative: an entropy penalty
+        "sapo_tau_pos": POSITIVE,
+        "sapo_tau_neg": POSITIVE,
+        "clip_cov_ratio": Rule("in [0, 1]", "0 = detach nothing"),
+        "clip_cov_lb": AT_LEAST_0,  # <= clip_cov_ub (_check_algorithm)
+        "clip_cov_ub": AT_LEAST_0,
+        "kl_cov_ratio": Rule("in [0, 1]", "0 = penalise nothing"),
+        "kl_cov_coef": AT_LEAST_0,
         "kl_loss_coef": AT_LEAST_0,
         "logprob_chunk_size": AT_LEAST_1,
         "ppo_max_token_len_per_gpu": AT_LEAST_1,
@@ -150,6 +162,11 @@ RANGES: dict[type, dict[str, Rule]] = {
         "cliprange_value": Rule(">= 0", "0 = no clipping"),
     },
     RefConfig: {
+        "log_prob_micro_batch_size": AT_LEAST_1,
+        "logprob_chunk_size": AT_LEAST_1,
+        "log_prob_max_token_len_per_gpu": AT_LEAST_1,
+    },
+    TeacherConfig: {
         "log_prob_micro_batch_size": AT_LEAST_1,
         "logprob_chunk_size": AT_LEAST_1,
         "log_prob_max_token_len_per_gpu": AT_LEAST_1,
@@ -419,13 +436,17 @@ def _check_token_budgets(cfg: Config) -> None:
     """A dynamic micro-batch holds at least one whole sequence: a budget below the longest
     possible prompt + response could not run that row at all."""
     longest = cfg.data.max_prompt_length + cfg.data.max_response_length
-    a, ref, c = cfg.actor, cfg.ref, cfg.critic
+    a, ref, c, teacher = cfg.actor, cfg.ref, cfg.critic, cfg.teacher
     budgets = {
         "actor.ppo_max_token_len_per_gpu": (a.use_dynamic_bsz, a.ppo_max_token_len_per_gpu),
         "actor.log_prob_max_token_len_per_gpu": (a.use_dynamic_bsz, a.log_prob_max_token_len_per_gpu),
         "ref.log_prob_max_token_len_per_gpu": (
             ref.log_prob_use_dynamic_bsz,
             ref.log_prob_max_token_len_per_gpu,
+        ),
+        "teacher.log_prob_max_token_len_per_gpu": (
+            teacher.log_prob_use_dynamic_bsz and bool(teacher.model.path),
+            teacher.log_prob_max_token_len_per_gpu,
         ),
         "critic.ppo_max_token_len_per_gpu": (c.use_dynamic_bsz, c.ppo_max_token_len_per_gpu),
         "critic.forward_max_token_len_per_gpu": (c.use_dynamic_bsz, c.forward_max_token_len_per_gpu),
@@ -453,6 +474,17 @@ def _check_algorithm(cfg: Config) -> None:
     _one_of("actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
     _one_of("critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
     _one_of("actor.policy_loss_mode", actor.policy_loss_mode, POLICY_LOSS_MODES)
+    if actor.policy_loss_mode == "clip_cov" and actor.clip_cov_lb > actor.clip_cov_ub:
+        raise ConfigError(
+            f"'actor.clip_cov_lb'={actor.clip_cov_lb} is above 'actor.clip_cov_ub'={actor.clip_cov_ub}: "
+            "no token could be detached; lower clip_cov_lb or raise clip_cov_ub"
+        )
+    low, mode = actor.clip_ratio_low, actor.policy_loss_mode
+    if low >= 1.0 and not (mode == "gmpo" or (mode == "cispo" and low == 1.0)):
+        raise ConfigError(
+            f"'actor.clip_ratio_low'={low} leaves no ratio above the lower bound 1 - clip_ratio_low; "
+            "it must be < 1 (1 only for cispo: no lower bound; gmpo reads it in log space)"
+        )
     _one_of("algorithm.kl_penalty", alg.kl_penalty, KL_ESTIMATORS)
     _one_of("actor.kl_loss_type", actor.kl_loss_type, KL_ESTIMATORS)
     _one_of("algorithm.kl_ctrl.type", alg.kl_ctrl.type, KL_CONTROLLERS)
@@ -468,6 +500,7 @@ def _check_algorithm(cfg: Config) -> None:
     ]
     if needs_ref and not cfg.ref.enable:
         raise ConfigError(f"'{needs_ref[0]}=true' needs the reference policy: set ref.enable=true")
+    _check_distillation(cfg)
     if cfg.reward_model.enable and not cfg.reward_model.model.path:
         raise ConfigError("'reward_model.enable=true' needs 'reward_model.model.path'")
     if cfg.critic.enable and cfg.data.train_batch_size % cfg.critic.ppo_mini_batch_size:
@@ -482,6 +515,28 @@ def _check_algorithm(cfg: Config) -> None:
     if ob.enable and not 0 < ob.len < cfg.data.max_response_length:
         raise ConfigError(
             f"'reward.overlong_buffer.len' must be in (0, data.max_response_length), got {ob.len}"
+        )
+
+
+def _check_distillation(cfg: Config) -> None:
+    """On-policy distillation needs a teacher, and a teacher needs a use: loading a model nothing
+    reads costs memory and a forward pass per step, so it is refused rather than ignored."""
+    alg, teacher = cfg.algorithm, cfg.teacher.model.path
+    opd = alg.adv_estimator == "opd"
+    if opd and alg.distill_coef > 0:
+        raise ConfigError(
+            f"'algorithm.distill_coef'={alg.distill_coef} adds the distillation term to another estimator's "
+            "advantages; with algorithm.adv_estimator=opd it is the advantage already: set distill_coef=0"
+        )
+    if not teacher and (opd or alg.distill_coef > 0):
+        use = "algorithm.adv_estimator=opd" if opd else f"algorithm.distill_coef={alg.distill_coef}"
+        raise ConfigError(
+            f"'{use}' distills from a teacher: set teacher.model.path (a model with the policy's tokenizer)"
+        )
+    if teacher and not opd and alg.distill_coef == 0:
+        raise ConfigError(
+            f"'teacher.model.path'={teacher} is set but nothing uses the teacher: set algorithm.adv_estimator=opd "
+            "or algorithm.distill_coef > 0, or leave teacher.model.path empty"
         )
 
 

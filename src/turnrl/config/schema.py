@@ -109,7 +109,9 @@ class RolloutCorrectionConfig:
 @dataclass
 class AlgorithmConfig:
     adv_estimator: str = "grpo"
-    """Advantage estimator: gae, grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax."""
+    """Advantage estimator: gae, grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, or
+    opd (on-policy distillation: the per-token reverse KL to `teacher.model.path`; the task reward is
+    then computed and logged but not used for the advantage)."""
     norm_adv_by_std_in_grpo: bool = True
     """Divide GRPO advantages by the group std; false gives Dr. GRPO."""
     gamma: float = 1.0
@@ -126,6 +128,9 @@ class AlgorithmConfig:
     """DAPO dynamic sampling."""
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     """Off-policy correction between the rollout engine and the trainer (TIS / MIS / bypass)."""
+    distill_coef: float = 0.0
+    """On-policy distillation as a bonus to another estimator: c > 0 adds c * (log p_teacher - log p_student)
+    per model token to its advantages (needs `teacher.model.path`); 0 = off. Not with `adv_estimator=opd`."""
 
 
 @dataclass
@@ -167,7 +172,30 @@ class ActorConfig:
     entropy_coeff: float = 0.0
     """Entropy bonus coefficient."""
     policy_loss_mode: str = "vanilla"
-    """`vanilla` (token-level PPO ratio) or `gspo` (sequence-level ratio, Zheng et al. 2025)."""
+    """`vanilla` (token-level PPO ratio; clip-higher, DAPO, Yu et al. 2025; dual clip, Ye et al. 2020),
+    `gspo` (sequence-level ratio, Zheng et al. 2025, arXiv 2507.18071), `cispo` (clipped detached IS
+    weight on log pi, MiniMax 2025, arXiv 2506.13585), `sapo` (soft sigmoid gate, Gao et al. 2025, arXiv
+    2511.20347), `gmpo` (geometric mean of token ratios, Zhao et al. 2025, arXiv 2507.20673; reads the
+    clip ratios in log space, the paper uses 0.4), `clip_cov` or `kl_cov` (PPO clip plus covariance-based
+    entropy control, Cui et al. 2025, arXiv 2505.22617). Formulas: docs/algorithms.md."""
+    sapo_tau_pos: float = 1.0
+    """`sapo`: gate temperature for tokens with advantage > 0 (the paper's 1.0)."""
+    sapo_tau_neg: float = 1.05
+    """`sapo`: gate temperature for tokens with advantage <= 0 (the paper's 1.05; larger = the gradient
+    fades faster off-policy)."""
+    clip_cov_ratio: float = 2e-4
+    """`clip_cov`: fraction of a micro-batch's model tokens whose gradient is detached, drawn at random
+    among those with clip_cov_lb <= covariance <= clip_cov_ub (the paper's 2e-4)."""
+    clip_cov_lb: float = 1.0
+    """`clip_cov`: lower bound of the centred covariance (log pi - mean) * (A - mean) of a token that may
+    be detached (the paper's 1.0)."""
+    clip_cov_ub: float = 5.0
+    """`clip_cov`: upper bound of that covariance (the paper's 5.0); must be >= clip_cov_lb."""
+    kl_cov_ratio: float = 2e-3
+    """`kl_cov`: fraction of a micro-batch's model tokens, those of largest covariance, that get the
+    |log r| penalty instead of the clip (the paper's 2e-3 for 7B models; 2e-4 for 32B)."""
+    kl_cov_coef: float = 1.0
+    """`kl_cov`: weight of the |log r| penalty on those tokens (the paper's 1.0)."""
     use_kl_loss: bool = False
     """Add kl_loss_coef * KL(policy || reference) to the actor loss (GRPO's form; needs the reference)."""
     kl_loss_coef: float = 0.001
@@ -232,6 +260,27 @@ class RefConfig:
     """Reference passes by a token budget instead of a row count (as `actor.use_dynamic_bsz`)."""
     log_prob_max_token_len_per_gpu: int = 16384
     """With `log_prob_use_dynamic_bsz`: padded tokens per reference pass on one rank."""
+
+
+@dataclass
+class TeacherModelConfig:
+    path: str = ""
+    """The teacher for on-policy distillation, in any form `model.path` takes; empty = no teacher. It must
+    share the policy's tokenizer (same vocabulary, EOS and pad ids): it scores the policy's token ids."""
+
+
+@dataclass
+class TeacherConfig:
+    model: TeacherModelConfig = field(default_factory=TeacherModelConfig)
+    """The teacher model (loaded frozen, in `model.dtype`, sharded like the reference on N ranks)."""
+    log_prob_micro_batch_size: int = 32
+    """Responses per teacher forward pass."""
+    logprob_chunk_size: int = 1024
+    """Tokens per chunk when turning hidden states into log-probs (bounds the vocab-sized buffer)."""
+    log_prob_use_dynamic_bsz: bool = False
+    """Teacher passes by a token budget instead of a row count (as `actor.use_dynamic_bsz`)."""
+    log_prob_max_token_len_per_gpu: int = 16384
+    """With `log_prob_use_dynamic_bsz`: padded tokens per teacher pass on one rank."""
 
 
 @dataclass
@@ -453,6 +502,8 @@ class Config:
     actor: ActorConfig = field(default_factory=ActorConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     ref: RefConfig = field(default_factory=RefConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    """On-policy distillation's teacher (`algorithm.adv_estimator=opd` or `algorithm.distill_coef`)."""
     reward: RewardConfig = field(default_factory=RewardConfig)
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)

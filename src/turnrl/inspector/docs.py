@@ -77,6 +77,13 @@ STAGE_DOCS: dict[str, StageDoc] = {
         "The frozen starting policy scores the same tokens (`ref_log_prob`). "
         "The KL between policy and reference keeps the update from drifting far from where it started.",
     ),
+    "teacher": StageDoc(
+        "Teacher log-probs (on-policy distillation)",
+        "the merged batch",
+        "A stronger model with the same tokenizer scores the tokens the student itself sampled "
+        "(`teacher_log_prob`). Where the teacher finds a token likelier than the student did, the "
+        "token's advantage is positive: the student learns from its own mistakes, token by token.",
+    ),
     "values": StageDoc(
         "Critic values",
         "the merged batch",
@@ -140,6 +147,7 @@ FOCUS: dict[str, tuple[str, ...]] = {
     "reward": ("token_level_scores",),
     "old_log_prob": ("old_log_probs",),
     "ref": ("ref_log_prob",),
+    "teacher": ("teacher_log_prob",),
     "values": ("values",),
     "kl_in_reward": ("kl", "token_level_rewards"),
     "adv": ("advantages",),

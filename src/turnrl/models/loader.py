@@ -160,6 +160,27 @@ def load_tokenizer(path: str, cache_dir: str = "") -> Any:
     return tok
 
 
+def tokenizer_difference(a: Any, b: Any, a_name: str = "the first", b_name: str = "the second") -> str | None:
+    """Why token ids of tokenizer `a` would not mean the same to a model of tokenizer `b`: the first
+    token id (lowest) whose token differs or exists in one vocabulary only, else a differing EOS or pad
+    id; None when they agree. `a_name`/`b_name` name them in the answer."""
+    va, vb = a.get_vocab(), b.get_vocab()
+    if va != vb:
+        ia, ib = {i: t for t, i in va.items()}, {i: t for t, i in vb.items()}
+        for i in sorted(set(ia) | set(ib)):
+            ta, tb = ia.get(i), ib.get(i)
+            if ta != tb:
+                shown_a = repr(ta) if ta is not None else "missing"
+                shown_b = repr(tb) if tb is not None else "missing"
+                return f"token id {i} is {shown_a} in {a_name}'s vocabulary and {shown_b} in {b_name}'s"
+        return f"the vocabularies map tokens to ids differently ({len(va)} vs {len(vb)} entries)"
+    for what in ("eos_token_id", "pad_token_id"):
+        ida, idb = getattr(a, what, None), getattr(b, what, None)
+        if ida != idb:
+            return f"{what} is {ida} in {a_name}'s tokenizer and {idb} in {b_name}'s"
+    return None
+
+
 def model_directory(path: str, cache_dir: str = "") -> Path:
     """The local Hugging Face directory any accepted form of a model path names (converting or
     downloading into the cache first when needed)."""

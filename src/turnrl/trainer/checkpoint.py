@@ -2,7 +2,7 @@
 
     <run>/checkpoints/step_<N>/
         trainer_state.json      step, data position, KL coefficient, policy version
-        actor/ reference/ critic/ reward_model/    what each role's `save(dir)` writes
+        actor/ reference/ teacher/ critic/ reward_model/    what each role's `save(dir)` writes
         manifest.json           every other file's size and SHA-256, written last
 
 The directory is written under a temporary name, every file and directory in it is fsynced,

@@ -203,6 +203,9 @@ class Trainer:
         if self.ref:
             with clock("ref", batch):
                 batch.union(self.ref.compute_ref_log_prob(batch))
+        if self.roles.teacher:  # on-policy distillation: the teacher scores the student's own tokens
+            with clock("teacher", batch):
+                batch.union(self.roles.teacher.compute_teacher_log_prob(batch))
         if self.critic:
             with clock("values", batch):
                 batch.union(self.critic.compute_values(batch))
@@ -210,7 +213,7 @@ class Trainer:
             with clock("kl_in_reward", batch):
                 metrics.update(stages.kl_in_reward(batch, self.kl_ctrl, cfg.algorithm.kl_penalty))
         with clock("adv", batch):
-            stages.advantages(batch, cfg)
+            metrics.update(stages.advantages(batch, cfg))
         if self.critic:
             with clock("update_critic"):
                 metrics.update(self.critic.update(batch, step=self.state.global_step))

@@ -59,12 +59,15 @@ def resolve_model_path(path: str, cache_dir: str = "") -> str:
 
 
 def resolve_model_paths(cfg: Config) -> Config:
-    """A copy of `cfg` whose policy and critic paths are loadable (see `resolve_model_path`). The run
-    keeps the paths as given in its own config; its roles build from the copy."""
+    """A copy of `cfg` whose policy, critic and teacher paths are loadable (see `resolve_model_path`).
+    The run keeps the paths as given in its own config; its roles build from the copy."""
     model = dataclasses.replace(cfg.model, path=resolve_model_path(cfg.model.path, cfg.model.cache_dir))
     critic_path = resolve_model_path(cfg.critic.model.path, cfg.model.cache_dir)
     critic = dataclasses.replace(cfg.critic, model=dataclasses.replace(cfg.critic.model, path=critic_path))
-    return dataclasses.replace(cfg, model=model, critic=critic)
+    teacher_path = resolve_model_path(cfg.teacher.model.path, cfg.model.cache_dir)
+    teacher_model = dataclasses.replace(cfg.teacher.model, path=teacher_path)
+    teacher = dataclasses.replace(cfg.teacher, model=teacher_model)
+    return dataclasses.replace(cfg, model=model, critic=critic, teacher=teacher)
 
 
 def exported(run_dir: Path, step: int, root: Path) -> Path:

@@ -13,7 +13,7 @@ import torch
 
 from turnrl.config import Config, ConfigError
 from turnrl.data.dataset import DataError, Example, load_examples
-from turnrl.models.loader import cache_root, load_tokenizer
+from turnrl.models.loader import ModelError, cache_root, load_tokenizer, tokenizer_difference
 from turnrl.rewards.judge import Judge
 from turnrl.rewards.registry import registered, resolve
 from turnrl.rewards.scorer import RuleReward
@@ -27,9 +27,17 @@ from turnrl.trainer.run_dirs import resolve_model_path, resolve_model_paths
 from turnrl.workers.actor import Actor
 from turnrl.workers.critic import Critic
 from turnrl.workers.group import Group, LocalGroup, WorkerGroup
-from turnrl.workers.handles import ActorHandle, CriticHandle, ReferenceHandle, RewardModelHandle, RoleHandle
+from turnrl.workers.handles import (
+    ActorHandle,
+    CriticHandle,
+    ReferenceHandle,
+    RewardModelHandle,
+    RoleHandle,
+    TeacherHandle,
+)
 from turnrl.workers.reference import Reference
 from turnrl.workers.reward_model import RewardModel
+from turnrl.workers.teacher import Teacher
 
 
 def pick_device(name: str) -> torch.device:
@@ -76,10 +84,27 @@ def build_data(cfg: Config) -> Data:
             raise DataError(f"data file not found: {f}")
     # a training run as `model.path` is exported (once) here, before any model loads
     tokenizer = load_tokenizer(resolve_model_path(cfg.model.path, cfg.model.cache_dir), cfg.model.cache_dir)
+    check_teacher_tokenizer(cfg, tokenizer)
     train = load_examples(cfg.data.train_files, tokenizer, cfg.data.max_prompt_length, cfg.data.prompt_key)
     val = load_examples(cfg.data.val_files, tokenizer, cfg.data.max_prompt_length, cfg.data.prompt_key)
     check_scorers(cfg, train + val)
     return Data(tokenizer, train, val)
+
+
+def check_teacher_tokenizer(cfg: Config, tokenizer: Any) -> None:
+    """On-policy distillation's teacher scores the policy's token ids, so it must read them as the same
+    text: the same vocabulary, EOS and pad ids. Checked on the tokenizers alone, before any model loads
+    (a training run as `teacher.model.path` is exported here, once, like the policy's)."""
+    path = cfg.teacher.model.path
+    if not path:
+        return
+    teacher = load_tokenizer(resolve_model_path(path, cfg.model.cache_dir), cfg.model.cache_dir)
+    why = tokenizer_difference(tokenizer, teacher, "the policy", "the teacher")
+    if why:
+        raise ModelError(
+            f"teacher.model.path '{path}' does not share the tokenizer of model.path '{cfg.model.path}': {why}; "
+            "the teacher scores the policy's token ids, so both models need one tokenizer"
+        )
 
 
 def check_scorers(cfg: Config, examples: list[Example]) -> None:
@@ -156,6 +181,8 @@ class Roles:
     reward_model: RewardModelHandle | None
     pool: Any = None
     """The Ray pool the groups run in (None in one process)."""
+    teacher: TeacherHandle | None = None
+    """On-policy distillation's teacher (`teacher.model.path`), in a group of its own."""
 
     def owned(self) -> dict[str, WorkerGroup]:
         """Roles that keep state of their own, by checkpoint sub-directory."""
@@ -165,6 +192,7 @@ class Roles:
         out: dict[str, RoleHandle | None] = {
             "actor": self.actor,
             "reference": self.ref,
+            "teacher": self.teacher,
             "critic": self.critic,
             "reward_model": self.reward_model,
         }
@@ -204,6 +232,11 @@ def build_roles(cfg: Config, tokenizer: Any, run_dir: Path | None = None) -> Rol
     }
     if (cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and not lora:
         factories["reference"] = partial(Reference, cfg.ref, model_cfg, cfg.rollout)
+    if cfg.teacher.model.path:  # another model in the policy's dtype; it never trains nor backpropagates
+        teacher_model = dataclasses.replace(
+            model_cfg, path=cfg.teacher.model.path, lora_rank=0, gradient_checkpointing=False
+        )
+        factories["teacher"] = partial(Teacher, cfg.teacher, teacher_model, cfg.rollout)
     if cfg.critic.enable:
         factories["critic"] = partial(Critic, cfg.critic, model_cfg, cfg.rollout)
     if cfg.reward_model.enable:
@@ -234,13 +267,14 @@ def build_roles(cfg: Config, tokenizer: Any, run_dir: Path | None = None) -> Rol
             raise
     needs_ref = cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
     ref = ReferenceHandle(groups["actor"] if lora else groups["reference"]) if needs_ref else None
-    critic, rm = groups.get("critic"), groups.get("reward_model")
+    critic, rm, teacher = groups.get("critic"), groups.get("reward_model"), groups.get("teacher")
     return Roles(
         ActorHandle(groups["actor"]),
         ref,
         CriticHandle(critic) if critic is not None else None,
         RewardModelHandle(rm) if rm is not None else None,
         pool,
+        TeacherHandle(teacher) if teacher is not None else None,
     )
 
 

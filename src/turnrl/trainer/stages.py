@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import torch
 
-from turnrl.algorithms.advantages import compute_advantage
+from turnrl.algorithms.advantages import compute_advantage, distill_metrics
 from turnrl.algorithms.rollout_corr import bypass_choice, rollout_correction
 from turnrl.batch import Batch
 from turnrl.config.schema import Config, RolloutCorrectionConfig
@@ -34,6 +34,7 @@ STAGES: tuple[str, ...] = (
     "gen_max",  # 6b ReMax: a greedy response per prompt, its score is the baseline
     "old_log_prob",  # 7  the trainer's log-probs of the sampled tokens
     "ref",  # 8  reference log-probs
+    "teacher",  # 8b on-policy distillation: the teacher's log-probs of the student's tokens
     "values",  # 9  critic values
     "kl_in_reward",  # 10 r = score - beta * KL
     "adv",  # 11 advantages and returns
@@ -206,8 +207,9 @@ def correct_off_policy(batch: Batch, rc: RolloutCorrectionConfig) -> dict[str, f
     return corr.metrics
 
 
-def advantages(batch: Batch, cfg: Config) -> None:
-    """Stage 11: estimator-specific advantages and returns."""
+def advantages(batch: Batch, cfg: Config) -> dict[str, float]:
+    """Stage 11: estimator-specific advantages and returns. With a teacher (on-policy distillation:
+    `adv_estimator=opd` or `distill_coef`), also the student's reverse KL to it: `distill/*` metrics."""
     if "token_level_rewards" not in batch:
         batch["token_level_rewards"] = batch["token_level_scores"]
     adv, ret = compute_advantage(
@@ -220,9 +222,15 @@ def advantages(batch: Batch, cfg: Config) -> None:
         gamma=cfg.algorithm.gamma,
         lam=cfg.algorithm.lam,
         norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo,
+        old_log_probs=batch.tensors.get("old_log_probs"),
+        teacher_log_prob=batch.tensors.get("teacher_log_prob"),
+        distill_coef=cfg.algorithm.distill_coef,
     )
     batch["advantages"] = adv
     batch["returns"] = ret
+    if "teacher_log_prob" not in batch:
+        return {}
+    return distill_metrics(batch["old_log_probs"], batch["teacher_log_prob"], batch["response_mask"])
 
 
 def add_to_last_token(batch: Batch, per_seq: torch.Tensor) -> None:

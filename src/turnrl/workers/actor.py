@@ -14,7 +14,7 @@ import torch
 
 from turnrl.algorithms.core import agg_denominator, masked_mean
 from turnrl.algorithms.kl import kl_loss
-from turnrl.algorithms.losses import policy_loss
+from turnrl.algorithms.losses import EXTRA_METRICS, policy_loss
 from turnrl.batch import Batch
 from turnrl.config.schema import ActorConfig, ModelConfig, RefConfig, RolloutConfig
 from turnrl.models.logprobs import attach_log_prob_method
@@ -228,9 +228,9 @@ class Actor:
         )
         width = mini["responses"].shape[1]
         tokens = max(mini["response_mask"].sum().item(), 1.0)
-        sums = dict.fromkeys(
-            ("pg_loss", "pg_clipfrac", "ppo_kl", "pg_clipfrac_lower", "entropy", "kl_loss"), 0.0
-        )
+        extra = EXTRA_METRICS.get(cfg.policy_loss_mode, ())  # e.g. clip_cov's pg_covfrac
+        averaged = ("pg_clipfrac", "ppo_kl", "pg_clipfrac_lower", *extra)
+        sums = dict.fromkeys(("pg_loss", *averaged, "entropy", "kl_loss"), 0.0)
         finite = True
         budget = cfg.ppo_max_token_len_per_gpu if cfg.use_dynamic_bsz else 0
         key = "actor.ppo_max_token_len_per_gpu"
@@ -249,7 +249,7 @@ class Actor:
             parallel.backward(loss)  # with N ranks a NaN reaches the gradient norm: every rank skips the step
             share = mask.sum().item() / tokens  # token-weighted metric averages
             sums["pg_loss"] += pg.item()
-            for k in ("pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"):
+            for k in averaged:
                 sums[k] += float(m[k]) * share
             sums["entropy"] += float(masked_mean(entropy.detach(), mask)) * share
         sums = dict(zip(sums, parallel.all_reduce(list(sums.values())), strict=True))
@@ -289,6 +289,13 @@ class Actor:
             loss_norm_length=width,
             per_token=self._want_diagnostics,
             weights=mb["rollout_is_weights"] if corrected else None,
+            sapo_tau_pos=cfg.sapo_tau_pos,
+            sapo_tau_neg=cfg.sapo_tau_neg,
+            clip_cov_ratio=cfg.clip_cov_ratio,
+            clip_cov_lb=cfg.clip_cov_lb,
+            clip_cov_ub=cfg.clip_cov_ub,
+            kl_cov_ratio=cfg.kl_cov_ratio,
+            kl_cov_coef=cfg.kl_cov_coef,
         )
         if self._want_diagnostics and real:
             self._keep_diagnostics(mb, log_prob, m)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from turnrl.batch import Batch
 from turnrl.rollout.base import Generation, RolloutEngine, SamplingParams
 from turnrl.workers.group import Group
-from turnrl.workers.roles import ActorRole, CriticRole, ReferenceRole, RewardModelRole
+from turnrl.workers.roles import ActorRole, CriticRole, ReferenceRole, RewardModelRole, TeacherRole
 
 
 class RoleHandle:
@@ -50,6 +50,14 @@ class ReferenceHandle(RoleHandle, ReferenceRole):
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         out: Batch = self.call("compute_ref_log_prob", batch)
+        return out
+
+
+class TeacherHandle(RoleHandle, TeacherRole):
+    """The on-policy distillation teacher's group (its own: never the actor's)."""
+
+    def compute_teacher_log_prob(self, batch: Batch) -> Batch:
+        out: Batch = self.call("compute_teacher_log_prob", batch)
         return out
 
 
@@ -115,8 +123,9 @@ if TYPE_CHECKING:  # the role classes implement their Protocols: mypy checks it 
     from turnrl.workers.critic import Critic
     from turnrl.workers.reference import Reference
     from turnrl.workers.reward_model import RewardModel
+    from turnrl.workers.teacher import Teacher
 
     def _implements(
-        actor: Actor, critic: Critic, ref: Reference, rm: RewardModel
-    ) -> tuple[ActorRole, ReferenceRole, CriticRole, ReferenceRole, RewardModelRole]:
-        return actor, actor, critic, ref, rm
+        actor: Actor, critic: Critic, ref: Reference, rm: RewardModel, teacher: Teacher
+    ) -> tuple[ActorRole, ReferenceRole, CriticRole, ReferenceRole, RewardModelRole, TeacherRole]:
+        return actor, actor, critic, ref, rm, teacher

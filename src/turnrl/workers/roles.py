@@ -1,6 +1,6 @@
 """What the driver may call on each role, declared once as a `Protocol`.
 
-A role class (`Actor`, `Critic`, `Reference`, `RewardModel`) implements its Protocol, and so
+A role class (`Actor`, `Critic`, `Reference`, `Teacher`, `RewardModel`) implements its Protocol, and so
 does the driver's typed handle of the role (`workers/handles.py`), which forwards each call to
 the role's worker group. So `actor.update(batch, step)` in the loop is checked by mypy against
 `ActorRole.update`, and go-to-definition leads from the loop to the declaration here and on to
@@ -39,6 +39,14 @@ class ReferenceRole(Role, Protocol):
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         """`ref_log_prob` (B, T_resp) of the responses under the start policy."""
+        ...
+
+
+class TeacherRole(Role, Protocol):
+    """The on-policy distillation teacher: a frozen model with the policy's tokenizer."""
+
+    def compute_teacher_log_prob(self, batch: Batch) -> Batch:
+        """`teacher_log_prob` (B, T_resp) of the responses under the teacher, at the rollout temperature."""
         ...
 
 
