@@ -25,6 +25,7 @@ NUMERIC = (int, float, list[int], list[float])
 # should join them is a decision to write down here and in RANGES, not a default.
 MAY_BE_NEGATIVE = {
     "ActorConfig.entropy_coeff",  # negative: an entropy penalty
+    "CurriculumConfig.pass_threshold",  # reward scores may be negative
     "EvalConfig.success_threshold",  # reward scores may be negative
     "PythonToolConfig.memory_limit_mb",  # -1 = the server's default
 }

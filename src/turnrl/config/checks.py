@@ -29,6 +29,7 @@ from turnrl.config.schema import (
     AlgorithmConfig,
     Config,
     CriticConfig,
+    CurriculumConfig,
     DataConfig,
     EvalConfig,
     FilterGroupsConfig,
@@ -56,6 +57,8 @@ ON_ERROR_MODES = ("fail", "zero", "fail_first_step")
 BUILT_IN_TASKS = ("addition", "calculator", "code", "search")
 """`data.task`: the built-in tasks' names; the task registry holds one writer per name (a test keeps
 the two equal), declared here so that checking a config needs no task code."""
+SAMPLERS = ("plain", "curriculum")
+"""`data.sampler`: the training prompts' order (`turnrl.data.curriculum.make_loader`)."""
 REASONING_GYM = "reasoning_gym:"
 """`data.task` prefix of a reasoning-gym dataset (`turnrl.tasks.gym.PREFIX`)."""
 
@@ -89,6 +92,11 @@ RANGES: dict[type, dict[str, Rule]] = {
         "val_batch_size": AT_LEAST_1,
         "max_prompt_length": AT_LEAST_1,
         "max_response_length": AT_LEAST_1,
+    },
+    CurriculumConfig: {
+        "window": AT_LEAST_1,
+        "revisit_prob": Rule("in [0, 1]", "0 = never, 1 = no skipping"),
+        "pass_threshold": Rule("finite"),  # scores may be negative
     },
     ModelConfig: {"lora_rank": Rule(">= 0", "0 = full fine-tuning"), "lora_alpha": AT_LEAST_1},
     ServerConfig: {"timeout_s": POSITIVE, "max_retries": AT_LEAST_0, "startup_timeout_s": POSITIVE},
@@ -579,6 +587,12 @@ def _check_judge(j: JudgeConfig) -> None:
 
 def _check_data(cfg: Config) -> None:
     d = cfg.data
+    _one_of("data.sampler", d.sampler, SAMPLERS)
+    if d.sampler == "curriculum" and cfg.rollout.n < 2:
+        raise ConfigError(
+            "'data.sampler=curriculum' skips prompts whose groups scored all alike; with rollout.n=1 every "
+            "group does: set rollout.n >= 2"
+        )
     if d.train_files and d.val_files:
         return  # the built-in task is only written when a split has no files
     # a reasoning-gym dataset's name is checked where its rows are made: that needs the package

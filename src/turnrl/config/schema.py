@@ -15,6 +15,20 @@ from turnrl.config.rollout_schema import ServerConfig as ServerConfig  # its imp
 
 
 @dataclass
+class CurriculumConfig:
+    window: int = 2
+    """`data.sampler=curriculum`: how many recent groups of a prompt are remembered. A prompt whose last
+    `window` groups were all flat (every sample scored the same: all right or all wrong, so zero GRPO
+    advantage) is skipped when its turn comes."""
+    revisit_prob: float = 0.1
+    """Probability that a skipped prompt is drawn anyway when its turn comes (a seeded coin per slot of
+    the epoch's order): a prompt solved or failed once may have changed since. 0 = never, 1 = no skipping."""
+    pass_threshold: float = 1.0
+    """A sample counts as right when its score is >= this: it tells a flat group all right (mastered)
+    from all wrong, for `data/curriculum/mastered`; skipping depends on flatness alone."""
+
+
+@dataclass
 class DataConfig:
     train_files: list[str] = field(default_factory=list)
     """Training data: parquet or JSONL files with verl-format rows. Empty = generate `data.task`."""
@@ -39,6 +53,11 @@ class DataConfig:
     """Shuffle the training rows each epoch (seeded by `trainer.seed` and the epoch)."""
     prompt_key: str = "prompt"
     """Row field holding the chat messages `[{role, content}, ...]` (or a plain string)."""
+    sampler: str = "plain"
+    """`plain` (every prompt once per epoch, in the seeded order) or `curriculum`: skip prompts whose recent
+    groups gave GRPO no signal (`data.curriculum`; docs/algorithms.md)."""
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    """The curriculum sampler's settings (read with `data.sampler=curriculum`)."""
 
 
 @dataclass

@@ -22,7 +22,7 @@ from typing import Any
 from turnrl.algorithms.kl import make_kl_controller
 from turnrl.batch import Batch
 from turnrl.config import Config, ConfigError, check_config, to_yaml
-from turnrl.data.loader import StatefulLoader
+from turnrl.data.curriculum import GroupWatch, make_loader
 from turnrl.rewards.scorer import RuleReward
 from turnrl.rollout.base import Rollout
 from turnrl.tracking.dump import dump_rollouts
@@ -84,15 +84,16 @@ class Trainer:
         self.kl_ctrl = None
         if cfg.algorithm.use_kl_in_reward:
             self.kl_ctrl = make_kl_controller(kc.type, kc.kl_coef, kc.target_kl, kc.horizon)
-        self.loader = StatefulLoader(
-            data.train_examples, cfg.data.train_batch_size, self.pad_id, t.seed, cfg.data.shuffle
-        )
+        self.loader = make_loader(cfg.data, data.train_examples, self.pad_id, t.seed)  # data.sampler
+        self.watch = GroupWatch(self.loader)  # told of every scored round: data/flat_groups, the curriculum
         self.batches = self._batch_stream()
         self.total_steps = t.total_training_steps or len(self.loader) * t.total_epochs
         # seeded runs are reproducible, except streamed agent episodes: a server batches only unseeded
         # requests, and with a lead the weight versions depend on timing anyway
         seeded = not (self.lag > 0 and cfg.rollout.multi_turn.enable)
-        self.sampler = StepSampler(cfg, self.rollout, self.reward, self.reward_model, self.batches, seeded)
+        self.sampler = StepSampler(
+            cfg, self.rollout, self.reward, self.reward_model, self.batches, seeded, self.watch.observe
+        )
         self.producer: RolloutProducer | None = None  # started by the first step
         self.state = RunState(
             loader=self.loader.state_dict(), kl_coef=self.kl_ctrl.value if self.kl_ctrl else None
@@ -171,6 +172,7 @@ class Trainer:
         with clock("load_batch") as st:
             prompts = st.batch = next(self.batches)
         batch, metrics = self.sampler.rollout_and_score(prompts, clock, step)  # stages 2-6
+        metrics.update(self.watch.metrics())  # the outcomes are in the loader's state taken next
         return Produced(step, batch, metrics, clock.timing.seconds, self.loader.state_dict())
 
     def _start_producer(self) -> RolloutProducer:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -25,7 +25,8 @@ from turnrl.trainer.stages import Scored, StageClock
 
 class StepSampler:
     """Samples and scores a training step's prompts. `batches`: the loader's stream, from which
-    dynamic sampling draws more prompts; `seeded`: whether each step's sampling is seeded."""
+    dynamic sampling draws more prompts; `seeded`: whether each step's sampling is seeded; `on_scored`:
+    told of every scored round before the next is drawn (the curriculum's `GroupWatch.observe`)."""
 
     def __init__(
         self,
@@ -35,9 +36,10 @@ class StepSampler:
         reward_model: Any,
         batches: Iterator[Batch],
         seeded: bool,
+        on_scored: Callable[[Batch], None] | None = None,
     ):
         self.cfg, self.rollout, self.reward, self.reward_model = cfg, rollout, reward, reward_model
-        self.batches, self.seeded = batches, seeded
+        self.batches, self.seeded, self.on_scored = batches, seeded, on_scored
 
     def rollout_and_score(self, prompts: Batch, clock: StageClock, step: int) -> tuple[Batch, dict[str, Any]]:
         """Stages 2-6 for training step `step` (it seeds the sampling). With DAPO dynamic sampling,
@@ -49,6 +51,8 @@ class StepSampler:
         dropped = 0
         for round_ in itertools.count(1):
             scored = self.sample_round(prompts, clock, step, round_)
+            if self.on_scored:
+                self.on_scored(scored.batch)
             for k, v in scored.extras.items():
                 extras.setdefault(k, []).extend(v)
             if not fg.enable:
