@@ -92,8 +92,9 @@ class Trainer:
         # requests, and with a lead the weight versions depend on timing anyway
         seeded = not (self.lag > 0 and cfg.rollout.multi_turn.enable)
         self.sampler = StepSampler(
-            cfg, self.rollout, self.reward, self.reward_model, self.batches, seeded, self.watch.observe
-        )
+            cfg, self.rollout, self.reward, self.reward_model, self.batches, seeded, self.watch.observe,
+            self.pad_id,
+        )  # fmt: skip
         self.producer: RolloutProducer | None = None  # started by the first step
         self.state = RunState(
             loader=self.loader.state_dict(), kl_coef=self.kl_ctrl.value if self.kl_ctrl else None

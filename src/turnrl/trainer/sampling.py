@@ -26,7 +26,8 @@ from turnrl.trainer.stages import Scored, StageClock
 class StepSampler:
     """Samples and scores a training step's prompts. `batches`: the loader's stream, from which
     dynamic sampling draws more prompts; `seeded`: whether each step's sampling is seeded; `on_scored`:
-    told of every scored round before the next is drawn (the curriculum's `GroupWatch.observe`)."""
+    told of every scored round before the next is drawn (the curriculum's `GroupWatch.observe`);
+    `pad_id`: the tokenizer's pad id."""
 
     def __init__(
         self,
@@ -37,9 +38,11 @@ class StepSampler:
         batches: Iterator[Batch],
         seeded: bool,
         on_scored: Callable[[Batch], None] | None = None,
+        pad_id: int = 0,
     ):
         self.cfg, self.rollout, self.reward, self.reward_model = cfg, rollout, reward, reward_model
         self.batches, self.seeded, self.on_scored = batches, seeded, on_scored
+        self.pad_id = pad_id  # DAPO's rounds are padded to one prompt width with it
 
     def rollout_and_score(self, prompts: Batch, clock: StageClock, step: int) -> tuple[Batch, dict[str, Any]]:
         """Stages 2-6 for training step `step` (it seeds the sampling). With DAPO dynamic sampling,
@@ -65,7 +68,7 @@ class StepSampler:
                 break
             with clock("load_batch") as st:
                 prompts = st.batch = next(self.batches)
-        merged = Batch.concat(kept).index(slice(0, cfg.data.train_batch_size * n))
+        merged = stages.concat_rounds(kept, self.pad_id).index(slice(0, cfg.data.train_batch_size * n))
         if len(merged) == 0:
             raise RuntimeError(
                 f"dynamic sampling kept no group in {round_} rounds: every group's scores were equal"

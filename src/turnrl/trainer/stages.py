@@ -280,6 +280,28 @@ def keep_varied_groups(batch: Batch) -> tuple[Batch, int]:
     return batch.index(rows), len(spread) - len(keep_uids)
 
 
+def concat_rounds(rounds: list[Batch], pad_id: int) -> Batch:
+    """DAPO's rounds as one batch. Each round's prompts were left-padded to its own longest prompt,
+    so the prompt-side fields (`(B, T_prompt)` and `(B, T)` in `fields.py`) are left-padded to the
+    widest round first: ids with `pad_id`, masks and positions with 0 (a pad's position is 0, as
+    `position_ids_from_mask` gives). Response-side fields all have `data.max_response_length`."""
+    from turnrl.fields import FIELDS
+
+    width = max(r["prompts"].shape[1] for r in rounds)
+    padded = []
+    for r in rounds:
+        extra = width - r["prompts"].shape[1]
+        if extra:
+            r = r.select(r.keys())
+            for name, value in list(r.tensors.items()):
+                field = FIELDS.get(name)
+                if field is not None and field.shape in ("(B, T_prompt)", "(B, T)"):
+                    fill = pad_id if name in ("prompts", "input_ids") else 0
+                    r[name] = torch.nn.functional.pad(value, (extra, 0), value=fill)
+        padded.append(r)
+    return Batch.concat(padded)
+
+
 def drop_stale(batch: Batch, version: int, max_staleness: int) -> tuple[Batch, int]:
     """Async mode: drop every group (uid) holding a sample older than `max_staleness` versions:
     a group's advantages need all of its samples. Returns the batch and the samples dropped."""
