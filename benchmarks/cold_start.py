@@ -53,7 +53,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _cli import cli, report
+from _cli import cli, read_jsonl, report
 
 TINY = {  # a smoke run: every stage and file, in a few minutes
     "seeds": 1,
@@ -70,10 +70,6 @@ TINY = {  # a smoke run: every stage and file, in a few minutes
 }
 SORTS = ("1hop", "2hop", "compare")
 QUERY = re.compile(r"<search>(.*?)</search>", re.DOTALL)
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 # -- what a condition scores, from its validation samples ------------------------------------------

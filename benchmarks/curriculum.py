@@ -35,22 +35,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _cli import cli
+from _cli import TINY_RUN, cli, read_jsonl
 
 SAMPLERS = ("plain", "curriculum")
-TINY = [  # the smoke run: tiny-random, small batches, a few validation prompts
-    "model.path=tiny-random",
-    "data.train_batch_size=2",
-    "rollout.n=2",
-    "actor.ppo_mini_batch_size=2",
-    "data.max_response_length=8",
-    "data.val_batch_size=40",
-    "trainer.val_before_train=false",
-]
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+TINY = [*TINY_RUN, "trainer.val_before_train=false"]
 
 
 def one_run(a: argparse.Namespace, out: Path, sampler: str, seed: int) -> dict[str, Any]:
