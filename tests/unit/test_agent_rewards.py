@@ -111,7 +111,7 @@ class FakeSandbox:
     async def __call__(self, url, program, tests, run_timeout, api_key=None):
         self.urls.append(url)
         self.keys.append(api_key)
-        return [True] * len(tests.get("inputs", [None]))
+        return [code.CaseRun(True, True)] * len(tests.get("inputs", [None]))
 
 
 PROGRAM = "<answer>\n```python\nprint(input())\n```\n</answer>"

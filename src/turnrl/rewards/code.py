@@ -8,9 +8,9 @@ Ground truth (a dict, or the same as a JSON string, as verl/Code-R1 datasets sto
   line by line with trailing whitespace ignored;
 - `{"assert": "assert f(2) == 4\\n..."}`: appended to the program, one run, passes if it exits 0.
 
-Score 1 when every test passes, else 0 (`pass_rate` is reported as a metric). `run_stdio_tests`
-gives each test's result to scorers that grade by more than all or nothing (the built-in code task's,
-`turnrl.tasks.code`, which has its own data source).
+Score 1 when every test passes, else 0 (`pass_rate` is reported as a metric). `run_program_tests`
+(parse, extract, run) gives each test's result to scorers that grade by more than all or nothing
+(the built-in code task's, `turnrl.tasks.code`, which has its own data source).
 
 The sandbox: the `sandbox_url` argument (an agent run binds its own through
 `RuleReward(sandbox_url=...)`), else `$TURNRL_SANDBOX_URL`, else a turnrl sandbox started on first
@@ -119,32 +119,37 @@ async def _run_stdio(
     return [CaseRun(r.ok, r.ok and same_output(r.stdout, o)) for r, o in zip(runs, outputs, strict=True)]
 
 
-def run_stdio_tests(
-    program: str,
-    inputs: list[str],
-    outputs: list[str],
-    *,
-    run_timeout: float = DEFAULT_RUN_TIMEOUT,
-    sandbox_url: str | None = None,
-    sandbox_api_key: str | None = None,
-) -> list[CaseRun]:
-    """Run `program` once per input in the sandbox (`resolve_sandbox(sandbox_url, sandbox_api_key)`),
-    all at once; one `CaseRun` per test, in order. For scorers that grade by more than all-or-nothing."""
-    url, key = resolve_sandbox(sandbox_url, sandbox_api_key)
-    return _run_sync(_run_stdio(url, program, inputs, outputs, run_timeout, key))
-
-
 async def _run_tests(
     url: str, program: str, tests: dict[str, Any], run_timeout: float, api_key: str | None = None
-) -> list[bool]:
-    if "assert" in tests:
+) -> list[CaseRun]:
+    if "assert" in tests:  # one run of the program with the asserts appended: it passes if it exits 0
         from turnrl.servers.sandbox import SandboxClient
 
         async with SandboxClient(url, timeout=30.0, retries=2, api_key=api_key) as client:
             result = await client.run_code(program + "\n\n" + tests["assert"], run_timeout=run_timeout)
-        return [result.ok]
-    runs = await _run_stdio(url, program, tests["inputs"], tests["outputs"], run_timeout, api_key)
-    return [r.passed for r in runs]
+        return [CaseRun(result.ok, result.ok)]
+    return await _run_stdio(url, program, tests["inputs"], tests["outputs"], run_timeout, api_key)
+
+
+def run_program_tests(
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Any = None,
+    *,
+    sandbox_url: str | None = None,
+    sandbox_api_key: str | None = None,
+) -> list[CaseRun] | None:
+    """What every code scorer does before it grades: parse the tests, extract the final program, run
+    it on each test in the sandbox (`extra_info["run_timeout"]` seconds a run, default 5). One
+    `CaseRun` per test, in order; None when the response holds no program."""
+    tests = parse_tests(ground_truth)
+    program = extract_program(solution_str)
+    if program is None:
+        return None
+    info = extra_info if isinstance(extra_info, dict) else {}
+    timeout = float(info.get("run_timeout", DEFAULT_RUN_TIMEOUT))
+    url, key = resolve_sandbox(sandbox_url, sandbox_api_key)
+    return _run_sync(_run_tests(url, program, tests, timeout, key))
 
 
 def _run_sync(coro: Any) -> Any:
@@ -167,13 +172,10 @@ def compute_score(
 ) -> dict[str, float]:
     """verl's signature; `sandbox_url` and its key `sandbox_api_key` (bound by the reward table)
     pick the sandbox."""
-    tests = parse_tests(ground_truth)
-    program = extract_program(solution_str)
-    if program is None:
+    runs = run_program_tests(
+        solution_str, ground_truth, extra_info, sandbox_url=sandbox_url, sandbox_api_key=sandbox_api_key
+    )
+    if runs is None:
         return {"score": 0.0, "pass_rate": 0.0, "formatted": 0.0}
-    info = extra_info if isinstance(extra_info, dict) else {}
-    timeout = float(info.get("run_timeout", DEFAULT_RUN_TIMEOUT))
-    url, key = resolve_sandbox(sandbox_url, sandbox_api_key)
-    passed = _run_sync(_run_tests(url, program, tests, timeout, key))
-    rate = sum(passed) / len(passed) if passed else 0.0
+    rate = sum(r.passed for r in runs) / len(runs) if runs else 0.0
     return {"score": float(rate == 1.0), "pass_rate": rate, "formatted": 1.0}

@@ -149,20 +149,11 @@ def compute_score(
     """verl's signature. The final program (`rewards.code.extract_program`) runs on every stdin/stdout
     test in the sandbox (`sandbox_url` and its key `sandbox_api_key`, bound by the reward table to
     the run's; else the code scorer's default), scored by `score`."""
-    tests = code_reward.parse_tests(ground_truth)
-    if "inputs" not in tests:
+    if "inputs" not in code_reward.parse_tests(ground_truth):
         raise ValueError("the code task's ground truth holds 'inputs' and 'outputs', not 'assert'")
-    program = code_reward.extract_program(solution_str)
-    if program is None:
-        return {"score": 0.0, "acc": 0.0, "formatted": 0.0, "pass_rate": 0.0, "ran": 0.0}
-    info = extra_info if isinstance(extra_info, dict) else {}
-    timeout = float(info.get("run_timeout", code_reward.DEFAULT_RUN_TIMEOUT))
-    runs = code_reward.run_stdio_tests(
-        program,
-        tests["inputs"],
-        tests["outputs"],
-        run_timeout=timeout,
-        sandbox_url=sandbox_url,
-        sandbox_api_key=sandbox_api_key,
+    runs = code_reward.run_program_tests(
+        solution_str, ground_truth, extra_info, sandbox_url=sandbox_url, sandbox_api_key=sandbox_api_key
     )
+    if runs is None:
+        return {"score": 0.0, "acc": 0.0, "formatted": 0.0, "pass_rate": 0.0, "ran": 0.0}
     return score(runs)
