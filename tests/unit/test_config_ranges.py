@@ -1,4 +1,4 @@
-"""The range of every numeric setting (`turnrl.config.checks.RANGES`): decided for every field of
+"""The range of every numeric setting (`turnrl.config.ranges.RANGES`): decided for every field of
 every schema, refusing NaN and infinities, and reported in one line naming the key."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from turnrl.config import ConfigError, check_config, load_config
-from turnrl.config.checks import RANGES, accepts, check_ranges, rule_of
+from turnrl.config.checks import check_ranges
+from turnrl.config.ranges import RANGES, accepts, rule_of
 from turnrl.config.loader import builtin_recipes
 from turnrl.config.schema import Config
 from turnrl.config.supervised_schema import RMConfig, SFTConfig
@@ -57,7 +58,7 @@ def test_every_numeric_field_has_a_decided_rule():
     """Add a numeric field to a schema and this fails until RANGES says what values it takes (its
     docstring's sentinels: `0 = off`, `-1 = default`, ...)."""
     missing = [f"{cls.__name__}.{name}" for cls, name in all_numeric_fields() if rule_of(cls, name) is None]
-    assert missing == [], f"add a rule to turnrl.config.checks.RANGES for: {', '.join(missing)}"
+    assert missing == [], f"add a rule to turnrl.config.ranges.RANGES for: {', '.join(missing)}"
 
 
 def test_only_the_listed_fields_may_be_negative():
