@@ -13,8 +13,8 @@ import pytest
 
 from turnrl.config import ConfigError, check_config, load_config
 from turnrl.config.checks import check_ranges
-from turnrl.config.ranges import RANGES, accepts, rule_of
 from turnrl.config.loader import builtin_recipes
+from turnrl.config.ranges import RANGES, accepts, rule_of
 from turnrl.config.schema import Config
 from turnrl.config.supervised_schema import RMConfig, SFTConfig
 from turnrl.supervised.checks import check_rm, check_sft
