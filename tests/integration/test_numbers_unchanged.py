@@ -14,6 +14,11 @@ skipped pass changes the update by rounding only), and the addition runs get the
 earlier 160 training rows as data files (the default job now trains on 80). On the machine that recorded them they are
 bit-for-bit equal; the tolerance only absorbs another CPU's float rounding (a different
 SIMD width sums in a different order), far below any change a refactor could make.
+
+Re-recorded once, on purpose, when the engine's sampler became an inverse-CDF draw instead of
+`torch.multinomial` (the same distribution, other ids for a seed: tests/unit/test_fast_decode.py).
+Before re-recording, the old recordings were checked to still hold with the old sampler and every
+other change of that commit (the grouped decode attention among them).
 """
 
 import json

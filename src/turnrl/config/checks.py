@@ -128,6 +128,14 @@ def _check_rollout_engine(cfg: Config) -> None:
             "'rollout.engine=server' on several machines needs 'rollout.server.urls' (servers every node reaches); "
             "the child server is for one machine"
         )
+    if r.dtype not in ("", *DTYPES[1:]):
+        raise ConfigError(
+            f"unknown 'rollout.dtype' '{r.dtype}'; valid: float32, bfloat16, float16 (empty: model.dtype)"
+        )
+    if r.dtype and r.engine == "vllm":
+        raise ConfigError(
+            "'rollout.dtype' is for the hf and server engines; vLLM loads the model in 'model.dtype'"
+        )
     if r.engine == "vllm":
         import importlib.util
 

@@ -12,26 +12,14 @@ from typing import Any
 
 import torch
 
+from turnrl.rollout.attention import decode_attention
 from turnrl.rollout.base import Generation, SamplingParams, row_limits
 from turnrl.rollout.decode_loop import DecodeLoop
 from turnrl.rollout.graph_decode import DecodeBucket, capacity_for
 from turnrl.rollout.kv_cache import preallocated_cache
+from turnrl.rollout.rollout_copy import RolloutCopy, torch_dtype
+from turnrl.rollout.sampling import sample_tokens
 from turnrl.tensors import left_pad, position_ids_from_mask
-
-
-def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Set logits outside the top-k / nucleus (top-p) set to -inf; always keep the best token."""
-    if top_k > 0 and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-        cum = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
-        # drop a token if the mass before it already exceeds top_p
-        drop_sorted = (cum - torch.softmax(sorted_logits, dim=-1)) > top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    return logits
 
 
 def eos_ids(model: Any, tokenizer: Any) -> set[int]:
@@ -68,7 +56,11 @@ class HFEngine:
 
     `sync_every` (0 = `default_sync_every`) is how many tokens are sampled between looks from the
     host: stop checks, finished-row compaction and stop strings all happen at those points, so the
-    device never waits on Python in between."""
+    device never waits on Python in between.
+
+    `dtype` (`rollout.dtype`; empty = the model's own): sample from a copy of the model in that
+    precision instead (`rollout_copy.RolloutCopy`), refreshed at every `sync_weights`. `model` is
+    then that copy; `source` is always the module given."""
 
     def __init__(
         self,
@@ -78,10 +70,16 @@ class HFEngine:
         sync_every: int = 0,
         kv_cache: str = "preallocated",
         compile_decode: bool | str = False,
+        dtype: str = "",
     ):
         if kv_cache not in ("preallocated", "dynamic"):
             raise ValueError(f"rollout.kv_cache={kv_cache!r}: use preallocated or dynamic")
-        self.model = model
+        self.source = model
+        low = torch_dtype(dtype) if dtype else None
+        self.copy = (
+            RolloutCopy(model, low) if low is not None and low != next(model.parameters()).dtype else None
+        )
+        self.model = self.copy.module if self.copy is not None else model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.sync_every = sync_every
@@ -117,6 +115,8 @@ class HFEngine:
         return sum(b.compile_s for b in self.buckets.values())
 
     def sync_weights(self, version: int) -> None:
+        if self.copy is not None:
+            self.copy.refresh()
         self.version = version
 
     def close(self) -> None:
@@ -141,32 +141,39 @@ class HFEngine:
         device = next(self.model.parameters()).device
         gen = torch.Generator(device=device)
         gen.manual_seed(params.seed if params.seed is not None else torch.seed() % 2**63)
-        out = Generation([], [], [], policy_version=self.version)
-        prompts_per_batch = max(1, self.batch_size // params.n)
         was_training = self.model.training
         self.model.eval()
         try:
-            for start in range(0, len(prompt_ids), prompts_per_batch):
-                first = start * params.n
-                batch_limits = limits[first : (start + prompts_per_batch) * params.n]
-                local = None if abort is None else _rows_of(abort, first, len(batch_limits))
-                if local is not None and len(local()) == len(batch_limits):  # nobody reads these rows
-                    k = len(batch_limits)
-                    part = Generation([[] for _ in range(k)], [[] for _ in range(k)], ["abort"] * k)
-                else:
-                    part = self._generate_batch(
-                        prompt_ids[start : start + prompts_per_batch],
-                        params,
-                        gen,
-                        device,
-                        batch_limits,
-                        local,
-                    )
-                out.response_ids += part.response_ids
-                out.log_probs += part.log_probs
-                out.finish_reasons += part.finish_reasons
+            with decode_attention(self.model):  # grouped products at one query token (CPU)
+                return self._generate_batches(prompt_ids, params, limits, gen, device, abort)
         finally:
             self.model.train(was_training)
+
+    def _generate_batches(
+        self,
+        prompt_ids: list[list[int]],
+        params: SamplingParams,
+        limits: list[int],
+        gen: torch.Generator,
+        device: torch.device,
+        abort: Callable[[], set[int]] | None,
+    ) -> Generation:
+        """`generate` in forward batches of `batch_size` rows (whole groups of `params.n`)."""
+        out = Generation([], [], [], policy_version=self.version)
+        prompts_per_batch = max(1, self.batch_size // params.n)
+        for start in range(0, len(prompt_ids), prompts_per_batch):
+            first = start * params.n
+            batch_limits = limits[first : (start + prompts_per_batch) * params.n]
+            local = None if abort is None else _rows_of(abort, first, len(batch_limits))
+            if local is not None and len(local()) == len(batch_limits):  # nobody reads these rows
+                k = len(batch_limits)
+                part = Generation([[] for _ in range(k)], [[] for _ in range(k)], ["abort"] * k)
+            else:
+                rows = prompt_ids[start : start + prompts_per_batch]
+                part = self._generate_batch(rows, params, gen, device, batch_limits, local)
+            out.response_ids += part.response_ids
+            out.log_probs += part.log_probs
+            out.finish_reasons += part.finish_reasons
         return out
 
     def _first_stop(self, ids: list[int], start: int, stops: list[str]) -> int | None:
@@ -185,14 +192,7 @@ class HFEngine:
     def _sample(
         logits: torch.Tensor, p: SamplingParams, gen: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = logits.float()
-        if p.temperature <= 0:
-            token = logits.argmax(-1)
-            return token, torch.log_softmax(logits, -1).gather(-1, token[:, None]).squeeze(-1)
-        scaled = logits / p.temperature
-        probs = torch.softmax(filter_logits(scaled, p.top_k, p.top_p), -1)
-        token = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
-        return token, torch.log_softmax(scaled, -1).gather(-1, token[:, None]).squeeze(-1)
+        return sample_tokens(logits, p.temperature, p.top_k, p.top_p, gen)
 
     def _generate_batch(
         self,

@@ -177,14 +177,17 @@ def old_log_probs_from_rollout(cfg: Config) -> bool:
     (`algorithm.rollout_correction.bypass`). `auto` does when they are the step-start policy's own:
     a synchronous step with nothing to correct, that is on-policy (one epoch, one mini-batch: the
     ratio only has to be ~1) or whose engine samples from the trainer's very module (one rank, `hf`
-    engine: the same weights, so the same numbers up to kernel rounding)."""
+    engine in the trainer's precision: the same weights, so the same numbers up to kernel rounding).
+    With a lower-precision rollout (`rollout.dtype`) only the on-policy case bypasses: the PPO ratio is
+    then taken against the rollout's own policy, the importance weight that corrects the gap."""
     rc, a, t = cfg.algorithm.rollout_correction, cfg.actor, cfg.trainer
     choice = bypass_choice(rc.bypass)
     if choice != "auto":
         return choice == "true"
     synchronous = t.mode == "sync" or t.max_staleness == 0
     on_policy = a.ppo_epochs == 1 and a.ppo_mini_batch_size == cfg.data.train_batch_size
-    same_module = cfg.rollout.engine == "hf" and t.nnodes * t.n_gpus_per_node == 1
+    same_precision = cfg.rollout.dtype in ("", cfg.model.dtype)
+    same_module = cfg.rollout.engine == "hf" and t.nnodes * t.n_gpus_per_node == 1 and same_precision
     return synchronous and rc.mode == "none" and (on_policy or same_module)
 
 

@@ -50,13 +50,22 @@ def build_engine(
             rollout_cfg.sync_every,
             rollout_cfg.kv_cache,
             rollout_cfg.compile,
+            rollout_cfg.dtype,
         )
     if rollout_cfg.engine == "vllm":
         return _vllm_engine(model, tokenizer, Path(run_dir), weights_fn, dtype, seed)
     if rollout_cfg.engine != "server":
         raise ValueError(f"rollout.engine={rollout_cfg.engine!r}: use hf, server or vllm")
     return _server_engine(
-        rollout_cfg, model, tokenizer, Path(run_dir), model_path, weights_fn, dtype, cache_dir, seed
+        rollout_cfg,
+        model,
+        tokenizer,
+        Path(run_dir),
+        model_path,
+        weights_fn,
+        rollout_cfg.dtype or dtype,
+        cache_dir,
+        seed,
     )
 
 

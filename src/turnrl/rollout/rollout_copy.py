@@ -1,0 +1,45 @@
+"""A lower-precision copy of the policy for sampling (`rollout.dtype`), refreshed when it changes.
+
+Decoding a small batch streams every weight from memory once per token, so on a CPU the float32
+decode step is bound by bytes, not arithmetic: a bfloat16 copy reads half of them and, on a CPU
+with bfloat16 instructions (AVX512-BF16, AMX), multiplies them at twice the rate. The trainer
+keeps float32 weights; the sampled tokens' log-probs then come from a slightly different policy,
+which the trainer's forward sees as a gap between `rollout_log_probs` and its own
+(`rollout_corr/*` metrics) and which TIS/MIS (`algorithm.rollout_correction`) or the PPO ratio
+against the rollout's log-probs correct, as with any engine that is not the trainer's module.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """`bfloat16` -> torch.bfloat16, for the names `rollout.dtype` accepts."""
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if name not in dtypes:
+        raise ValueError(
+            f"rollout.dtype={name!r}: use one of {', '.join(dtypes)} (or empty: the model's own)"
+        )
+    return dtypes[name]
+
+
+class RolloutCopy:
+    """The policy's parameters cast to `dtype` in a module of their own; buffers (rotary
+    frequencies and the like) keep their precision. `refresh()` copies the source's current
+    weights in place, so anything built around the copy (compiled decode steps) stays valid."""
+
+    def __init__(self, source: torch.nn.Module, dtype: torch.dtype) -> None:
+        self.source, self.dtype = source, dtype
+        self.module = copy.deepcopy(source)
+        for p in self.module.parameters():
+            p.requires_grad_(False)
+            p.data = p.data.to(dtype)
+        self.module.eval()
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        for dst, src in zip(self.module.parameters(), self.source.parameters(), strict=True):
+            dst.copy_(src)  # casts
