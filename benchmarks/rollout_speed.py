@@ -1,6 +1,7 @@
 """Rollout speed: turnrl's HFEngine vs `model.generate`, and both vs the memory-bandwidth bound.
 
     python benchmarks/rollout_speed.py                                   # CPU: SmolLM2-135M shapes, batch 8 and 64
+    python benchmarks/rollout_speed.py --batches 16,64 --threads 1 --contenders turnrl,turnrl-bf16,generate
     python benchmarks/rollout_speed.py --shape qwen2.5-0.5b --device cuda --dtype bfloat16 --batches 8,64,256
 
 Every contender decodes the same prompts (random ids, `--prompt-len` tokens) to exactly
@@ -13,16 +14,27 @@ row sees) and % of the bound:
     bound tokens/s = batch / (bytes read per decode step / measured copy bandwidth)
     bytes per step = all weights + the KV cache of the batch at the mean context length
 
-(copy bandwidth: a large on-device tensor copied, read + write bytes over time). On a CPU the
-bound is loose (decoding is compute- not bandwidth-bound there); on a GPU it is the number that
-matters. Contenders:
+(copy bandwidth: a large on-device tensor copied, read + write bytes over time). On a GPU that is
+the number that matters. On a CPU a batch of 16+ rows is bound by arithmetic as much as by bytes,
+so the script also measures the **float32 matmul roofline**: the best rate of a square product
+(`--roofline-size`, 1024 on a CPU, at the same thread count). Against it:
+
+- `ms/step`: one decode step, (wall of an N-token call - wall of a 1-token call) / (N - 1);
+- `step % roof`: a decode step's useful arithmetic (2 FLOP per weight of every product, head
+  included, per row; attention over the mean context) at the roofline rate, over `ms/step`;
+- `call % roof`: the same for the whole call, prefill included (every prompt token through the
+  layers, the head at sampled positions only), over its wall time.
+
+Contenders:
 - `turnrl`: HFEngine with the device's default `sync_every` (1 on CPU, 16 on CUDA) and the
   preallocated KV cache (`rollout.kv_cache=preallocated`, the default);
 - `turnrl-dynkv`: the same with transformers' dynamic cache, which copies itself every token;
 - `turnrl-graph` (`--compile`): `rollout.compile=true`, the fixed-shape decode step compiled
   (CUDA graphs on a GPU), its compile time printed apart (it falls in the warm-up);
 - `turnrl-sync1`: HFEngine syncing with the host after every token (the pre-GPU-path loop);
+- `turnrl-bf16` (float32 models only): `rollout.dtype=bfloat16`, sampling from a bfloat16 copy;
 - `generate`: `model.generate(do_sample=True, min_new_tokens=max_new_tokens=N)`.
+`--contenders` picks some of them (a batch of 64 on a 2-core CPU takes minutes per contender).
 Quote ratios from one invocation, with the machine.
 """
 
@@ -95,6 +107,35 @@ def copy_bandwidth(device: torch.device) -> float:
     return 2 * n / min(times)
 
 
+def matmul_roofline(device: torch.device, size: int) -> float:
+    """FLOP/s of the best of five float32 `size`-cube products (the machine's matmul roofline)."""
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+    a @ b
+    times = []
+    for _ in range(5):
+        sync(device)
+        t0 = time.perf_counter()
+        a @ b
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return 2 * size**3 / min(times)
+
+
+def generation_flops(model: torch.nn.Module, batch: int, prompt_len: int, new_tokens: int) -> float:
+    """The useful arithmetic of one generate call: 2 FLOP per weight per token through the layers' products
+    (prompt and sampled tokens alike; the last sampled token is never fed back), the head (vocab x hidden)
+    at the prompt's last position and every decode step, and attention's two products over the context."""
+    cfg = model.config
+    head = model.get_output_embeddings().weight.numel()
+    layers = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) - head
+    fed = prompt_len + new_tokens - 1  # tokens through the trunk per row
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    # position t (1-based) attends to t tokens: scores and weighted values, 2 FLOP each per element
+    attn = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim * fed * (fed + 1) / 2
+    return batch * (2 * layers * fed + 2 * head * new_tokens + attn)
+
+
 def bound_tokens_per_s(model: torch.nn.Module, batch: int, context: float, bandwidth: float) -> float:
     cfg = model.config
     elem = next(model.parameters()).element_size()
@@ -117,21 +158,38 @@ def timed(fn: Callable[[], object], device: torch.device, repeats: int) -> float
     return statistics.median(times)
 
 
+def decode_step_flops(model: torch.nn.Module, batch: int, context: float) -> float:
+    """One decode step's useful arithmetic: 2 FLOP per weight of every product (layers and head) per
+    row, and attention's two products over `context` tokens."""
+    cfg = model.config
+    weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    return batch * (2 * weights + 4 * cfg.num_hidden_layers * cfg.num_attention_heads * head_dim * context)
+
+
 def run_batch(
-    model: torch.nn.Module, tok: object, batch: int, args: argparse.Namespace, device: torch.device, bw: float
+    model: torch.nn.Module,
+    tok: object,
+    batch: int,
+    args: argparse.Namespace,
+    device: torch.device,
+    bw: float,
+    roofline: float,
 ) -> None:
     g = torch.Generator().manual_seed(batch)
-    prompts = torch.randint(100, model.config.vocab_size, (batch, args.prompt_len), generator=g)
-    params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=1)
-    contenders: dict[str, Callable[[], object]] = {}
+    prompts = torch.randint(100, model.config.vocab_size, (batch, args.prompt_len), generator=g).tolist()
+    contenders: dict[str, Callable[[int], object]] = {}  # new tokens -> one generation
     engines: dict[str, HFEngine] = {}
-    params.ignore_eos = True  # fixed lengths: EOS never ends a row
-    for label, every, cache in (
-        ("turnrl", 0, "preallocated"),
-        ("turnrl-dynkv", 0, "dynamic"),
-        ("turnrl-sync1", 1, "preallocated"),
-        *([("turnrl-graph", 0, "compile")] if args.compile else []),
+    low = next(model.parameters()).dtype == torch.float32
+    for label, every, cache, dtype in (
+        ("turnrl", 0, "preallocated", ""),
+        ("turnrl-dynkv", 0, "dynamic", ""),
+        ("turnrl-sync1", 1, "preallocated", ""),
+        *([("turnrl-bf16", 0, "preallocated", "bfloat16")] if low else []),
+        *([("turnrl-graph", 0, "compile", "")] if args.compile else []),
     ):
+        if args.contenders and label not in args.contenders:
+            continue
         engine = HFEngine(
             model,
             tok,
@@ -139,29 +197,46 @@ def run_batch(
             sync_every=every,
             kv_cache="dynamic" if cache == "compile" else cache,
             compile_decode=cache == "compile",
+            dtype=dtype,
         )
         engines[label] = engine
-        contenders[label] = lambda e=engine: e.generate(prompts.tolist(), params)
-    if not args.skip_generate:
-        ids = prompts.to(device)
-        contenders["generate"] = lambda: model.generate(
+        # fixed lengths: EOS never ends a row
+        contenders[label] = lambda n, e=engine: e.generate(
+            prompts, SamplingParams(max_new_tokens=n, temperature=1.0, seed=1, ignore_eos=True)
+        )
+    if not args.skip_generate and (not args.contenders or "generate" in args.contenders):
+        ids = torch.tensor(prompts, device=device)
+        contenders["generate"] = lambda n: model.generate(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
             do_sample=True,
             temperature=1.0,
             top_k=0,
             top_p=1.0,
-            max_new_tokens=args.new_tokens,
-            min_new_tokens=args.new_tokens,
+            max_new_tokens=n,
+            min_new_tokens=n,
             pad_token_id=tok.pad_token_id,  # type: ignore[attr-defined]
         )
-    bound = bound_tokens_per_s(model, batch, args.prompt_len + args.new_tokens / 2, bw)
-    speed = {k: batch * args.new_tokens / timed(fn, device, args.repeats) for k, fn in contenders.items()}
-    for label, tps in speed.items():
+    new = args.new_tokens
+    bound = bound_tokens_per_s(model, batch, args.prompt_len + new / 2, bw)
+    ideal_step_s = decode_step_flops(model, batch, args.prompt_len + new / 2) / roofline
+    ideal_call_s = generation_flops(model, batch, args.prompt_len, new) / roofline
+    speed: dict[str, float] = {}
+    for label in sorted(contenders, key=lambda k: k != "generate"):  # generate first: the ratios' denominator
+        fn = contenders[label]
+        wall = timed(lambda f=fn: f(new), device, args.repeats)
+        prefill = timed(lambda f=fn: f(1), device, args.repeats)  # prompts in, one token out
+        step_s = (wall - prefill) / (new - 1)
+        speed[label] = tps = batch * new / wall
         ratio = f"{tps / speed['generate']:.2f}x" if "generate" in speed else "-"
-        step_ms = 1000 * batch / tps  # wall time per decode step (prefill spread over the steps)
-        print(f"{batch:>6} {label:>13} {tps:>10.0f} {step_ms:>9.2f} {100 * tps / bound:>7.1f}% {ratio:>12}")
-    print(f"{batch:>6} {'bound':>13} {bound:>10.0f} {1000 * batch / bound:>9.2f}")
+        print(
+            f"{batch:>6} {label:>13} {tps:>10.0f} {1000 * step_s:>9.2f} {100 * tps / bound:>7.1f}% "
+            f"{100 * ideal_step_s / step_s:>10.1f}% {100 * ideal_call_s / wall:>10.1f}% {ratio:>12}",
+            flush=True,
+        )
+    print(
+        f"{batch:>6} {'ideal':>13} {bound:>10.0f} {1000 * ideal_step_s:>9.2f}  (bound tokens/s; roofline ms/step)"
+    )
     if "turnrl-graph" in engines:
         print(
             f"{batch:>6} compile + graph recording {engines['turnrl-graph'].compile_seconds:.1f} s (in the warm-up)"
@@ -180,24 +255,33 @@ def main() -> None:
     ap.add_argument("--tokenizer", default="tiny-random", help="a model.path or tokenizer directory")
     ap.add_argument("--compile", action="store_true", help="add turnrl with rollout.compile=true")
     ap.add_argument("--skip-generate", action="store_true", help="only turnrl's engine")
+    ap.add_argument("--contenders", default="", help="comma-separated contenders to run (default: all)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    ap.add_argument("--roofline-size", type=int, default=0, help="matmul side (0 = 1024 on CPU, 8192 on GPU)")
     args = ap.parse_args()
+    args.contenders = [c for c in args.contenders.split(",") if c]
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
     model = build(args.shape, dtype, device)
     tok = load_tokenizer(args.tokenizer)
     bw = copy_bandwidth(device)
+    roofline = matmul_roofline(device, args.roofline_size or (8192 if device.type == "cuda" else 1024))
     n_params = sum(p.numel() for p in model.parameters())
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     print(f"device {name} ({device}), {torch.get_num_threads()} threads, torch {torch.__version__}")
     print(
-        f"model {args.shape} random init, {n_params / 1e6:.0f}M params, {dtype}; copy bandwidth {bw / 1e9:.1f} GB/s"
+        f"model {args.shape} random init, {n_params / 1e6:.0f}M params, {dtype}; copy bandwidth {bw / 1e9:.1f} GB/s; "
+        f"float32 matmul roofline {roofline / 1e9:.0f} GFLOP/s"
     )
     print(f"prompt {args.prompt_len} tokens, {args.new_tokens} new tokens per row, temperature 1")
     print(
-        f"{'batch':>6} {'contender':>13} {'tokens/s':>10} {'ms/step':>9} {'% bound':>8} {'vs generate':>12}"
+        f"{'batch':>6} {'contender':>13} {'tokens/s':>10} {'ms/step':>9} {'% bound':>8} {'step % roof':>11} "
+        f"{'call % roof':>11} {'vs generate':>12}"
     )
     for batch in (int(b) for b in args.batches.split(",")):
-        run_batch(model, tok, batch, args, device, bw)
+        run_batch(model, tok, batch, args, device, bw, roofline)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     pip install -e ".[bench]"                      # TRL
     python benchmarks/vs_trl.py                    # CPU: the embedded SmolLM2-135M, fp32
+    python benchmarks/vs_trl.py --short rollout.dtype=bfloat16   # short prompts; turnrl samples from a bf16 copy
     python benchmarks/vs_trl.py --shape qwen2.5-0.5b --dtype bfloat16 --tokenizer DIR   # GPU, random init
 
 Both sides get the same model directory, the same prompts (the default task's first
@@ -42,11 +43,13 @@ def distinct_chars(completions: list[Any], **kwargs: Any) -> list[float]:
     return [len(set(t)) / 50 for t in texts]
 
 
-def prompts(k: int) -> list[list[dict[str, str]]]:
-    """The default task's prompts (one worked example, then a sum), k of them."""
+def prompts(k: int, short: bool = False) -> list[list[dict[str, str]]]:
+    """The default task's prompts (one worked example, then a sum), k of them; `short`: the question
+    alone (no worked example), where sharing one prompt pass per group saves less."""
     from turnrl.tasks.addition import make_row
 
-    return [make_row(1 + i % 9, 1 + (i * 7) % 9, "train", i)["prompt"] for i in range(k)]
+    rows = [make_row(1 + i % 9, 1 + (i * 7) % 9, "train", i)["prompt"] for i in range(k)]
+    return [r[-1:] for r in rows] if short else rows
 
 
 def model_dir(args: argparse.Namespace, work: Path) -> Path:
@@ -203,12 +206,17 @@ def main() -> None:
         "--peak-tflops", type=float, default=0.0, help="device peak (H100 bf16 dense: 989) to report MFU"
     )
     ap.add_argument("--only", choices=["trl", "turnrl"], default=None)
+    ap.add_argument("--short", action="store_true", help="prompts without the worked example")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads for both (0 = torch's default)")
     ap.add_argument("overrides", nargs="*", help="extra turnrl key=value overrides")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     work = Path(tempfile.mkdtemp(prefix="turnrl-vs-trl-"))
     path = model_dir(args, work)
-    chats = prompts(args.prompts)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        args.overrides.append(f"trainer.num_threads={args.threads}")
+    chats = prompts(args.prompts, args.short)
     device = (
         torch.cuda.get_device_name()
         if torch.cuda.is_available()
@@ -216,7 +224,8 @@ def main() -> None:
     )
     print(f"model {args.shape or args.model} ({path}), {args.dtype}, {device}")
     print(
-        f"{args.prompts} prompts x {args.n} samples x {args.tokens} tokens, {args.steps} timed steps + 1 warm-up"
+        f"{args.prompts} prompts{' (short)' if args.short else ''} x {args.n} samples x {args.tokens} tokens, "
+        f"{args.steps} timed steps + 1 warm-up; turnrl overrides {args.overrides}"
     )
     result: dict[str, Any] = {}
     if args.only != "turnrl":

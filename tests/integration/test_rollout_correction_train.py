@@ -72,3 +72,15 @@ def test_auto_bypass_skips_the_pass_when_the_engine_is_the_trainers_module(tmp_p
             assert a[key] == r[key], key
         for key in ("actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "actor/pg_clipfrac"):
             assert a[key] == pytest.approx(r[key], abs=1e-4), key
+
+
+@pytest.mark.timeout(300)
+def test_a_bfloat16_rollout_copy_shows_its_gap_and_tis_trains_on_it(tmp_path):
+    # `rollout.dtype=bfloat16`: the engine samples from a bfloat16 copy, the trainer recomputes in
+    # float32; the gap is bfloat16 rounding (well above float32's 1e-5, well below another policy's 1)
+    rows = run(tmp_path, "bf16", **{"rollout.dtype": "bfloat16", "algorithm.rollout_correction.mode": "tis"})
+    for m in rows[:2]:
+        assert "timing_s/old_log_prob" in m
+        assert 1e-4 < m["rollout_corr/abs_diff_max"] < 1.0, m["rollout_corr/abs_diff_max"]
+        assert abs(m["rollout_corr/weight_mean"] - 1.0) < 0.05
+    assert rows[1]["actor/grad_norm"] > 0

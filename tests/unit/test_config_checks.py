@@ -113,6 +113,11 @@ RULES = [
     ),
     ({"rollout__server__timeout_s": 0.0}, r"'rollout\.server\.timeout_s' must be > 0"),
     ({"rollout__sync_every": -1}, r"'rollout\.sync_every' must be >= 0"),
+    ({"rollout__dtype": "int8"}, r"unknown 'rollout\.dtype' 'int8'; valid: float32, bfloat16, float16"),
+    (
+        {"rollout__dtype": "bfloat16", "rollout__engine": "vllm"},
+        r"'rollout\.dtype' is for the hf and server engines",
+    ),
     (
         {"rollout__engine": "server", "trainer__nnodes": 2, "trainer__ray_address": "h:1"},
         r"'rollout\.engine=server' on several machines needs 'rollout\.server\.urls'",

@@ -117,6 +117,8 @@ def test_update_by_token_budget_equals_fixed_micro_batches():
         ({"ranks": 2}, False),  # rank 0 samples from a full copy with its own numerics
         ({"async": 1}, False),
         ({"async": 0}, True),  # async with staleness 0 is the synchronous loop
+        ({"rollout_dtype": "bfloat16"}, False),  # a lower-precision copy: not the trainer's numbers
+        ({"rollout_dtype": "bfloat16", "one_mini_batch": True}, True),  # on-policy: the ratio corrects
     ],
 )
 def test_auto_bypass_rule(settings, expected):
@@ -129,6 +131,7 @@ def test_auto_bypass_rule(settings, expected):
     if settings.get("one_mini_batch"):
         cfg.actor.ppo_mini_batch_size = cfg.data.train_batch_size
     cfg.trainer.n_gpus_per_node = settings.get("ranks", 1)
+    cfg.rollout.dtype = settings.get("rollout_dtype", "")
     if "async" in settings:
         cfg.trainer.mode, cfg.trainer.max_staleness = "async", settings["async"]
     assert old_log_probs_from_rollout(cfg) is expected
