@@ -32,15 +32,19 @@ Contenders:
 - `turnrl-graph` (`--compile`): `rollout.compile=true`, the fixed-shape decode step compiled
   (CUDA graphs on a GPU), its compile time printed apart (it falls in the warm-up);
 - `turnrl-sync1`: HFEngine syncing with the host after every token (the pre-GPU-path loop);
+- `turnrl-before`: the engine with the sampler and decode attention it had before they changed
+  (`torch.multinomial`, transformers' SDPA decode path), everything else the same;
 - `turnrl-bf16` (float32 models only): `rollout.dtype=bfloat16`, sampling from a bfloat16 copy;
 - `generate`: `model.generate(do_sample=True, min_new_tokens=max_new_tokens=N)`.
 `--contenders` picks some of them (a batch of 64 on a 2-core CPU takes minutes per contender).
-Quote ratios from one invocation, with the machine.
+All calls of a batch size are timed in turns (A, B, C, A, B, C, ...), so load that drifts slows
+every contender alike. Quote ratios from one invocation, with the machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import platform
 import statistics
 import time
@@ -146,16 +150,45 @@ def bound_tokens_per_s(model: torch.nn.Module, batch: int, context: float, bandw
     return batch / (step_bytes / bandwidth)
 
 
-def timed(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
-    fn()  # warm-up: allocator, kernels
-    times = []
+def round_robin(
+    calls: dict[str, Callable[[], object]], device: torch.device, repeats: int
+) -> dict[str, float]:
+    """Median wall seconds of each call, timed in turns (A, B, C, A, B, C, ...) after one warm-up each,
+    so that a machine whose load drifts slows every contender alike."""
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    for fn in calls.values():
+        fn()  # warm-up: allocator, kernels
     for _ in range(repeats):
-        sync(device)
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for key, fn in calls.items():
+            sync(device)
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            times[key].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+class BeforeEngine(HFEngine):
+    """The engine as it was before the sampler and attention changes, for a side-by-side ratio:
+    `torch.multinomial` (an exponential per vocabulary entry) and transformers' SDPA decode path."""
+
+    @staticmethod
+    def _sample(
+        logits: torch.Tensor, p: SamplingParams, gen: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        scaled = logits.float() / p.temperature
+        token = torch.multinomial(torch.softmax(scaled, -1), 1, generator=gen).squeeze(-1)
+        return token, torch.log_softmax(scaled, -1).gather(-1, token[:, None]).squeeze(-1)
+
+    def generate(self, *args: object, **kwargs: object) -> object:
+        import turnrl.rollout.hf as hf
+
+        keep = hf.decode_attention
+        hf.decode_attention = lambda model: contextlib.nullcontext()  # type: ignore[assignment]
+        try:
+            return super().generate(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            hf.decode_attention = keep
 
 
 def decode_step_flops(model: torch.nn.Module, batch: int, context: float) -> float:
@@ -182,6 +215,7 @@ def run_batch(
     engines: dict[str, HFEngine] = {}
     low = next(model.parameters()).dtype == torch.float32
     for label, every, cache, dtype in (
+        ("turnrl-before", 0, "preallocated", ""),
         ("turnrl", 0, "preallocated", ""),
         ("turnrl-dynkv", 0, "dynamic", ""),
         ("turnrl-sync1", 1, "preallocated", ""),
@@ -190,7 +224,7 @@ def run_batch(
     ):
         if args.contenders and label not in args.contenders:
             continue
-        engine = HFEngine(
+        engine = (BeforeEngine if label == "turnrl-before" else HFEngine)(
             model,
             tok,
             batch_size=batch,
@@ -221,17 +255,16 @@ def run_batch(
     bound = bound_tokens_per_s(model, batch, args.prompt_len + new / 2, bw)
     ideal_step_s = decode_step_flops(model, batch, args.prompt_len + new / 2) / roofline
     ideal_call_s = generation_flops(model, batch, args.prompt_len, new) / roofline
+    calls = {(k, n): (lambda f=fn, n=n: f(n)) for k, fn in contenders.items() for n in (new, 1)}
+    wall = round_robin(calls, device, args.repeats)  # (contender, new tokens) -> seconds
     speed: dict[str, float] = {}
     for label in sorted(contenders, key=lambda k: k != "generate"):  # generate first: the ratios' denominator
-        fn = contenders[label]
-        wall = timed(lambda f=fn: f(new), device, args.repeats)
-        prefill = timed(lambda f=fn: f(1), device, args.repeats)  # prompts in, one token out
-        step_s = (wall - prefill) / (new - 1)
-        speed[label] = tps = batch * new / wall
+        step_s = (wall[label, new] - wall[label, 1]) / (new - 1)  # the 1-token call: prompts in, one out
+        speed[label] = tps = batch * new / wall[label, new]
         ratio = f"{tps / speed['generate']:.2f}x" if "generate" in speed else "-"
         print(
             f"{batch:>6} {label:>13} {tps:>10.0f} {1000 * step_s:>9.2f} {100 * tps / bound:>7.1f}% "
-            f"{100 * ideal_step_s / step_s:>10.1f}% {100 * ideal_call_s / wall:>10.1f}% {ratio:>12}",
+            f"{100 * ideal_step_s / step_s:>10.1f}% {100 * ideal_call_s / wall[label, new]:>10.1f}% {ratio:>12}",
             flush=True,
         )
     print(

@@ -2,7 +2,7 @@
 
     pip install -e ".[bench]"                      # TRL
     python benchmarks/vs_trl.py                    # CPU: the embedded SmolLM2-135M, fp32
-    python benchmarks/vs_trl.py --short rollout.dtype=bfloat16   # short prompts; turnrl samples from a bf16 copy
+    python benchmarks/vs_trl.py --short --variant rollout.dtype=bfloat16   # short prompts; then turnrl again, sampling from a bf16 copy
     python benchmarks/vs_trl.py --shape qwen2.5-0.5b --dtype bfloat16 --tokenizer DIR   # GPU, random init
 
 Both sides get the same model directory, the same prompts (the default task's first
@@ -132,6 +132,7 @@ def run_turnrl(
     from turnrl.config import load_config
     from turnrl.trainer.ppo import Trainer
 
+    out.mkdir(parents=True, exist_ok=True)
     data = out / "prompts.jsonl"
     rows = [
         {
@@ -172,12 +173,12 @@ def run_turnrl(
         f"trainer.device={'cuda' if torch.cuda.is_available() else 'cpu'}",
         *args.overrides,
     ]
+    overrides.append(f"trainer.total_training_steps={args.steps + 1}")
     trainer = Trainer(load_config(None, overrides))
-    batches = trainer.loader.epoch_batches()
-    metrics = []
-    for _ in range(args.steps + 1):
-        trainer.global_step += 1  # as fit() numbers its steps
-        metrics.append(trainer.step(next(batches)))
+    try:
+        metrics = [trainer.step() for _ in range(args.steps + 1)]  # the loop of fit(), without its logging
+    finally:
+        trainer.close()
     stages = {
         k[9:]: statistics.mean(m[k] for m in metrics[1:]) for k in metrics[-1] if k.startswith("timing_s/")
     }
@@ -207,6 +208,13 @@ def main() -> None:
     )
     ap.add_argument("--only", choices=["trl", "turnrl"], default=None)
     ap.add_argument("--short", action="store_true", help="prompts without the worked example")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="run turnrl once more with these extra overrides, space-separated (repeatable), "
+        "e.g. --variant rollout.dtype=bfloat16",
+    )
     ap.add_argument("--threads", type=int, default=0, help="torch threads for both (0 = torch's default)")
     ap.add_argument("overrides", nargs="*", help="extra turnrl key=value overrides")
     args = ap.parse_args()
@@ -238,14 +246,17 @@ def main() -> None:
             result["trl"] = {"version": trl.__version__, "first": t[0], "mean": statistics.mean(t[1:])}
             print(f"TRL {trl.__version__}: {result['trl']['mean']:.2f} s/step (first {t[0]:.2f} s)")
     if args.only != "trl":
-        t, stages = run_turnrl(args, path, chats, work)
-        result["turnrl"] = {"first": t[0], "mean": statistics.mean(t[1:]), "stages": stages}
-        parts = "  ".join(f"{k} {v:.2f}" for k, v in stages.items() if k != "step")
-        print(f"turnrl: {result['turnrl']['mean']:.2f} s/step (first {t[0]:.2f} s)  [{parts}]")
-    if "trl" in result and "turnrl" in result:
-        ratio = result["trl"]["mean"] / result["turnrl"]["mean"]
-        result["ratio"] = ratio
-        print(f"turnrl is {ratio:.2f}x TRL's step throughput")
+        base = list(args.overrides)
+        for i, variant in enumerate(["", *args.variant]):
+            name = "turnrl" + (f" {variant}" if variant else "")
+            args.overrides = base + variant.split()
+            t, stages = run_turnrl(args, path, chats, work / f"run{i}")
+            result[name] = {"first": t[0], "mean": statistics.mean(t[1:]), "stages": stages}
+            parts = "  ".join(f"{k} {v:.2f}" for k, v in stages.items() if k != "step")
+            print(f"{name}: {result[name]['mean']:.2f} s/step (first {t[0]:.2f} s)  [{parts}]", flush=True)
+            if "trl" in result:
+                result[name]["ratio"] = ratio = result["trl"]["mean"] / result[name]["mean"]
+                print(f"{name} is {ratio:.2f}x TRL's step throughput", flush=True)
     (work / "result.json").write_text(json.dumps(result, indent=1))
     print(f"result: {work / 'result.json'}")
 
