@@ -183,6 +183,10 @@ def run_turnrl(
         k[9:]: statistics.mean(m[k] for m in metrics[1:]) for k in metrics[-1] if k.startswith("timing_s/")
     }
     stages["compile_in_first_step"] = getattr(trainer.engine, "compile_seconds", 0.0)
+    # the gap between the engine's and the trainer's log-probs, when a correction mode measures it
+    for key in ("rollout_corr/abs_diff_mean", "rollout_corr/abs_diff_max", "rollout_corr/weight_mean"):
+        if key in metrics[-1]:
+            stages[key] = statistics.mean(m[key] for m in metrics[1:])
     if args.peak_tflops > 0:  # the update's model FLOPs utilisation: 6 x params x tokens (forward + backward)
         tokens = statistics.mean(m["perf/total_num_tokens"] for m in metrics[1:])
         params = sum(p.numel() for p in trainer.engine.model.parameters())  # type: ignore[attr-defined]
