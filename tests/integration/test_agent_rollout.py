@@ -108,8 +108,9 @@ def test_multi_turn_episodes_keep_exact_ids_and_logprobs_match_trainer(tool_mode
     obs = (mask == 0) & (batch["attention_mask"][:, -BUDGET:] == 1)
     assert obs.any()
     assert (batch["rollout_log_probs"][obs] == 0).all()
-    text = tok.decode(batch["responses"][0][batch["attention_mask"][0, -BUDGET:].bool()])
-    assert "<result>408</result>" in text, text
+    # the taught call ran and its result is in the episode (at temperature 1 some episodes stray first)
+    texts = [tok.decode(batch["responses"][i][batch["attention_mask"][i, -BUDGET:].bool()]) for i in range(6)]
+    assert any("<result>408</result>" in t for t in texts), texts
 
     # token in, token out: every generated id list sits verbatim right after the exact context it came from
     finals = [unpadded(batch, i) for i in range(len(batch))]

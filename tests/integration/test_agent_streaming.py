@@ -196,8 +196,10 @@ def test_streaming_is_reproducible_and_samples_of_a_prompt_differ(tiny, tmp_path
     assert a["rollout_log_probs"].tolist() == b["rollout_log_probs"].tolist()
     assert a["response_mask"].tolist() == b["response_mask"].tolist()
     for g in range(2):
+        # one seed for the whole group would make its three samples one; the tiny model puts most of
+        # its mass on "\n", so two 6-token samples of distinct seeds may still coincide
         rows = {tuple(a["responses"][3 * g + k].tolist()) for k in range(3)}
-        assert len(rows) == 3
+        assert len(rows) >= 2
 
 
 def test_a_failing_episode_fails_the_rollout_and_stops_the_others(tiny, tmp_path):
