@@ -162,3 +162,20 @@ def test_same_precision_makes_no_copy(tiny):
     assert engine.copy is None and engine.model is model
     with pytest.raises(ValueError, match=r"rollout\.dtype='float8'"):
         HFEngine(model, tok, dtype="float8")
+
+
+def test_the_prefill_hands_the_head_one_contiguous_row_per_prompt(tiny):
+    # a strided (B, 1, H) slice makes torch's CPU linear copy the head's weight once per row
+    # (bf16, 16 rows, SmolLM2-135M's head: 1.2 s against 6 ms); the engine indexes the last position
+    model, tok = tiny
+    seen: list[tuple[tuple[int, ...], bool]] = []
+    head = model.get_output_embeddings()
+    hook = head.register_forward_pre_hook(
+        lambda m, args: seen.append((tuple(args[0].shape), args[0].is_contiguous()))
+    )
+    try:
+        HFEngine(model, tok, batch_size=16).generate(PROMPTS, SamplingParams(max_new_tokens=2, seed=1))
+    finally:
+        hook.remove()
+    assert seen[0] == ((3, 1, model.config.hidden_size), True)  # the prefill: the last position only
+    assert all(contiguous for _, contiguous in seen)
