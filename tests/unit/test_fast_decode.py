@@ -179,3 +179,51 @@ def test_the_prefill_hands_the_head_one_contiguous_row_per_prompt(tiny):
         hook.remove()
     assert seen[0] == ((3, 1, model.config.hidden_size), True)  # the prefill: the last position only
     assert all(contiguous for _, contiguous in seen)
+
+
+def test_packed_linear_equals_f_linear_bit_for_bit():
+    from turnrl.rollout.packed_linear import PackedLinear, can_pack, pack_linears
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.Linear(96, 32, bias=False)).bfloat16()
+    if not can_pack(net, torch.bfloat16):
+        pytest.skip("this CPU has no oneDNN bfloat16 support")
+    x = torch.randn(5, 7, 64).bfloat16()  # any row count, not only the hint's
+    want = net(x)
+    layers = pack_linears(net, rows_hint=16)
+    assert len(layers) == 2 and all(isinstance(m, PackedLinear) for m in net)
+    assert torch.equal(net(x), want)
+    with torch.no_grad():
+        net[0].weight.mul_(2.0)  # a refresh writes the weight in place: the packed layout is stale
+    assert torch.equal(net(x), want)
+    layers[0].pack()
+    assert not torch.equal(net(x), want)
+    assert torch.equal(
+        net(x),
+        torch.nn.functional.linear(torch.nn.functional.linear(x, net[0].weight, net[0].bias), net[1].weight),
+    )
+
+
+def test_the_packed_copy_samples_what_the_plain_copy_samples(tiny, monkeypatch):
+    import turnrl.rollout.rollout_copy as rollout_copy
+
+    model, tok = tiny
+    packed = HFEngine(model, tok, batch_size=16, dtype="bfloat16")
+    if not packed.copy.packed:
+        pytest.skip("this CPU has no oneDNN bfloat16 support")
+    monkeypatch.setattr(rollout_copy, "can_pack", lambda module, dtype: False)
+    plain = HFEngine(model, tok, batch_size=16, dtype="bfloat16")
+    assert not plain.copy.packed
+    p = SamplingParams(max_new_tokens=8, n=2, temperature=1.0, seed=5)
+    a, b = packed.generate(PROMPTS, p), plain.generate(PROMPTS, p)
+    assert a.response_ids == b.response_ids and a.log_probs == b.log_probs
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(3.0)  # an update, then a sync
+    try:
+        packed.sync_weights(1)
+        plain.sync_weights(1)
+        c, d = packed.generate(PROMPTS, p), plain.generate(PROMPTS, p)
+        assert c.log_probs == d.log_probs and c.log_probs != a.log_probs  # repacked at the sync
+    finally:
+        with torch.no_grad():
+            model.get_output_embeddings().weight.div_(3.0)

@@ -77,7 +77,9 @@ class HFEngine:
         self.source = model
         low = torch_dtype(dtype) if dtype else None
         self.copy = (
-            RolloutCopy(model, low) if low is not None and low != next(model.parameters()).dtype else None
+            RolloutCopy(model, low, batch_size)
+            if low is not None and low != next(model.parameters()).dtype
+            else None
         )
         self.model = self.copy.module if self.copy is not None else model
         self.tokenizer = tokenizer

@@ -15,6 +15,8 @@ import copy
 
 import torch
 
+from turnrl.rollout.packed_linear import can_pack, pack_linears
+
 
 def torch_dtype(name: str) -> torch.dtype:
     """`bfloat16` -> torch.bfloat16, for the names `rollout.dtype` accepts."""
@@ -29,17 +31,23 @@ def torch_dtype(name: str) -> torch.dtype:
 class RolloutCopy:
     """The policy's parameters cast to `dtype` in a module of their own; buffers (rotary
     frequencies and the like) keep their precision. `refresh()` copies the source's current
-    weights in place, so anything built around the copy (compiled decode steps) stays valid."""
+    weights in place, so anything built around the copy (compiled decode steps) stays valid.
 
-    def __init__(self, source: torch.nn.Module, dtype: torch.dtype) -> None:
+    On a CPU with oneDNN's bfloat16 support the copy's linear layers read weights laid out once for
+    oneDNN (`packed_linear`, tuned for `rows_hint` rows): the same products, faster at a few rows."""
+
+    def __init__(self, source: torch.nn.Module, dtype: torch.dtype, rows_hint: int = 16) -> None:
         self.source, self.dtype = source, dtype
         self.module = copy.deepcopy(source)
         for p in self.module.parameters():
             p.requires_grad_(False)
             p.data = p.data.to(dtype)
         self.module.eval()
+        self.packed = pack_linears(self.module, rows_hint) if can_pack(self.module, dtype) else []
 
     @torch.no_grad()
     def refresh(self) -> None:
         for dst, src in zip(self.module.parameters(), self.source.parameters(), strict=True):
             dst.copy_(src)  # casts
+        for layer in self.packed:
+            layer.pack()
