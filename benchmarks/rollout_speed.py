@@ -34,7 +34,9 @@ Contenders:
 - `turnrl-sync1`: HFEngine syncing with the host after every token (the pre-GPU-path loop);
 - `turnrl-before`: the engine with the sampler and decode attention it had before they changed
   (`torch.multinomial`, transformers' SDPA decode path), everything else the same;
-- `turnrl-bf16` (float32 models only): `rollout.dtype=bfloat16`, sampling from a bfloat16 copy;
+- `turnrl-bf16` (float32 models only): `rollout.dtype=bfloat16`, sampling from a bfloat16 copy
+  (on a CPU with oneDNN bf16 its linear layers read weights packed once: `rollout/packed_linear.py`);
+- `turnrl-bf16-graph` (`--compile`, float32 models only): both, the copy's step compiled;
 - `generate`: `model.generate(do_sample=True, min_new_tokens=max_new_tokens=N)`.
 `--contenders` picks some of them (a batch of 64 on a 2-core CPU takes minutes per contender).
 All calls of a batch size are timed in turns (A, B, C, A, B, C, ...), so load that drifts slows
@@ -221,6 +223,7 @@ def run_batch(
         ("turnrl-sync1", 1, "preallocated", ""),
         *([("turnrl-bf16", 0, "preallocated", "bfloat16")] if low else []),
         *([("turnrl-graph", 0, "compile", "")] if args.compile else []),
+        *([("turnrl-bf16-graph", 0, "compile", "bfloat16")] if args.compile and low else []),
     ):
         if args.contenders and label not in args.contenders:
             continue
@@ -263,17 +266,18 @@ def run_batch(
         speed[label] = tps = batch * new / wall[label, new]
         ratio = f"{tps / speed['generate']:.2f}x" if "generate" in speed else "-"
         print(
-            f"{batch:>6} {label:>13} {tps:>10.0f} {1000 * step_s:>9.2f} {100 * tps / bound:>7.1f}% "
+            f"{batch:>6} {label:>17} {tps:>10.0f} {1000 * step_s:>9.2f} {100 * tps / bound:>7.1f}% "
             f"{100 * ideal_step_s / step_s:>10.1f}% {100 * ideal_call_s / wall[label, new]:>10.1f}% {ratio:>12}",
             flush=True,
         )
     print(
-        f"{batch:>6} {'ideal':>13} {bound:>10.0f} {1000 * ideal_step_s:>9.2f}  (bound tokens/s; roofline ms/step)"
+        f"{batch:>6} {'ideal':>17} {bound:>10.0f} {1000 * ideal_step_s:>9.2f}  (bound tokens/s; roofline ms/step)"
     )
-    if "turnrl-graph" in engines:
-        print(
-            f"{batch:>6} compile + graph recording {engines['turnrl-graph'].compile_seconds:.1f} s (in the warm-up)"
-        )
+    for label in ("turnrl-graph", "turnrl-bf16-graph"):
+        if label in engines:
+            print(
+                f"{batch:>6} {label}: compile + graph recording {engines[label].compile_seconds:.1f} s (in the warm-up)"
+            )
 
 
 def main() -> None:
@@ -310,7 +314,7 @@ def main() -> None:
     )
     print(f"prompt {args.prompt_len} tokens, {args.new_tokens} new tokens per row, temperature 1")
     print(
-        f"{'batch':>6} {'contender':>13} {'tokens/s':>10} {'ms/step':>9} {'% bound':>8} {'step % roof':>11} "
+        f"{'batch':>6} {'contender':>17} {'tokens/s':>10} {'ms/step':>9} {'% bound':>8} {'step % roof':>11} "
         f"{'call % roof':>11} {'vs generate':>12}"
     )
     for batch in (int(b) for b in args.batches.split(",")):
