@@ -1,10 +1,12 @@
-"""Where a CPU decode step's time goes, part by part, on one thread: the sampler over the vocabulary,
-one layer's attention at a decode step, and each matrix product of SmolLM2-135M's step (fp32, and the
-output head in bf16). Random inputs of the real shapes (speed does not depend on the values); prints
+"""Where a CPU decode step's time goes, part by part (one thread unless `--threads`): the sampler over
+the vocabulary, one layer's attention at a decode step, and each matrix product of SmolLM2-135M's
+step in fp32, in bf16, and in bf16 from a weight packed once for oneDNN (as the bf16 rollout copy
+runs it). Random inputs of the real shapes (speed does not depend on the values); prints
 milliseconds per call and the GEMMs' GFLOP/s. docs/rollout.md reads these numbers.
 
     python benchmarks/decode_parts.py             # batch 16
     python benchmarks/decode_parts.py --batch 64
+    python benchmarks/decode_parts.py --threads 2
 """
 
 from __future__ import annotations
@@ -67,13 +69,20 @@ def gemm_parts(b: int) -> None:
         "gate+up fused (576 -> 3072)": (HIDDEN, 2 * INTER),
         "output head (576 -> 49152)": (HIDDEN, VOCAB),
     }
+    packable = torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    print(f"{'product':<30} {'fp32 ms':>8} {'GFLOP/s':>8} {'bf16':>8} {'bf16 packed':>12}  (GFLOP/s)")
     for name, (k, n) in shapes.items():
         x, w = torch.randn(b, k), torch.randn(n, k)
         ms = ms_per_call(lambda x=x, w=w: F.linear(x, w), 30)
-        print(f"{name:<30} {ms:8.3f} ms   {2 * b * k * n / ms / 1e6:6.1f} GFLOP/s")
-    x, w = torch.randn(b, HIDDEN).bfloat16(), torch.randn(VOCAB, HIDDEN).bfloat16()
-    ms = ms_per_call(lambda: F.linear(x, w), 30)
-    print(f"{'output head, bf16':<30} {ms:8.3f} ms   {2 * b * HIDDEN * VOCAB / ms / 1e6:6.1f} GFLOP/s")
+        flop = 2 * b * k * n
+        xb, wb = x.bfloat16(), w.bfloat16()
+        bf16 = flop / ms_per_call(lambda xb=xb, wb=wb: F.linear(xb, wb), 30) / 1e6
+        packed = "-"
+        if packable:  # the layout `rollout/packed_linear.py` gives the bf16 rollout copy
+            pw = torch.ops.mkldnn._reorder_linear_weight(wb, b)
+            call = lambda xb=xb, pw=pw: torch.ops.mkldnn._linear_pointwise(xb, pw, None, "none", [], "")  # noqa: E731
+            packed = f"{flop / ms_per_call(call, 30) / 1e6:.1f}"
+        print(f"{name:<30} {ms:8.3f} {flop / ms / 1e6:8.1f} {bf16:8.1f} {packed:>12}")
 
 
 def main() -> None:

@@ -70,9 +70,9 @@ class RolloutConfig:
     dtype: str = ""
     """The precision the rollout samples in. Empty = the policy's own (`model.dtype`). `bfloat16` or
     `float16`: the `hf` engine samples from a copy of the policy in that precision (refreshed after every
-    update); a `server` child loads its model in it. A small batch's decode step reads every weight once
-    per token, so half the bytes is up to twice the speed (1.6x on a CPU with AVX512-BF16,
-    docs/rollout.md). The trainer keeps `model.dtype`; the gap between the two policies shows in
+    update); a `server` child loads its model in it. Half the bytes per weight, and on a CPU with
+    bfloat16 instructions twice the arithmetic rate: a decode step 1.9-2.1x faster on the 2-core
+    AVX512-BF16 machine (docs/rollout.md). The trainer keeps `model.dtype`; the gap between the two policies shows in
     `rollout_corr/*` and is corrected like any engine's (`algorithm.rollout_correction`)."""
     val_temperature: float = 0.0
     """Temperature for validation; 0 = greedy."""

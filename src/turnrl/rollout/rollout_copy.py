@@ -1,8 +1,8 @@
 """A lower-precision copy of the policy for sampling (`rollout.dtype`), refreshed when it changes.
 
-Decoding a small batch streams every weight from memory once per token, so on a CPU the float32
-decode step is bound by bytes, not arithmetic: a bfloat16 copy reads half of them and, on a CPU
-with bfloat16 instructions (AVX512-BF16, AMX), multiplies them at twice the rate. The trainer
+Decoding a small batch multiplies a few rows by every weight once per token: a bfloat16 copy reads
+half the bytes and, on a CPU with bfloat16 instructions (AVX512-BF16, AMX), multiplies at twice the
+float32 rate. The trainer
 keeps float32 weights; the sampled tokens' log-probs then come from a slightly different policy,
 which the trainer's forward sees as a gap between `rollout_log_probs` and its own
 (`rollout_corr/*` metrics) and which TIS/MIS (`algorithm.rollout_correction`) or the PPO ratio
