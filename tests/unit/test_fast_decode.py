@@ -217,8 +217,10 @@ def test_the_packed_copy_samples_what_the_plain_copy_samples(tiny, monkeypatch):
     p = SamplingParams(max_new_tokens=8, n=2, temperature=1.0, seed=5)
     a, b = packed.generate(PROMPTS, p), plain.generate(PROMPTS, p)
     assert a.response_ids == b.response_ids and a.log_probs == b.log_probs
+    head = model.get_output_embeddings().weight
+    saved = head.detach().clone()  # the fixture is shared: put back its very bits afterwards
     with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(3.0)  # an update, then a sync
+        head.mul_(3.0)  # an update, then a sync
     try:
         packed.sync_weights(1)
         plain.sync_weights(1)
@@ -226,4 +228,4 @@ def test_the_packed_copy_samples_what_the_plain_copy_samples(tiny, monkeypatch):
         assert c.log_probs == d.log_probs and c.log_probs != a.log_probs  # repacked at the sync
     finally:
         with torch.no_grad():
-            model.get_output_embeddings().weight.div_(3.0)
+            head.copy_(saved)
