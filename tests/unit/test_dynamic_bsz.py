@@ -142,3 +142,20 @@ def test_uid_column_survives_the_reorder():
     batch["uid"] = np.array(["a", "b", "c"], dtype=object)
     parts, order = split_rows(batch, 0, 100, "k")
     assert [u for p in parts for u in p["uid"]] == [["a", "b", "c"][i] for i in order.tolist()]
+
+
+@pytest.mark.parametrize(
+    ("model_dtype", "rollout_dtype", "expected"),
+    [
+        ("auto", "float32", True),  # auto is float32 on a CPU: the same weights, no copy
+        ("float32", "float32", True),
+        ("auto", "bfloat16", False),
+        ("bfloat16", "bfloat16", True),
+    ],
+)
+def test_auto_bypass_compares_resolved_precisions(model_dtype, rollout_dtype, expected):
+    cfg = Config()
+    cfg.trainer.device = "cpu"
+    cfg.model.dtype, cfg.rollout.dtype = model_dtype, rollout_dtype
+    cfg.actor.ppo_mini_batch_size = cfg.data.train_batch_size // 2  # not on-policy: only the module rule
+    assert old_log_probs_from_rollout(cfg) is expected

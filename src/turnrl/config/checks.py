@@ -31,7 +31,7 @@ from turnrl.config.schema import (
 from turnrl.errors import TurnrlInputError
 
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # model.dtype; rollout.dtype takes all but auto
 MULTI_TURN_FORMATS = ("xml", "json")
 ENGINES = ("hf", "server", "vllm")
 ON_ERROR_MODES = ("fail", "zero", "fail_first_step")

@@ -15,17 +15,26 @@ import copy
 
 import torch
 
+from turnrl.config.checks import DTYPES
+from turnrl.models.loader import resolve_dtype
 from turnrl.rollout.packed_linear import can_pack, pack_linears
+
+ROLLOUT_DTYPES = DTYPES[1:]  # `model.dtype`'s names but `auto`
 
 
 def torch_dtype(name: str) -> torch.dtype:
     """`bfloat16` -> torch.bfloat16, for the names `rollout.dtype` accepts."""
-    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if name not in dtypes:
+    if name not in ROLLOUT_DTYPES:
         raise ValueError(
-            f"rollout.dtype={name!r}: use one of {', '.join(dtypes)} (or empty: the model's own)"
+            f"rollout.dtype={name!r}: use one of {', '.join(ROLLOUT_DTYPES)} (or empty: the model's own)"
         )
-    return dtypes[name]
+    return resolve_dtype(name, torch.device("cpu"))
+
+
+def samples_in_model_precision(rollout_dtype: str, model_dtype: str, device: torch.device) -> bool:
+    """Whether `rollout.dtype` leaves the `hf` engine on the policy's own weights: empty, or the
+    precision `model.dtype` resolves to on `device` (`auto` is bfloat16 on a GPU, float32 on a CPU)."""
+    return not rollout_dtype or torch_dtype(rollout_dtype) == resolve_dtype(model_dtype, device)
 
 
 class RolloutCopy:

@@ -20,6 +20,8 @@ from turnrl.algorithms.rollout_corr import bypass_choice, rollout_correction
 from turnrl.batch import Batch
 from turnrl.config.schema import Config, RolloutCorrectionConfig
 from turnrl.rollout.base import Rollout, SamplingParams
+from turnrl.rollout.rollout_copy import samples_in_model_precision
+from turnrl.trainer.setup import pick_device
 
 PROMPT_FIELDS = ("input_ids", "attention_mask", "position_ids")
 ROW_FIELDS = ("raw_prompt", "data_source", "ground_truth", "extra_info", "index")
@@ -186,7 +188,8 @@ def old_log_probs_from_rollout(cfg: Config) -> bool:
         return choice == "true"
     synchronous = t.mode == "sync" or t.max_staleness == 0
     on_policy = a.ppo_epochs == 1 and a.ppo_mini_batch_size == cfg.data.train_batch_size
-    same_precision = cfg.rollout.dtype in ("", cfg.model.dtype)
+    device = pick_device(t.device)
+    same_precision = samples_in_model_precision(cfg.rollout.dtype, cfg.model.dtype, device)
     same_module = cfg.rollout.engine == "hf" and t.nnodes * t.n_gpus_per_node == 1 and same_precision
     return synchronous and rc.mode == "none" and (on_policy or same_module)
 
