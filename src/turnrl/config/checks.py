@@ -130,7 +130,7 @@ def _check_rollout_engine(cfg: Config) -> None:
         )
     if r.dtype not in ("", *DTYPES[1:]):
         raise ConfigError(
-            f"unknown 'rollout.dtype' '{r.dtype}'; valid: float32, bfloat16, float16 (empty: model.dtype)"
+            f"unknown 'rollout.dtype' '{r.dtype}'; valid: {', '.join(DTYPES[1:])} (empty: model.dtype)"
         )
     if r.dtype and r.engine == "vllm":
         raise ConfigError(

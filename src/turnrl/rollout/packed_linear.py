@@ -4,7 +4,8 @@ A decode step multiplies a few rows (the batch) by every weight matrix. `F.linea
 product to the BLAS with the weight as stored, so every call re-blocks the weight for the vector
 unit; at 16 rows that costs as much as the arithmetic. oneDNN can block a weight once
 (`mkldnn._reorder_linear_weight`) and reuse it at every call: on the 2-core AVX512-BF16 machine a
-bfloat16 16 x 576 x 1536 product goes from ~200 to ~290 GFLOP/s (`benchmarks/decode_parts.py`).
+bfloat16 16 x 576 x 1536 product went from 239 to 341 GFLOP/s, the output head from 135 to 250
+(`python benchmarks/decode_parts.py --threads 2`).
 The result is bit-for-bit `F.linear`'s (tested), so this changes speed, not numbers.
 
 Only for the rollout copy (`rollout.dtype=bfloat16` on a CPU with oneDNN's bf16 support): the copy

@@ -2,11 +2,10 @@
 
 Decoding a small batch multiplies a few rows by every weight once per token: a bfloat16 copy reads
 half the bytes and, on a CPU with bfloat16 instructions (AVX512-BF16, AMX), multiplies at twice the
-float32 rate. The trainer
-keeps float32 weights; the sampled tokens' log-probs then come from a slightly different policy,
-which the trainer's forward sees as a gap between `rollout_log_probs` and its own
-(`rollout_corr/*` metrics) and which TIS/MIS (`algorithm.rollout_correction`) or the PPO ratio
-against the rollout's log-probs correct, as with any engine that is not the trainer's module.
+float32 rate. The trainer keeps float32 weights; the sampled tokens' log-probs then come from a
+slightly different policy, which the trainer's forward sees as a gap between `rollout_log_probs` and
+its own (`rollout_corr/*` metrics) and which TIS/MIS (`algorithm.rollout_correction`) or the PPO
+ratio against the rollout's log-probs correct, as with any engine that is not the trainer's module.
 """
 
 from __future__ import annotations
