@@ -2,8 +2,9 @@
 
 Same model, global batch, seed and learnable reward; the 2-rank run splits every mini-batch
 into whole uid groups balanced by tokens, sums its per-rank losses over the global token
-count, and samples on rank 0 from a full copy of the weights. Losses, gradient norms and the
-weights after the update must agree to float rounding (1e-5).
+count, and samples on rank 0 from a full copy of the weights. Losses and gradient norms must agree
+to float rounding (1e-5), the weights after the update to a twentieth of one Adam step
+(tests/support/ranks.py's WEIGHT_TOL: how far rounding moves them depends on the processor).
 """
 
 import json
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.ranks import GRPO, PPO, assert_same
+from tests.support.ranks import GRPO, PPO, WEIGHT_TOL, assert_same
 from tests.support.tiny_runs import assert_same_weights, tiny_overrides
 from turnrl.config import load_config
 from turnrl.trainer.ppo import Trainer
@@ -35,7 +36,7 @@ def test_grpo_two_ranks_equal_one(tmp_path):
     two, ckpt2 = run(tmp_path, 2, GRPO)
     assert one[0]["actor/grad_norm"] > 0  # the reward moves the policy: not a trivial comparison
     assert_same(one, two, ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/entropy"))
-    assert_same_weights(ckpt1 / "actor", ckpt2 / "actor")
+    assert_same_weights(ckpt1 / "actor", ckpt2 / "actor", WEIGHT_TOL)
     assert two[0]["balance/actor/imbalance_after"] <= two[0]["balance/actor/imbalance_before"]
 
 
@@ -45,8 +46,8 @@ def test_ppo_gae_two_ranks_equal_one(tmp_path):  # with token-budget micro-batch
     two, ckpt2 = run(tmp_path, 2, PPO)
     keys = ("actor/pg_loss", "actor/grad_norm", "critic/vf_loss", "critic/grad_norm", "critic/kl")
     assert_same(one, two, keys)
-    assert_same_weights(ckpt1 / "actor", ckpt2 / "actor")
-    assert_same_weights(ckpt1 / "critic", ckpt2 / "critic")
+    assert_same_weights(ckpt1 / "actor", ckpt2 / "actor", WEIGHT_TOL)
+    assert_same_weights(ckpt1 / "critic", ckpt2 / "critic", WEIGHT_TOL)
     # 2 ranks wrote shards (weights and Adam moments), one process a single file
     assert (ckpt2 / "critic" / "shards").is_dir() and not (ckpt2 / "critic" / "weights.safetensors").exists()
     assert len(list((ckpt2 / "actor" / "shards").glob("*.distcp"))) == 2
@@ -66,7 +67,7 @@ def test_lora_and_gradient_checkpointing_two_ranks_equal_one(tmp_path):
     two, ckpt2 = run(tmp_path, 2, extra)
     assert_same(one, two, ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/kl_loss"))
     assert one[-1]["actor/kl_loss"] > 0  # the adapters moved the policy away from the reference
-    assert_same_weights(ckpt1 / "actor", ckpt2 / "actor")
+    assert_same_weights(ckpt1 / "actor", ckpt2 / "actor", WEIGHT_TOL)
 
 
 def test_one_rank_never_imports_ray(tmp_path):
