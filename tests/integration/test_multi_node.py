@@ -59,4 +59,6 @@ def test_two_nodes_place_one_rank_each_and_equal_one_rank(tmp_path, two_nodes):
     rows = [[r for r in read_metrics(run) if "critic/score/mean" in r] for run in (one, two)]
     assert rows[0][0]["actor/grad_norm"] > 0  # the reward moves the policy: not a trivial comparison
     assert_same(rows[0], rows[1], KEYS)
-    assert_same_weights(one / "checkpoints" / "step_1" / "actor", two / "checkpoints" / "step_1" / "actor", WEIGHT_TOL)
+    assert_same_weights(
+        one / "checkpoints" / "step_1" / "actor", two / "checkpoints" / "step_1" / "actor", WEIGHT_TOL
+    )

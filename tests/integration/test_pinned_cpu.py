@@ -19,7 +19,11 @@ pytestmark = pytest.mark.skipif(why_not_pinnable() is not None, reason=str(why_n
 
 def probe(env: dict[str, str]) -> dict:
     done = subprocess.run(
-        [sys.executable, "-m", "tests.support.kernel_probe"], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "tests.support.kernel_probe"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
