@@ -119,7 +119,7 @@ _DECLARED = (
         "(B, T_resp)",
         "long",
         "gen",
-        "reward old_log_prob update_actor update_critic dump metrics",
+        "reward old_log_prob adv update_actor update_critic dump metrics",
         "sampled response ids, right-padded (agent: model and observation tokens)",
     ),
     _f(

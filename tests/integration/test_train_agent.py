@@ -4,7 +4,10 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
+from tests.support.scripted_engine import ScriptedEngine
+from tests.support.tiny_runs import reward_file
 from turnrl.config import load_config
 from turnrl.trainer.ppo import Trainer
 
@@ -48,3 +51,63 @@ def test_calculator_agent_steps_through_the_trainer(tmp_path):
     assert steps[-1]["response_length/mean"] == pytest.approx(steps[-1]["agent/model_tokens/mean"])
     assert any((run / "rollouts").glob("step_*.jsonl"))
     assert any(k.startswith("val/test_score/") for k in rows[-1])
+
+
+class KeepAdv:
+    """A stage-clock hook that keeps the batch the advantage stage wrote."""
+
+    wants_batches = True
+
+    def __init__(self) -> None:
+        self.batch = None
+
+    def record(self, stage: str, batch, elapsed_s: float) -> None:
+        if stage == "adv" and batch is not None:
+            self.batch = batch
+
+
+@pytest.mark.timeout(300)
+def test_gigpo_credits_each_turn_of_real_episodes(tmp_path):
+    from turnrl.algorithms.turn_credit import gigpo_advantage, turn_spans
+
+    overrides = {
+        "model.path": "tiny-random",
+        "data.train_batch_size": 2,
+        "data.max_response_length": 64,
+        "rollout.n": 4,
+        "rollout.multi_turn.max_tokens_per_turn": 6,
+        "actor.ppo_mini_batch_size": 1,
+        "algorithm.adv_estimator": "gigpo",
+        "trainer.total_training_steps": 1,
+        "trainer.test_freq": 0,
+        "trainer.val_before_train": False,
+        "trainer.logger": "[jsonl]",
+        "trainer.default_local_dir": str(tmp_path / "run"),
+    }
+    overrides["algorithm.rollout_correction.bypass"] = "false"  # scripted turns carry no true log-probs
+    overrides["reward.custom_function.path"] = reward_file(tmp_path)  # graded: groups differ
+    keep = KeepAdv()
+    trainer = Trainer(load_config(RECIPE, [f"{k}={v}" for k, v in overrides.items()]), hooks=[keep])
+    tok, loop = trainer.tokenizer, trainer.rollout.loop  # type: ignore[attr-defined]
+
+    def first_turn(context: list[int]) -> list[int] | None:
+        # every episode opens with a calculator call (a random tiny model rarely writes one); the
+        # tiny model samples the turns after the observation
+        if "</calculator>" in tok.decode(context):
+            return None
+        return tok(f"<calculator>{len(context) % 5} + 7</calculator>", add_special_tokens=False)["input_ids"]
+
+    loop.engine = ScriptedEngine(first_turn, inner=loop.engine)
+    trainer.fit()
+    b = keep.batch
+    mask = b["response_mask"]
+    assert max(len(turn_spans(row)) for row in mask.tolist()) >= 2  # multi-turn episodes were credited
+    assert bool((b["advantages"][mask == 0] == 0).all())  # observation tokens and padding: 0
+    want, _ = gigpo_advantage(b["token_level_rewards"], mask, b["responses"], b["uid"], 1.0, 0.95)
+    assert torch.equal(b["advantages"], want)
+    # the step term moved some episode's turns apart: a turn-level credit, not one number per episode
+    differs = [
+        len({round(float(b["advantages"][i, start]), 6) for start, _ in turn_spans(row)}) > 1
+        for i, row in enumerate(mask.tolist())
+    ]
+    assert any(differs)

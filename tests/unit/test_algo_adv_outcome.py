@@ -262,6 +262,7 @@ def test_every_estimator_is_finite_and_zero_off_mask_with_an_empty_row(estimator
         estimator, token_level_rewards=rewards, response_mask=mask.float(), index=np.array([0, 0, 1, 1]),
         values=torch.full_like(rewards, 0.3), reward_baselines=torch.full((4,), 0.5), gamma=0.9, lam=0.9,
         old_log_probs=torch.full_like(rewards, -1.0), teacher_log_prob=torch.full_like(rewards, -2.0),  # opd
+        responses=torch.arange(16).reshape(4, 4),  # gigpo
     )  # fmt: skip
     assert adv.shape == ret.shape == (4, 4)
     assert adv.dtype == torch.float32

@@ -85,3 +85,15 @@ def test_moved_key_is_suggested_under_the_section_named():
         load_config(None, ["critic.lr=1e-5"])
     with pytest.raises(ConfigError, match=r"did you mean 'actor\.optim\.lr'"):
         load_config(None, ["actor.lr=1e-5"])
+
+
+def test_a_task_swapped_on_the_command_line_drops_the_recipes_task_args():
+    # gym_chain_sum's task_args (max_digits, ...) are chain_sum's: another task would refuse them
+    kept = load_config("gym_chain_sum", ["data.task=reasoning_gym:chain_sum"]).data.task_args
+    assert kept["max_digits"] == 1 and kept["size"] == 160
+    swapped = load_config(
+        "gym_chain_sum", ["data.task_args.size=50", "data.task=reasoning_gym:basic_arithmetic"]
+    )
+    assert swapped.data.task == "reasoning_gym:basic_arithmetic"
+    assert swapped.data.task_args == {"size": 50}  # the command line's own, given before the task
+    assert load_config("gym_chain_sum", ["data.task=addition"]).data.task_args == {}

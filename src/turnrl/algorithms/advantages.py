@@ -23,6 +23,7 @@ from torch import Tensor
 
 from turnrl.algorithms.core import check_same_shape, masked_fill_zero, masked_mean, masked_whiten
 from turnrl.algorithms.groups import group_stats
+from turnrl.algorithms.turn_credit import gigpo_advantage
 
 ADV_ESTIMATORS: tuple[str, ...] = (
     "gae",
@@ -31,6 +32,7 @@ ADV_ESTIMATORS: tuple[str, ...] = (
     "reinforce_plus_plus",
     "reinforce_plus_plus_baseline",
     "remax",
+    "gigpo",
     "opd",
 )
 
@@ -267,6 +269,8 @@ def compute_advantage(
     old_log_probs: Tensor | None = None,
     teacher_log_prob: Tensor | None = None,
     distill_coef: float = 0.0,
+    responses: Tensor | None = None,
+    gigpo: tuple[float, float] = (1.0, 0.95),
 ) -> tuple[Tensor, Tensor]:
     """Dispatch to the estimator named by ``algorithm.adv_estimator``; see each function for the maths.
 
@@ -275,6 +279,8 @@ def compute_advantage(
     group). ``opd`` reads ``old_log_probs`` (the student's) and ``teacher_log_prob``, not the rewards. With
     another estimator, ``distill_coef`` > 0 then adds ``distill_coef`` times opd's advantage to its
     advantages (after its own whitening); its returns, a critic's targets, stay the task's.
+    ``gigpo`` reads ``responses`` (the token ids: its states are observations) and ``gigpo``, its
+    ``(step_weight, gamma)`` (algorithms/turn_credit.py).
     """
     distill = estimator == "opd" or distill_coef > 0
     if distill and (old_log_probs is None or teacher_log_prob is None):
@@ -285,18 +291,27 @@ def compute_advantage(
         )
     if estimator == "opd":
         return opd_advantage(old_log_probs, teacher_log_prob, response_mask)  # type: ignore[arg-type]
-    advantages, returns = _task_advantage(
-        estimator,
-        token_level_rewards,
-        response_mask,
-        index,
-        values,
-        reward_baselines,
-        gamma,
-        lam,
-        norm_adv_by_std_in_grpo,
-        epsilon,
-    )
+    if estimator == "gigpo":
+        if responses is None or index is None:
+            raise ValueError(
+                "compute_advantage('gigpo'): responses (token ids) and index (uids) are required"
+            )
+        advantages, returns = gigpo_advantage(
+            token_level_rewards, response_mask, responses, index, *gigpo, norm_adv_by_std_in_grpo, epsilon
+        )
+    else:
+        advantages, returns = _task_advantage(
+            estimator,
+            token_level_rewards,
+            response_mask,
+            index,
+            values,
+            reward_baselines,
+            gamma,
+            lam,
+            norm_adv_by_std_in_grpo,
+            epsilon,
+        )
     if distill_coef > 0:
         term, _ = opd_advantage(old_log_probs, teacher_log_prob, response_mask)  # type: ignore[arg-type]
         advantages = advantages + distill_coef * term.to(advantages.dtype)

@@ -249,7 +249,7 @@ def _check_algorithm(cfg: Config) -> None:
     alg, actor, n = cfg.algorithm, cfg.actor, cfg.rollout.n
     est = alg.adv_estimator
     _one_of("algorithm.adv_estimator", est, ADV_ESTIMATORS)
-    if est in ("grpo", "rloo", "reinforce_plus_plus_baseline") and n < 2:
+    if est in ("grpo", "gigpo", "rloo", "reinforce_plus_plus_baseline") and n < 2:
         raise ConfigError(f"'{est}' needs 'rollout.n' >= 2 (a group of one has no baseline), got {n}")
     _one_of("actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
     _one_of("critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)

@@ -176,6 +176,8 @@ def load_config(
     for item in overrides or []:
         key, value = _parse_override(item)
         layers.append((f"override '{item}'", _nest(key, value)))
+    if recipe:
+        _drop_task_args_of_a_replaced_task(layers[0][1], [tree for _, tree in layers[1:]])
 
     merged = OmegaConf.structured(schema)
     for source, tree in layers:
@@ -190,6 +192,18 @@ def load_config(
     if check is not None:
         check(cfg)
     return cfg
+
+
+def _drop_task_args_of_a_replaced_task(recipe: dict[str, Any], overrides: list[dict[str, Any]]) -> None:
+    """A recipe's `data.task_args` belong to the recipe's `data.task`: when an override names
+    another task they are dropped (the new task would refuse them, and a command line cannot unset
+    a key), and only the `data.task_args.*` given as overrides apply, in whatever order."""
+    data = recipe.get("data")
+    if not isinstance(data, dict) or "task_args" not in data:
+        return
+    tasks = [o["data"]["task"] for o in overrides if isinstance(o.get("data"), dict) and "task" in o["data"]]
+    if tasks and tasks[-1] != data.get("task"):
+        recipe["data"] = {k: v for k, v in data.items() if k != "task_args"}
 
 
 def to_yaml(cfg: Any) -> str:

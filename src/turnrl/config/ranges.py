@@ -26,6 +26,7 @@ from turnrl.config.schema import (
     DataConfig,
     EvalConfig,
     FilterGroupsConfig,
+    GiGPOConfig,
     JudgeConfig,
     KLControlConfig,
     ModelConfig,
@@ -106,6 +107,7 @@ RANGES: dict[type, dict[str, Rule]] = {
     },
     KLControlConfig: {"kl_coef": AT_LEAST_0, "target_kl": POSITIVE, "horizon": AT_LEAST_1},
     FilterGroupsConfig: {"max_num_gen_batches": AT_LEAST_1},
+    GiGPOConfig: {"step_weight": Rule(">= 0", "0 = GRPO"), "gamma": Rule("in (0, 1]")},
     RolloutCorrectionConfig: {"tis_cap": POSITIVE, "mis_low": AT_LEAST_0, "mis_high": POSITIVE},
     OptimConfig: {
         "lr": POSITIVE,

@@ -40,7 +40,8 @@ class DataConfig:
     task_args: dict[str, Any] = field(default_factory=dict)
     """Arguments of `data.task`'s rows, by name (`data.task_args.size=200`); a key the task does not
     take is an error. reasoning-gym tasks take `size`, `val_size`, `format_credit`, `worked_example`
-    and the dataset's own parameters (docs/data.md)."""
+    and the dataset's own parameters (docs/data.md). A recipe's `task_args` go with its `task`: an
+    override naming another task drops them, so only the `data.task_args.*` overrides apply."""
     train_batch_size: int = 8
     """Prompts per training step (each is sampled `rollout.n` times)."""
     val_batch_size: int = 64
@@ -103,6 +104,18 @@ class FilterGroupsConfig:
 
 
 @dataclass
+class GiGPOConfig:
+    """`algorithm.adv_estimator=gigpo`: GRPO's episode advantage plus a step-level one per model turn,
+    comparing the turns that acted from the same observation (Feng et al. 2025, arXiv 2505.10978;
+    the maths: turnrl/algorithms/turn_credit.py)."""
+
+    step_weight: float = 1.0
+    """omega: the step-level advantage's weight beside the episode's (0 = GRPO)."""
+    gamma: float = 0.95
+    """The per-turn discount of the episode's score: turn k of K gets gamma^(K-1-k) * score."""
+
+
+@dataclass
 class RolloutCorrectionConfig:
     """Correct for the gap between the engine's log-probs (`rollout_log_probs`) and the trainer's
     (`old_log_probs`): the ratio rho = pi_old / pi_rollout per token, sequence or geometric mean."""
@@ -128,7 +141,8 @@ class RolloutCorrectionConfig:
 @dataclass
 class AlgorithmConfig:
     adv_estimator: str = "grpo"
-    """Advantage estimator: gae, grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, or
+    """Advantage estimator: gae, grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax,
+    gigpo (GRPO plus turn-level credit for multi-turn episodes: `algorithm.gigpo`), or
     opd (on-policy distillation: the per-token reverse KL to `teacher.model.path`; the task reward is
     then computed and logged but not used for the advantage)."""
     norm_adv_by_std_in_grpo: bool = True
@@ -145,6 +159,8 @@ class AlgorithmConfig:
     """The KL coefficient controller for the reward penalty."""
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     """DAPO dynamic sampling."""
+    gigpo: GiGPOConfig = field(default_factory=GiGPOConfig)
+    """`adv_estimator=gigpo`'s step-level credit."""
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     """Off-policy correction between the rollout engine and the trainer (TIS / MIS / bypass)."""
     distill_coef: float = 0.0

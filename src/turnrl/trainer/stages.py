@@ -231,6 +231,8 @@ def advantages(batch: Batch, cfg: Config) -> dict[str, float]:
         old_log_probs=batch.tensors.get("old_log_probs"),
         teacher_log_prob=batch.tensors.get("teacher_log_prob"),
         distill_coef=cfg.algorithm.distill_coef,
+        responses=batch.tensors.get("responses"),
+        gigpo=(cfg.algorithm.gigpo.step_weight, cfg.algorithm.gigpo.gamma),
     )
     batch["advantages"] = adv
     batch["returns"] = ret
