@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.support.tiny_runs import reward_file
+from tests.support.tiny_runs import reward_file, tokenizer_json
 from turnrl.config import load_config
 from turnrl.trainer.ppo import Trainer
 
@@ -110,3 +110,55 @@ def test_two_steps(tmp_path, name):
         assert "batch/num_gen_batches" in last and "batch/dropped_groups" in last
     if name == "reward_model":
         assert "reward_extra/reward_model_score/mean" in last
+
+
+class KeepStages:
+    """A stage-clock hook that keeps the last batch of each stage."""
+
+    wants_batches = True
+
+    def __init__(self) -> None:
+        self.batches: dict = {}
+
+    def record(self, stage: str, batch, elapsed_s: float) -> None:
+        if batch is not None:
+            self.batches[stage] = batch
+
+
+@pytest.mark.timeout(240)
+def test_dynamic_sampling_refills_with_the_same_prompts(tmp_path):
+    # a rare reward (the ids' sum divisible by 7: about 1 in 7) leaves about half the groups of 4 all zero;
+    # `refill=same` samples those prompts again instead of drawing new ones
+    reward = tmp_path / "rare.py"
+    reward.write_text(
+        "from tokenizers import Tokenizer\n"
+        f"_tok = Tokenizer.from_file({tokenizer_json()!r})\n"
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    ids = _tok.encode(solution_str, add_special_tokens=False).ids\n"
+        "    return float(sum(ids) % 7 == 0)\n"
+    )
+    overrides = {
+        **COMMON,
+        "data.train_batch_size": 8,  # some group is flat unless all 8 vary: (1 - 0.54) ** 8 = 0.2 %
+        "trainer.total_training_steps": 1,
+        "trainer.default_local_dir": str(tmp_path / "run"),
+        "reward.custom_function.path": str(reward),
+        "algorithm.filter_groups.enable": True,
+        "algorithm.filter_groups.max_num_gen_batches": 4,
+        "algorithm.filter_groups.refill": "same",
+    }
+    keep = KeepStages()
+    run = Trainer(load_config(None, [f"{k}={v}" for k, v in overrides.items()]), hooks=[keep]).fit()
+    step = next(json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "batch/retried_groups" in x)
+    assert step["batch/retried_groups"] > 0 and step["batch/num_gen_batches"] > 1
+    # every trained group is one of the step's own prompts: none was drawn fresh
+    assert set(keep.batches["adv"]["uid"]) <= set(keep.batches["load_batch"]["index"])
+    assert step["batch/kept_prompts"] == len(set(keep.batches["adv"]["uid"]))
+
+
+def test_an_unknown_refill_is_one_line():
+    from turnrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="algorithm.filter_groups.refill") as err:
+        load_config(None, ["algorithm.filter_groups.refill=again"])
+    assert "\n" not in str(err.value)

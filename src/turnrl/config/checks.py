@@ -40,6 +40,7 @@ BUILT_IN_TASKS = ("addition", "calculator", "code", "search")
 """`data.task`: the built-in tasks' names; the task registry holds one writer per name (a test keeps
 the two equal), declared here so that checking a config needs no task code."""
 SAMPLERS = ("plain", "curriculum")
+REFILLS = ("fresh", "same")  # algorithm.filter_groups.refill
 """`data.sampler`: the training prompts' order (`turnrl.data.curriculum.make_loader`)."""
 REASONING_GYM = "reasoning_gym:"
 """`data.task` prefix of a reasoning-gym dataset (`turnrl.tasks.gym.PREFIX`)."""
@@ -268,6 +269,7 @@ def _check_algorithm(cfg: Config) -> None:
     _one_of("algorithm.kl_penalty", alg.kl_penalty, KL_ESTIMATORS)
     _one_of("actor.kl_loss_type", actor.kl_loss_type, KL_ESTIMATORS)
     _one_of("algorithm.kl_ctrl.type", alg.kl_ctrl.type, KL_CONTROLLERS)
+    _one_of("algorithm.filter_groups.refill", alg.filter_groups.refill, REFILLS)
     if est == "gae" and not cfg.critic.enable:
         raise ConfigError("'algorithm.adv_estimator=gae' needs a critic: set critic.enable=true")
     needs_ref = [

@@ -101,6 +101,11 @@ class FilterGroupsConfig:
     """DAPO dynamic sampling: drop groups whose scores are all equal, sample more prompts until the batch is full."""
     max_num_gen_batches: int = 4
     """At most this many generation rounds per step; then train on what was kept (counted in metrics)."""
+    refill: str = "fresh"
+    """What an extra round samples: `fresh` (DAPO: new prompts from the loader) or `same` (the step's
+    prompts whose group scored all equal, again, with another seed: a hard prompt, such as a two-hop
+    question no episode solved yet, gets more episodes instead of being replaced by easier ones).
+    `same` never adds prompts: a step trains on the groups that varied within the rounds."""
 
 
 @dataclass

@@ -51,7 +51,7 @@ class StepSampler:
         cfg, n, fg = self.cfg, self.cfg.rollout.n, self.cfg.algorithm.filter_groups
         kept: list[Batch] = []
         extras: dict[str, list[float]] = {}
-        dropped = 0
+        dropped = retried = 0
         for round_ in itertools.count(1):
             scored = self.sample_round(prompts, clock, step, round_)
             if self.on_scored:
@@ -66,6 +66,10 @@ class StepSampler:
             full = sum(len(b) for b in kept) // n >= cfg.data.train_batch_size
             if full or round_ >= fg.max_num_gen_batches:
                 break
+            if fg.refill == "same":  # the flat groups' own prompts again, with the next round's seed
+                prompts = stages.prompts_of_flat_groups(prompts, varied)
+                retried += len(prompts)
+                continue
             with clock("load_batch") as st:
                 prompts = st.batch = next(self.batches)
         merged = stages.concat_rounds(kept, self.pad_id).index(slice(0, cfg.data.train_batch_size * n))
@@ -76,6 +80,8 @@ class StepSampler:
         metrics = {**extra_metrics(extras), **scored.rollout_metrics}
         metrics["batch/num_gen_batches"], metrics["batch/dropped_groups"] = round_, dropped
         metrics["batch/kept_prompts"] = len(merged) // n
+        if fg.refill == "same":
+            metrics["batch/retried_groups"] = retried
         return merged, metrics
 
     def sample_round(self, prompts: Batch, clock: StageClock, step: int, round_: int) -> Scored:

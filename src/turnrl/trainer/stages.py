@@ -288,6 +288,13 @@ def keep_varied_groups(batch: Batch) -> tuple[Batch, int]:
     return batch.index(rows), len(spread) - len(keep_uids)
 
 
+def prompts_of_flat_groups(prompts: Batch, varied: Batch) -> Batch:
+    """The rows of `prompts` whose group is not in `varied` (the groups `keep_varied_groups` kept):
+    the prompts to sample again when dynamic sampling refills with the same prompts."""
+    kept = set(varied["uid"])
+    return prompts.index([i for i, idx in enumerate(prompts["index"]) if idx not in kept])
+
+
 def concat_rounds(rounds: list[Batch], pad_id: int) -> Batch:
     """DAPO's rounds as one batch. Each round's prompts were left-padded to its own longest prompt,
     so the prompt-side fields (`(B, T_prompt)` and `(B, T)` in `fields.py`) are left-padded to the
