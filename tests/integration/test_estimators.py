@@ -149,7 +149,9 @@ def test_dynamic_sampling_refills_with_the_same_prompts(tmp_path):
     }
     keep = KeepStages()
     run = Trainer(load_config(None, [f"{k}={v}" for k, v in overrides.items()]), hooks=[keep]).fit()
-    step = next(json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "batch/retried_groups" in x)
+    step = next(
+        json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "batch/retried_groups" in x
+    )
     assert step["batch/retried_groups"] > 0 and step["batch/num_gen_batches"] > 1
     # every trained group is one of the step's own prompts: none was drawn fresh
     assert set(keep.batches["adv"]["uid"]) <= set(keep.batches["load_batch"]["index"])
@@ -159,6 +161,6 @@ def test_dynamic_sampling_refills_with_the_same_prompts(tmp_path):
 def test_an_unknown_refill_is_one_line():
     from turnrl.config import ConfigError
 
-    with pytest.raises(ConfigError, match="algorithm.filter_groups.refill") as err:
+    with pytest.raises(ConfigError, match=r"algorithm\.filter_groups\.refill") as err:
         load_config(None, ["algorithm.filter_groups.refill=again"])
     assert "\n" not in str(err.value)
