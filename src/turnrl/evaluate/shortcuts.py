@@ -1,0 +1,103 @@
+"""Shortcut baselines: what a policy that learned no skill scores on the same validation rows.
+
+A learning claim counts only above the best of these. Each shortcut writes an answer per row in the
+task's own format (`<answer>X</answer>`) and is scored by the task's own scorer, so a shortcut is
+held to exactly what the model is held to:
+
+    best constant     the one answer that is right most often on these rows (chosen on the rows
+                      themselves: an upper bound for any constant a policy could settle on)
+    always add        an arithmetic expression with every `-` read as `+` (a policy that never
+                      learned subtraction)
+    drop the sign     the right answer without its minus sign
+    never negative    the right answer where it is >= 0, else the best non-negative constant: the
+                      ceiling of a policy that never writes a minus sign
+
+A rule that does not apply to a row (no expression in the question) answers nothing there.
+`benchmarks/shortcuts.py` prints them for a task's validation split.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+Row = dict[str, Any]
+Rule = Callable[[Row], str | None]
+
+EXPRESSION = re.compile(r"(-?\d+(?:\s*[-+]\s*\d+)+)\s*=?\s*$")
+
+
+def question(row: Row) -> str:
+    """The text the model is asked: the last user message of the row's prompt."""
+    return next(m["content"] for m in reversed(row["prompt"]) if m["role"] == "user")
+
+
+def truth(row: Row) -> str:
+    return str(row["reward_model"]["ground_truth"]).strip()
+
+
+def always_add(row: Row) -> str | None:
+    """`7 - 3 + 2 =` answered as 7 + 3 + 2 = 12."""
+    found = EXPRESSION.search(question(row).strip())
+    if found is None:
+        return None
+    return str(sum(abs(int(n)) for n in re.findall(r"\d+", found.group(1))))
+
+
+def drop_the_sign(row: Row) -> str | None:
+    return truth(row).lstrip("-")
+
+
+def best_constant(rows: list[Row]) -> tuple[str, float]:
+    """The most common right answer on `rows` and the fraction of rows it answers."""
+    counts = Counter(truth(r) for r in rows)
+    answer, hits = counts.most_common(1)[0]
+    return answer, hits / len(rows)
+
+
+def never_negative(rows: list[Row]) -> Rule:
+    non_negative = [r for r in rows if not truth(r).startswith("-")] or rows
+    fallback = best_constant(non_negative)[0]
+    return lambda row: truth(row) if not truth(row).startswith("-") else fallback
+
+
+def rules_for(rows: list[Row]) -> dict[str, Rule]:
+    """The shortcuts that apply to these rows: the constant always; the arithmetic rules where the
+    questions end in an expression and some answers are negative (else they equal the truth)."""
+    constant = best_constant(rows)[0]
+    rules: dict[str, Rule] = {f"best constant ({constant})": lambda row: constant}
+    arithmetic = all(EXPRESSION.search(question(r).strip()) for r in rows)
+    if arithmetic and any(truth(r).startswith("-") for r in rows):
+        rules.update(
+            {
+                "always add": always_add,
+                "drop the sign": drop_the_sign,
+                "never negative (ceiling)": never_negative(rows),
+            }
+        )
+    return rules
+
+
+def score_rules(
+    rows: list[Row], scorer: Callable[..., Any], rules: dict[str, Rule]
+) -> dict[str, dict[str, float]]:
+    """Per rule, the mean `acc` and `formatted` the task's scorer gives its answers on `rows`."""
+    out: dict[str, dict[str, float]] = {}
+    for name, rule in rules.items():
+        acc = formatted = 0.0
+        for row in rows:
+            answer = rule(row)
+            text = f"<answer>{answer}</answer>" if answer is not None else ""
+            result = scorer(
+                row["data_source"], text, row["reward_model"]["ground_truth"], row.get("extra_info")
+            )
+            acc += float(result["acc"]) if isinstance(result, dict) else float(result >= 1.0)
+            formatted += (
+                float(result.get("formatted", answer is not None))
+                if isinstance(result, dict)
+                else float(answer is not None)
+            )
+        out[name] = {"acc": acc / len(rows), "formatted": formatted / len(rows)}
+    return out
