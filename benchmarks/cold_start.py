@@ -174,6 +174,7 @@ def rl(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path, seed: i
         "trainer.save_freq=0",  # the run still saves its last step: the counterfactual evaluates it
         "trainer.logger=[jsonl]",
         f"trainer.default_local_dir={run_dir}",
+        *a.rl_set,  # a lever: algorithm.adv_estimator=gigpo, algorithm.filter_groups.refill=same, ...
     ]
     wall = STAGES.run(run_dir.name, run_dir / "metrics.jsonl", args, run_dir.with_suffix(".log"))
     metrics = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "val/test_score/mean" in r][-1]
@@ -289,6 +290,13 @@ def main() -> None:
     )  # fmt: skip
     ap.add_argument("--no-report", action="store_true", help="skip `turnrl report` of each run")
     ap.add_argument(
+        "--no-untrained", action="store_true", help="skip the untrained model's evaluation (seed-free)"
+    )
+    ap.add_argument(
+        "--rl-set", nargs="*", default=[], metavar="KEY=VALUE",
+        help="overrides added to every RL run: a lever to measure (its stages get their own --out)",
+    )  # fmt: skip
+    ap.add_argument(
         "--resume", action="store_true",
         help="--out may hold an earlier run: stages it finished (stages.json) are reused, e.g. to add seeds",
     )  # fmt: skip
@@ -335,8 +343,11 @@ def main() -> None:
         )
         print(f"  {cond} (seed {seed}): {shown}; train {train_s:.0f} s, eval {eval_s:.0f} s", flush=True)
 
-    samples, wall = evaluate(a, a.model, out / "eval_untrained", val, 1)  # greedy: the same for every seed
-    record("untrained", 0, samples, None, 0.0, wall, None)
+    if not a.no_untrained:
+        samples, wall = evaluate(
+            a, a.model, out / "eval_untrained", val, 1
+        )  # greedy: the same for every seed
+        record("untrained", 0, samples, None, 0.0, wall, None)
     for seed in range(1, a.seeds + 1):
         sft_dir, sft_s = sft(a, out, seed)
         samples, eval_s = evaluate(a, str(sft_dir / "model"), out / f"eval_sft_s{seed}", val, seed)

@@ -164,3 +164,27 @@ def test_an_unknown_refill_is_one_line():
     with pytest.raises(ConfigError, match=r"algorithm\.filter_groups\.refill") as err:
         load_config(None, ["algorithm.filter_groups.refill=again"])
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.timeout(240)
+def test_a_step_whose_groups_all_stay_flat_trains_on_nothing_instead_of_failing(tmp_path):
+    reward = tmp_path / "never.py"
+    reward.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n"
+    )
+    overrides = {
+        **COMMON,
+        "trainer.total_training_steps": 1,
+        "trainer.default_local_dir": str(tmp_path / "run"),
+        "reward.custom_function.path": str(reward),
+        "algorithm.filter_groups.enable": True,
+        "algorithm.filter_groups.max_num_gen_batches": 2,
+        "algorithm.filter_groups.refill": "same",
+    }
+    run = Trainer(load_config(None, [f"{k}={v}" for k, v in overrides.items()])).fit()
+    step = next(
+        json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "batch/kept_prompts" in x
+    )
+    assert step["batch/kept_prompts"] == 0 and step["batch/num_gen_batches"] == 2
+    assert step["batch/retried_groups"] == 2  # both prompts sampled again once
+    assert step["actor/grad_norm"] == 0.0  # all advantages 0: the policy is left alone

@@ -74,12 +74,13 @@ class StepSampler:
                 prompts = st.batch = next(self.batches)
         merged = stages.concat_rounds(kept, self.pad_id).index(slice(0, cfg.data.train_batch_size * n))
         if len(merged) == 0:
-            raise RuntimeError(
-                f"dynamic sampling kept no group in {round_} rounds: every group's scores were equal"
-            )
+            # every group of every round was flat (a rare success not found within the budget): the
+            # step trains on the last round as sampled, whose group advantages are all 0, rather than
+            # ending the run; batch/kept_prompts 0 says so
+            merged = scored.batch
         metrics = {**extra_metrics(extras), **scored.rollout_metrics}
         metrics["batch/num_gen_batches"], metrics["batch/dropped_groups"] = round_, dropped
-        metrics["batch/kept_prompts"] = len(merged) // n
+        metrics["batch/kept_prompts"] = len(merged) // n if any(len(b) for b in kept) else 0
         if fg.refill == "same":
             metrics["batch/retried_groups"] = retried
         return merged, metrics
