@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from tests.support.keep_stages import KeepStages
 from tests.support.tiny_runs import reward_file, tokenizer_json
 from turnrl.config import load_config
 from turnrl.trainer.ppo import Trainer
@@ -110,19 +111,6 @@ def test_two_steps(tmp_path, name):
         assert "batch/num_gen_batches" in last and "batch/dropped_groups" in last
     if name == "reward_model":
         assert "reward_extra/reward_model_score/mean" in last
-
-
-class KeepStages:
-    """A stage-clock hook that keeps the last batch of each stage."""
-
-    wants_batches = True
-
-    def __init__(self) -> None:
-        self.batches: dict = {}
-
-    def record(self, stage: str, batch, elapsed_s: float) -> None:
-        if batch is not None:
-            self.batches[stage] = batch
 
 
 @pytest.mark.timeout(240)

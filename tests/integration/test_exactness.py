@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support.keep_stages import KeepStages
 from tests.support.scripted_engine import ScriptedEngine
 from tests.support.tiny_runs import tiny_overrides
 from turnrl.batch import Batch
@@ -14,19 +15,6 @@ from turnrl.config import load_config
 from turnrl.trainer.ppo import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class Keep:
-    """A stage-clock hook that keeps each stage's batch."""
-
-    wants_batches = True
-
-    def __init__(self) -> None:
-        self.batches: dict[str, Batch] = {}
-
-    def record(self, stage: str, batch: Batch | None, elapsed_s: float) -> None:
-        if batch is not None:
-            self.batches[stage] = batch
 
 
 @pytest.mark.timeout(300)
@@ -42,7 +30,7 @@ def test_first_on_policy_mini_batch_has_ratio_exactly_one(tmp_path):
         "data.max_response_length": 16,
         "algorithm.rollout_correction.bypass": "false",  # the trainer's own old log-probs
     }
-    keep = Keep()
+    keep = KeepStages()
     trainer = Trainer(load_config(None, tiny_overrides(tmp_path, **over)), hooks=[keep])
     trainer.fit()
     diag = keep.batches["update_actor"]
@@ -54,7 +42,7 @@ def test_first_on_policy_mini_batch_has_ratio_exactly_one(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_log_probs_do_not_depend_on_micro_batch_size_padding_or_prefix_sharing(tmp_path):
-    keep = Keep()
+    keep = KeepStages()
     over = {
         "trainer.total_training_steps": 1,
         "data.max_response_length": 16,
@@ -121,7 +109,7 @@ def test_multi_turn_rollout_log_probs_equal_the_trainers(tmp_path):
         "data.train_batch_size=4", "rollout.n=2", f"trainer.default_local_dir={tmp_path}",
         "algorithm.rollout_correction.bypass=false",  # recompute, to compare with the engine's
     ]  # fmt: skip
-    keep = Keep()
+    keep = KeepStages()
     trainer = Trainer(load_config(recipe, overrides), hooks=[keep])
     tok, loop = trainer.tokenizer, trainer.rollout.loop  # type: ignore[attr-defined]
 

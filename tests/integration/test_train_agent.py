@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support.keep_stages import KeepStages
 from tests.support.scripted_engine import ScriptedEngine
 from tests.support.tiny_runs import reward_file
 from turnrl.config import load_config
@@ -53,19 +54,6 @@ def test_calculator_agent_steps_through_the_trainer(tmp_path):
     assert any(k.startswith("val/test_score/") for k in rows[-1])
 
 
-class KeepAdv:
-    """A stage-clock hook that keeps the batch the advantage stage wrote."""
-
-    wants_batches = True
-
-    def __init__(self) -> None:
-        self.batch = None
-
-    def record(self, stage: str, batch, elapsed_s: float) -> None:
-        if stage == "adv" and batch is not None:
-            self.batch = batch
-
-
 @pytest.mark.timeout(300)
 def test_gigpo_credits_each_turn_of_real_episodes(tmp_path):
     from turnrl.algorithms.turn_credit import gigpo_advantage, turn_spans
@@ -86,7 +74,7 @@ def test_gigpo_credits_each_turn_of_real_episodes(tmp_path):
     }
     overrides["algorithm.rollout_correction.bypass"] = "false"  # scripted turns carry no true log-probs
     overrides["reward.custom_function.path"] = reward_file(tmp_path)  # graded: groups differ
-    keep = KeepAdv()
+    keep = KeepStages()
     trainer = Trainer(load_config(RECIPE, [f"{k}={v}" for k, v in overrides.items()]), hooks=[keep])
     tok, loop = trainer.tokenizer, trainer.rollout.loop  # type: ignore[attr-defined]
 
@@ -99,7 +87,7 @@ def test_gigpo_credits_each_turn_of_real_episodes(tmp_path):
 
     loop.engine = ScriptedEngine(first_turn, inner=loop.engine)
     trainer.fit()
-    b = keep.batch
+    b = keep.batches["adv"]
     mask = b["response_mask"]
     assert max(len(turn_spans(row)) for row in mask.tolist()) >= 2  # multi-turn episodes were credited
     assert bool((b["advantages"][mask == 0] == 0).all())  # observation tokens and padding: 0
