@@ -98,6 +98,8 @@ def test_a_resume_with_another_teacher_is_refused(tmp_path: Path):
     )
 
 
+@pytest.mark.slow  # the default run keeps test_distributed's PPO test: the reference, whose sharding
+# the teacher shares (workers/reference.FrozenScorer), on 2 ranks against 1
 @pytest.mark.timeout(600)
 def test_the_teacher_on_two_ranks_equals_one(tmp_path: Path):
     """The teacher's group is sharded over 2 Ray ranks (gloo, FSDP2) like the reference: its

@@ -25,8 +25,9 @@ RUNS = {
 TIMED = ("timing_s/", "perf/throughput", "agent/tool_latency_s/")
 
 
-def train(name: str, run: Path, env: dict[str, str]) -> list[dict]:
-    """Run `name` for 3 steps into `run` under `env`; its metrics, one dict per logged step."""
+def train(name: str, run: Path, env: dict[str, str], *extra: str) -> list[dict]:
+    """Run `name` for 3 steps into `run` under `env` (`extra`: more overrides); its metrics, one dict
+    per logged row."""
     cmd = [
         sys.executable, "-m", "turnrl.cli", "train", *RUNS[name], "model.path=tiny-random",
         "trainer.total_training_steps=3", f"trainer.default_local_dir={run}",
@@ -37,6 +38,7 @@ def train(name: str, run: Path, env: dict[str, str]) -> list[dict]:
         # validated), frozen as files: the task now holds problems out of training
         train_rows, val_rows = FIXTURES / "addition_train160.jsonl", FIXTURES / "addition_val.jsonl"
         cmd += [f"data.train_files=[{train_rows}]", f"data.val_files=[{val_rows}]"]
+    cmd += extra
     run.parent.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(cmd, cwd=run.parent, capture_output=True, text=True, env=env)
     if done.returncode != 0:
