@@ -40,8 +40,9 @@ BUILT_IN_TASKS = ("addition", "calculator", "code", "search")
 """`data.task`: the built-in tasks' names; the task registry holds one writer per name (a test keeps
 the two equal), declared here so that checking a config needs no task code."""
 SAMPLERS = ("plain", "curriculum")
-REFILLS = ("fresh", "same")  # algorithm.filter_groups.refill
 """`data.sampler`: the training prompts' order (`turnrl.data.curriculum.make_loader`)."""
+REFILLS = ("fresh", "same")
+"""`algorithm.filter_groups.refill`: what dynamic sampling's extra rounds sample (`trainer.sampling`)."""
 REASONING_GYM = "reasoning_gym:"
 """`data.task` prefix of a reasoning-gym dataset (`turnrl.tasks.gym.PREFIX`)."""
 

@@ -23,6 +23,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from turnrl.rewards.registry import split_score
+
 Row = dict[str, Any]
 Rule = Callable[[Row], str | None]
 
@@ -90,14 +92,11 @@ def score_rules(
         for row in rows:
             answer = rule(row)
             text = f"<answer>{answer}</answer>" if answer is not None else ""
-            result = scorer(
-                row["data_source"], text, row["reward_model"]["ground_truth"], row.get("extra_info")
+            score, extra = split_score(
+                scorer(row["data_source"], text, row["reward_model"]["ground_truth"], row.get("extra_info")),
+                f"shortcut '{name}':",
             )
-            acc += float(result["acc"]) if isinstance(result, dict) else float(result >= 1.0)
-            formatted += (
-                float(result.get("formatted", answer is not None))
-                if isinstance(result, dict)
-                else float(answer is not None)
-            )
+            acc += extra.get("acc", float(score >= 1.0))
+            formatted += extra.get("formatted", float(answer is not None))
         out[name] = {"acc": acc / len(rows), "formatted": formatted / len(rows)}
     return out
