@@ -32,6 +32,8 @@ from turnrl.errors import TurnrlInputError
 
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # model.dtype; rollout.dtype takes all but auto
+COMPILE_MODES = ("auto", "true", "false")  # rollout.compile (a YAML true arrives as "True")
+COMPUTE_DTYPES = ("auto", "float32", "bfloat16")  # model.compute_dtype (turnrl.models.precision)
 MULTI_TURN_FORMATS = ("xml", "json")
 ENGINES = ("hf", "server", "vllm")
 ON_ERROR_MODES = ("fail", "zero", "fail_first_step")
@@ -130,6 +132,8 @@ def _check_rollout_engine(cfg: Config) -> None:
             "'rollout.engine=server' on several machines needs 'rollout.server.urls' (servers every node reaches); "
             "the child server is for one machine"
         )
+    if str(r.compile).lower() not in COMPILE_MODES:
+        raise ConfigError(f"'rollout.compile' must be auto, true or false, got '{r.compile}'")
     if r.dtype not in ("", *DTYPES[1:]):
         raise ConfigError(
             f"unknown 'rollout.dtype' '{r.dtype}'; valid: {', '.join(DTYPES[1:])} (empty: model.dtype)"
@@ -208,6 +212,10 @@ def _check_sizes_and_sampling(cfg: Config) -> None:
     if cfg.model.dtype not in DTYPES:
         raise ConfigError(
             f"'model.dtype' must be auto, float32, bfloat16 or float16, got '{cfg.model.dtype}'"
+        )
+    if cfg.model.compute_dtype not in COMPUTE_DTYPES:
+        raise ConfigError(
+            f"'model.compute_dtype' must be one of {', '.join(COMPUTE_DTYPES)}, got '{cfg.model.compute_dtype}'"
         )
     bad_loggers = set(cfg.trainer.logger) - set(LOGGERS)
     if bad_loggers:

@@ -69,6 +69,12 @@ class ModelConfig:
     a `.gguf` file, `smollm2-135m-instruct` (embedded) or `tiny-random`."""
     dtype: str = "auto"
     """`auto` (float32 on CPU, bfloat16 on GPU), `float32`, `bfloat16` or `float16`."""
+    compute_dtype: str = "auto"
+    """The precision the actor's, critic's and reference's forward and backward passes compute in
+    (`torch.autocast`), while parameters and optimizer state stay in `model.dtype`: `float32` = the
+    parameters' own, exact; `bfloat16` = autocast (an error where the device lacks bfloat16
+    instructions); `auto` = bfloat16 for float32 parameters on a GPU, exact on a CPU. Matters only with
+    float32 parameters (`model.dtype=float32`: float32 master weights, bfloat16 compute)."""
     cache_dir: str = ""
     """Where converted models are cached. Empty = `$TURNRL_CACHE` or `~/.cache/turnrl`."""
     lora_rank: int = 0

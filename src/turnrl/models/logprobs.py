@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from turnrl.models.precision import in_compute_dtype
+
 
 def prompt_groups(prompts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(first, expand): the row of each distinct prompt's first appearance, in order of appearance,
@@ -157,10 +159,12 @@ def shared_prefix_log_probs(
     )
 
 
-def attach_log_prob_method(model: Any) -> None:
-    """Make `response_log_probs` a method of the model itself (`model.response_log_probs(ids, ...)`).
+def attach_log_prob_method(model: Any, compute: torch.dtype | None = None) -> None:
+    """Make `response_log_probs` a method of the model itself (`model.response_log_probs(ids, ...)`),
+    computing in `compute` through autocast (None: the parameters' own precision).
 
     The trunk and the vocabulary head are called separately, never through `model.forward`; a
     sharded model gathers its weights around registered forward methods, so this is the one
     the roles call, on 1 rank or N."""
-    model.response_log_probs = types.MethodType(response_log_probs, model)
+    device = next(model.parameters()).device
+    model.response_log_probs = types.MethodType(in_compute_dtype(response_log_probs, compute, device), model)

@@ -7,10 +7,12 @@ EOS or stop strings, and rows dropped from the batch as soon as they finish.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch._dynamo.exc
 
 from turnrl.rollout.attention import decode_attention
 from turnrl.rollout.base import Generation, SamplingParams, row_limits
@@ -20,6 +22,8 @@ from turnrl.rollout.kv_cache import preallocated_cache
 from turnrl.rollout.rollout_copy import RolloutCopy, torch_dtype
 from turnrl.rollout.sampling import sample_tokens
 from turnrl.tensors import left_pad, position_ids_from_mask
+
+log = logging.getLogger(__name__)
 
 
 def eos_ids(model: Any, tokenizer: Any) -> set[int]:
@@ -239,7 +243,20 @@ class HFEngine:
             pos = pos.repeat_interleave(p.n, dim=0)
         sync_every = self.sync_every or default_sync_every(device)
         prefill = (cache, logits, mask, pos)
-        return DecodeLoop(self, p, gen, device, limits, budget, sync_every, prefill, graph, abort).run()
+        loop = DecodeLoop(self, p, gen, device, limits, budget, sync_every, prefill, graph, abort)
+        if graph is None:
+            return loop.run()
+        try:
+            return loop.run()
+        except torch._dynamo.exc.TorchDynamoException as err:  # no compiler, an unsupported op, ...
+            first = (str(err).strip().splitlines() or [""])[0]
+            log.warning(
+                "rollout.compile: the decode step did not compile (%s: %s); decoding uncompiled from now on",
+                type(err).__name__,
+                first[:200],
+            )
+            self.compile_decode, self.buckets = False, {}
+            return self._generate_batch(rows, p, gen, device, limits, abort)
 
     def _apply_stops(
         self,

@@ -19,6 +19,7 @@ from turnrl.batch import Batch
 from turnrl.config.schema import ActorConfig, ModelConfig, RefConfig, RolloutConfig
 from turnrl.models.logprobs import attach_log_prob_method
 from turnrl.models.policy import build_policy
+from turnrl.models.precision import compute_dtype
 from turnrl.rollout.base import Generation, RolloutEngine, SamplingParams
 from turnrl.workers import parallel
 from turnrl.workers.engines import build_engine
@@ -46,7 +47,8 @@ class Actor:
         self.cfg, self.model_cfg, self.rollout_cfg, self.ref_cfg = cfg, model, rollout, ref
         self.device = torch.device(device)
         self.model, self.tokenizer = build_policy(model, self.device, seed)
-        attach_log_prob_method(self.model)
+        params = next(self.model.parameters()).dtype
+        attach_log_prob_method(self.model, compute_dtype(model.compute_dtype, params, self.device))
         # one process: the engine samples from this very module, its weights are always current.
         # N ranks: rank 0 samples from a full copy that `sync_weights` refreshes (the sharded model
         # cannot run forwards on one rank alone: each is a collective)

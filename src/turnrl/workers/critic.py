@@ -16,6 +16,7 @@ from turnrl.batch import Batch
 from turnrl.config.schema import CriticConfig, ModelConfig, RolloutConfig
 from turnrl.models.loader import load_model
 from turnrl.models.logprobs import response_hidden
+from turnrl.models.precision import compute_dtype, computing_in
 from turnrl.workers import parallel
 from turnrl.workers.group import dp
 from turnrl.workers.memory import names_key_on_oom
@@ -27,8 +28,10 @@ from turnrl.workers.state import load_role, save_role
 class ValueModel(torch.nn.Module):
     """V(s_t) for the state before each response token: trunk hidden state -> scalar."""
 
-    def __init__(self, causal_lm: torch.nn.Module):
+    def __init__(self, causal_lm: torch.nn.Module, compute: torch.dtype | None = None):
+        """`compute`: the autocast dtype of the forward (None: the parameters' own precision)."""
         super().__init__()
+        self.compute = compute
         self.trunk = causal_lm.get_decoder()
         hidden = causal_lm.config.hidden_size
         self.value_head = torch.nn.Linear(hidden, 1, dtype=next(self.trunk.parameters()).dtype)
@@ -43,10 +46,11 @@ class ValueModel(torch.nn.Module):
         response_length: int,
         share_prompts: bool = True,
     ) -> torch.Tensor:
-        h = response_hidden(
-            self.trunk, input_ids, attention_mask, position_ids, response_length, share_prompts
-        )
-        return self.value_head(h).squeeze(-1).float()
+        with computing_in(self.compute, input_ids.device):
+            h = response_hidden(
+                self.trunk, input_ids, attention_mask, position_ids, response_length, share_prompts
+            )
+            return self.value_head(h).squeeze(-1).float()
 
 
 class Critic:
@@ -62,7 +66,9 @@ class Critic:
         self.device = torch.device(device)
         self.source = cfg.model.path or model.path
         causal_lm, _ = load_model(self.source, self.device, model.dtype, model.cache_dir, seed)
-        self.model = ValueModel(causal_lm).to(self.device)
+        params = next(causal_lm.parameters()).dtype
+        compute = compute_dtype(model.compute_dtype, params, self.device)
+        self.model = ValueModel(causal_lm, compute).to(self.device)
         self.model = parallel.shard(self.model, self.device.type == "cuda", model.fsdp_offload)
         self.share_prompts = not model.gradient_checkpointing
         self.optim = Optimizer(self.model, cfg.optim, name="critic")

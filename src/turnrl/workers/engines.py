@@ -20,6 +20,17 @@ from turnrl.rollout.hf import HFEngine, eos_ids
 WeightsFn = Callable[[], dict[str, torch.Tensor]]
 
 
+def compiles_decode(rollout_cfg: RolloutConfig, device: torch.device) -> bool:
+    """`rollout.compile` resolved: `auto` compiles on a GPU for single-turn runs only. An agent's
+    prompts grow every turn and its batches shrink as episodes end, so each turn would land in a
+    new (batch, length) bucket and pay a new compile."""
+    setting = str(rollout_cfg.compile).lower()
+    if setting != "auto":
+        return setting == "true"
+    agent = rollout_cfg.multi_turn.enable or rollout_cfg.agent.entrypoint or rollout_cfg.agent.env
+    return device.type == "cuda" and not agent
+
+
 def build_engine(
     rollout_cfg: RolloutConfig,
     model: torch.nn.Module,
@@ -49,7 +60,7 @@ def build_engine(
             rollout_cfg.generation_batch_size,
             rollout_cfg.sync_every,
             rollout_cfg.kv_cache,
-            rollout_cfg.compile,
+            compiles_decode(rollout_cfg, next(model.parameters()).device),
             rollout_cfg.dtype,
         )
     if rollout_cfg.engine == "vllm":

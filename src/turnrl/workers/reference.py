@@ -17,6 +17,7 @@ from turnrl.batch import Batch
 from turnrl.config.schema import ModelConfig, RefConfig, RolloutConfig
 from turnrl.models.logprobs import attach_log_prob_method
 from turnrl.models.policy import frozen_copy_of_start
+from turnrl.models.precision import compute_dtype
 from turnrl.workers import parallel
 from turnrl.workers.group import dp
 from turnrl.workers.memory import names_key_on_oom
@@ -54,7 +55,8 @@ class FrozenScorer:
         self.cfg, self.model_cfg = cfg, model
         self.device = torch.device(device)
         self.model = frozen_copy_of_start(model, self.device, seed)
-        attach_log_prob_method(self.model)
+        params = next(self.model.parameters()).dtype
+        attach_log_prob_method(self.model, compute_dtype(model.compute_dtype, params, self.device))
         self.model = parallel.shard(
             self.model, self.device.type == "cuda", forward_methods=("response_log_probs",)
         )

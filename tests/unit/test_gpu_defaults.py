@@ -1,0 +1,62 @@
+"""`rollout.compile=auto`: compiled CUDA-graph decode where it was measured to pay (single-turn, GPU),
+off on a CPU and for agents; the setting's names and its one-line error."""
+
+import pytest
+import torch
+
+from turnrl.config import load_config
+from turnrl.config.checks import ConfigError
+from turnrl.workers.engines import compiles_decode
+
+CUDA, CPU = torch.device("cuda"), torch.device("cpu")
+
+
+def rollout(*overrides: str):
+    return load_config(None, ["model.path=tiny-random", *overrides]).rollout
+
+
+def test_auto_compiles_single_turn_decode_on_a_gpu_only():
+    assert compiles_decode(rollout(), CUDA) is True
+    assert compiles_decode(rollout(), CPU) is False
+
+
+def test_auto_leaves_agents_uncompiled_where_every_turn_is_a_new_bucket():
+    assert compiles_decode(rollout("rollout.multi_turn.enable=true"), CUDA) is False
+    assert compiles_decode(rollout("rollout.agent.entrypoint=agent.py:run"), CUDA) is False
+
+
+@pytest.mark.parametrize("value, want", [("true", True), ("True", True), ("false", False), ("FALSE", False)])
+def test_an_explicit_setting_wins_on_any_device(value, want):
+    for device in (CUDA, CPU):
+        assert compiles_decode(rollout(f"rollout.compile={value}"), device) is want
+
+
+def test_an_unknown_setting_is_one_line_naming_the_key():
+    with pytest.raises(ConfigError, match=r"'rollout.compile' must be auto, true or false, got 'always'"):
+        rollout("rollout.compile=always")
+
+
+def test_a_decode_step_that_does_not_compile_falls_back_to_the_plain_loop(tiny, monkeypatch, tmp_path, caplog):
+    """A real compile failure (inductor pointed at a C++ compiler that does not exist, with an empty
+    cache so nothing compiled earlier is reused): one warning naming `rollout.compile` and the
+    cause, then the same greedy tokens as the plain loop, and no further compile attempts."""
+    import torch._inductor.config as inductor
+
+    from turnrl.rollout.base import SamplingParams
+    from turnrl.rollout.hf import HFEngine
+
+    monkeypatch.setattr(inductor.cpp, "cxx", ("/no/such/compiler",))
+    monkeypatch.setattr(inductor, "fx_graph_cache", False)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    torch._dynamo.reset()
+    model, tok = tiny
+    prompts, p = [[5, 6, 7, 8], [9, 10]], SamplingParams(max_new_tokens=6, n=2, temperature=0.0)
+    engine = HFEngine(model, tok, batch_size=8, compile_decode=True)
+    with caplog.at_level("WARNING", logger="turnrl.rollout.hf"):
+        got = engine.generate(prompts, p)
+    plain = HFEngine(model, tok, batch_size=8, kv_cache="dynamic").generate(prompts, p)
+    assert got.response_ids == plain.response_ids
+    (line,) = [r.getMessage() for r in caplog.records if "rollout.compile" in r.getMessage()]
+    assert "did not compile" in line and "compiler" in line and "\n" not in line
+    assert engine.compile_decode is False and engine.buckets == {}
+    torch._dynamo.reset()
