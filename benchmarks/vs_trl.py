@@ -246,9 +246,14 @@ def main() -> None:
         except ImportError:
             print("TRL is not installed: pip install -e '.[bench]' (skipping TRL)")
         else:
-            t = run_trl(args, path, chats, work)
-            result["trl"] = {"version": trl.__version__, "first": t[0], "mean": statistics.mean(t[1:])}
-            print(f"TRL {trl.__version__}: {result['trl']['mean']:.2f} s/step (first {t[0]:.2f} s)")
+            try:
+                t = run_trl(args, path, chats, work)
+            except Exception as err:  # a TRL that does not run here must not cost turnrl's side
+                first = (str(err).strip().splitlines() or [""])[0][:200]
+                print(f"TRL {trl.__version__} failed ({type(err).__name__}: {first}); turnrl alone")
+            else:
+                result["trl"] = {"version": trl.__version__, "first": t[0], "mean": statistics.mean(t[1:])}
+                print(f"TRL {trl.__version__}: {result['trl']['mean']:.2f} s/step (first {t[0]:.2f} s)")
     if args.only != "trl":
         base = list(args.overrides)
         for i, variant in enumerate(["", *args.variant]):

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.gpu import DEVICE, needs_cuda, tiny_on, tiny_path
+from tests.support.gpu import DEVICE, even_reward, needs_cuda, tiny_on, tiny_path
 from tests.support.keep_stages import KeepStages
-from tests.support.tiny_runs import reward_file
 from turnrl.batch import Batch
 from turnrl.config import load_config
 from turnrl.models.logprobs import attach_log_prob_method
@@ -86,7 +85,7 @@ def test_grpo_trains_float32_master_weights_with_bfloat16_compute_on_cuda(tmp_pa
             "actor.ppo_mini_batch_size=4",
             "actor.optim.lr=1e-4",
             "data.max_response_length=16",
-            f"reward.custom_function.path={reward_file(tmp_path)}",
+            f"reward.custom_function.path={even_reward(tmp_path)}",
             f"trainer.default_local_dir={tmp_path / 'run'}",
             "trainer.val_before_train=false",
             "trainer.test_freq=0",

@@ -27,3 +27,14 @@ def tiny_on(device: str, dtype: str = "float32") -> tuple[torch.nn.Module, objec
     from turnrl.models.loader import load_model
 
     return load_model(tiny_path(), torch.device(device), dtype=dtype, seed=0)
+
+
+def even_reward(tmp_path) -> str:
+    """tests/support/tiny_runs.reward_file, reading the prepared directory's tokenizer where one is
+    named (a GPU machine may not have the embedded model that tiny-random's tokenizer comes from)."""
+    from pathlib import Path
+
+    from tests.support.tiny_runs import reward_file
+
+    tiny = os.environ.get("TURNRL_TINY_DIR")
+    return reward_file(tmp_path, str(Path(tiny) / "tokenizer.json") if tiny else "")

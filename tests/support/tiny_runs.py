@@ -30,15 +30,16 @@ def tokenizer_json() -> str:
     return str(path)
 
 
-def reward_file(tmp_path: Path) -> str:
+def reward_file(tmp_path: Path, tokenizer: str = "") -> str:
     """The even-id reward as a custom reward file. It reads tiny-random's tokenizer with the
     `tokenizers` library itself (the fast tokenizer transformers wraps: the same ids), so the
-    reward process every run starts does not import transformers and torch (seconds per run)."""
+    reward process every run starts does not import transformers and torch (seconds per run).
+    `tokenizer`: another `tokenizer.json` with the same ids (a prepared copy on a GPU machine)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "even_reward.py"
     path.write_text(
         "from tokenizers import Tokenizer\n"
-        f"_tok = Tokenizer.from_file({tokenizer_json()!r})\n"
+        f"_tok = Tokenizer.from_file({tokenizer or tokenizer_json()!r})\n"
         "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
         "    ids = _tok.encode(solution_str, add_special_tokens=False).ids\n"
         "    return sum(1 for i in ids if i % 2 == 0) / max(len(ids), 1)\n"

@@ -36,7 +36,9 @@ def test_an_unknown_setting_is_one_line_naming_the_key():
         rollout("rollout.compile=always")
 
 
-def test_a_decode_step_that_does_not_compile_falls_back_to_the_plain_loop(tiny, monkeypatch, tmp_path, caplog):
+def test_a_decode_step_that_does_not_compile_falls_back_to_the_plain_loop(
+    tiny, monkeypatch, tmp_path, caplog
+):
     """A real compile failure (inductor pointed at a C++ compiler that does not exist, with an empty
     cache so nothing compiled earlier is reused): one warning naming `rollout.compile` and the
     cause, then the same greedy tokens as the plain loop, and no further compile attempts."""
