@@ -58,16 +58,14 @@ def model_dir(args: argparse.Namespace, work: Path) -> Path:
         from turnrl.trainer.run_dirs import resolve_model_path
 
         return model_directory(resolve_model_path(args.model))
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from rollout_speed import shape_config  # type: ignore[import-not-found]
+    from rollout_speed import build  # type: ignore[import-not-found]
 
-    torch.manual_seed(0)
     out = work / f"random-{args.shape}"
-    AutoModelForCausalLM.from_config(
-        shape_config(args.shape), dtype=getattr(torch, args.dtype)
-    ).save_pretrained(out)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    build(args.shape, getattr(torch, args.dtype), device).save_pretrained(out)
     tok = AutoTokenizer.from_pretrained(args.tokenizer)
     tok.save_pretrained(out)
     return out
@@ -149,7 +147,7 @@ def run_turnrl(
     batch = args.prompts * args.n
     overrides = [
         f"model.path={path}",
-        f"model.dtype={args.dtype}",
+        "model.dtype=auto",  # the default: float32 on a CPU; on one GPU float32 master weights, bf16 compute
         f"data.train_files=[{data}]",
         f"data.val_files=[{data}]",
         f"data.train_batch_size={args.prompts}",

@@ -1,11 +1,14 @@
 """`rollout.compile=auto`: compiled CUDA-graph decode where it was measured to pay (single-turn, GPU),
 off on a CPU and for agents; the setting's names and its one-line error."""
 
+import dataclasses
+
 import pytest
 import torch
 
 from turnrl.config import load_config
 from turnrl.config.checks import ConfigError
+from turnrl.trainer.setup import gpu_precision
 from turnrl.workers.engines import compiles_decode
 
 CUDA, CPU = torch.device("cuda"), torch.device("cpu")
@@ -62,3 +65,32 @@ def test_a_decode_step_that_does_not_compile_falls_back_to_the_plain_loop(
     assert "did not compile" in line and "compiler" in line and "\n" not in line
     assert engine.compile_decode is False and engine.buckets == {}
     torch._dynamo.reset()
+
+
+def configs(*overrides: str):
+    cfg = load_config(None, ["model.path=tiny-random", *overrides])
+    return cfg.model, cfg.rollout
+
+
+def test_auto_on_one_gpu_is_float32_master_weights_and_a_bfloat16_sampling_copy():
+    model, rollout = gpu_precision(*configs(), world=1, on_gpu=True)
+    assert (model.dtype, model.compute_dtype, rollout.dtype) == ("float32", "auto", "bfloat16")
+    # the server engine's child loads the bfloat16 precision; weights are synced from float32
+    model, rollout = gpu_precision(*configs("rollout.engine=server"), world=1, on_gpu=True)
+    assert (model.dtype, rollout.dtype) == ("float32", "bfloat16")
+
+
+def test_auto_leaves_what_it_should_alone():
+    base_model, base_rollout = configs()
+    assert gpu_precision(base_model, base_rollout, world=1, on_gpu=False) == (base_model, base_rollout)
+    for overrides in (["model.lora_rank=8"], ["model.dtype=bfloat16"]):
+        model, rollout = configs(*overrides)
+        assert gpu_precision(model, rollout, world=1, on_gpu=True) == (model, rollout), overrides
+    vllm = dataclasses.replace(base_rollout, engine="vllm")  # (its config check wants vLLM installed)
+    assert gpu_precision(base_model, vllm, world=1, on_gpu=True) == (base_model, vllm)
+    # an explicit sampling precision is kept
+    model, rollout = gpu_precision(*configs("rollout.dtype=float16"), world=1, on_gpu=True)
+    assert (model.dtype, rollout.dtype) == ("float32", "float16")
+    # N ranks: FSDP's mixed precision casts the float32 shards; the engine is left as it was
+    model, rollout = gpu_precision(*configs(), world=2, on_gpu=True)
+    assert (model.dtype, rollout.dtype) == ("float32", "")

@@ -12,6 +12,8 @@ from typing import Any
 import torch
 
 from turnrl.config import Config, ConfigError
+from turnrl.config.rollout_schema import RolloutConfig
+from turnrl.config.schema import ModelConfig
 from turnrl.data.dataset import DataError, Example, load_examples
 from turnrl.models.loader import ModelError, cache_root, load_tokenizer, tokenizer_difference
 from turnrl.rewards.judge import Judge
@@ -215,6 +217,31 @@ class Roles:
             self.pool.close()
 
 
+def gpu_precision(
+    model: ModelConfig, rollout: RolloutConfig, world: int, on_gpu: bool
+) -> tuple[ModelConfig, RolloutConfig]:
+    """What `model.dtype=auto` means on GPUs: float32 master weights, bfloat16 compute. A step at a
+    learning rate of 1e-6 moves most bfloat16 weights by less than half their last bit, so with
+    bfloat16 parameters most of the update rounds away.
+
+    - N ranks: FSDP's mixed precision casts the float32 shards for each pass.
+    - One GPU, full fine-tuning: autocast (`model.compute_dtype=auto`), and the `hf` engine samples
+      from a bfloat16 copy refreshed at every weight sync (`rollout.dtype`, when left empty). Measured
+      on an H200 (README): 4.46x TRL's step against 4.21x with bfloat16 parameters, in one invocation.
+    - LoRA keeps its bfloat16 base: the frozen base never updates, and peft keeps adapters in float32.
+      So does `rollout.engine=vllm`, which loads the policy in `model.dtype` (unchanged here).
+    On a CPU `auto` is float32 throughout (exact)."""
+    if model.dtype != "auto" or not on_gpu:
+        return model, rollout
+    if world > 1:
+        return dataclasses.replace(model, dtype="float32"), rollout
+    if model.lora_rank > 0 or rollout.engine == "vllm":
+        return model, rollout
+    if not rollout.dtype:  # hf: a bfloat16 copy; server: the child loads bfloat16, synced from float32
+        rollout = dataclasses.replace(rollout, dtype="bfloat16")
+    return dataclasses.replace(model, dtype="float32"), rollout
+
+
 def build_roles(cfg: Config, tokenizer: Any, run_dir: Path | None = None) -> Roles:
     """Each role builds its own model from its own config section (`run_dir`: the actor's rollout
     engine keeps its files there). The order is the order the
@@ -223,12 +250,10 @@ def build_roles(cfg: Config, tokenizer: Any, run_dir: Path | None = None) -> Rol
     t = cfg.trainer
     lora = cfg.model.lora_rank > 0
     world = t.nnodes * t.n_gpus_per_node
-    model_cfg = cfg.model
-    if world > 1 and model_cfg.dtype == "auto" and t.device != "cpu" and torch.cuda.is_available():
-        # sharded on GPUs: fp32 master weights, bf16 compute (FSDP's mixed precision casts them)
-        model_cfg = dataclasses.replace(model_cfg, dtype="float32")
+    on_gpu = t.device != "cpu" and torch.cuda.is_available()
+    model_cfg, rollout_cfg = gpu_precision(cfg.model, cfg.rollout, world, on_gpu)
     factories: dict[str, Any] = {
-        "actor": partial(Actor, cfg.actor, model_cfg, cfg.rollout, cfg.ref, run_dir=run_dir)
+        "actor": partial(Actor, cfg.actor, model_cfg, rollout_cfg, cfg.ref, run_dir=run_dir)
     }
     if (cfg.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and not lora:
         factories["reference"] = partial(Reference, cfg.ref, model_cfg, cfg.rollout)

@@ -21,7 +21,7 @@ from turnrl.batch import Batch
 from turnrl.config.schema import Config, RolloutCorrectionConfig
 from turnrl.rollout.base import Rollout, SamplingParams
 from turnrl.rollout.rollout_copy import samples_in_model_precision
-from turnrl.trainer.setup import pick_device
+from turnrl.trainer.setup import gpu_precision, pick_device
 
 PROMPT_FIELDS = ("input_ids", "attention_mask", "position_ids")
 ROW_FIELDS = ("raw_prompt", "data_source", "ground_truth", "extra_info", "index")
@@ -188,9 +188,11 @@ def old_log_probs_from_rollout(cfg: Config) -> bool:
         return choice == "true"
     synchronous = t.mode == "sync" or t.max_staleness == 0
     on_policy = a.ppo_epochs == 1 and a.ppo_mini_batch_size == cfg.data.train_batch_size
-    device = pick_device(t.device)
-    same_precision = samples_in_model_precision(cfg.rollout.dtype, cfg.model.dtype, device)
-    same_module = cfg.rollout.engine == "hf" and t.nnodes * t.n_gpus_per_node == 1 and same_precision
+    device, world = pick_device(t.device), t.nnodes * t.n_gpus_per_node
+    # as the roles resolve `auto` (on one GPU: float32 master weights, a bfloat16 sampling copy)
+    model, rollout = gpu_precision(cfg.model, cfg.rollout, world, device.type == "cuda")
+    same_precision = samples_in_model_precision(rollout.dtype, model.dtype, device)
+    same_module = cfg.rollout.engine == "hf" and world == 1 and same_precision
     return synchronous and rc.mode == "none" and (on_policy or same_module)
 
 
