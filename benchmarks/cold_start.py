@@ -66,9 +66,11 @@ TINY = {  # a smoke run: every stage and file, in a few minutes
     "sft_batch": 8,
     "max_turns": 1,
     "val_prompts": 8,
+    "probe_prompts": 4,
     "cf_prompts": 4,
 }
-SORTS = ("1hop", "2hop", "compare")
+SORTS = ("1hop", "2hop", "compare", "2hop_demo")
+TWO_HOP = ("2hop", "2hop_demo")  # sorts with a bridge entity
 QUERY = re.compile(r"<search>(.*?)</search>", re.DOTALL)
 
 
@@ -92,15 +94,16 @@ def episode_stats(samples: list[dict[str, Any]], rows: dict[int, dict[str, Any]]
             out[f"acc/{sort}"] = statistics.fmean(float(s["score"]) >= 1.0 for s in group)
             out[f"format/{sort}"] = statistics.fmean(float(s["score"]) > 0.0 for s in group)
             out[f"searches/{sort}"] = statistics.fmean(len(QUERY.findall(s["response"])) for s in group)
-    named = twice = 0
-    for s in by_sort["2hop"]:
-        queries = QUERY.findall(s["response"])
-        bridge = rows[int(s["index"])]["extra_info"]["bridge"]
-        twice += len(queries) >= 2
-        named += len(queries) >= 2 and bridge.lower() in queries[1].lower()
-    if by_sort["2hop"]:
-        out["bridge_named/2hop"] = named / len(by_sort["2hop"])
-        out["bridge_named/2hop_searched_twice"] = named / twice if twice else 0.0
+    for sort in TWO_HOP:
+        named = twice = 0
+        for s in by_sort[sort]:
+            queries = QUERY.findall(s["response"])
+            bridge = rows[int(s["index"])]["extra_info"]["bridge"]
+            twice += len(queries) >= 2
+            named += len(queries) >= 2 and bridge.lower() in queries[1].lower()
+        if by_sort[sort]:
+            out[f"bridge_named/{sort}"] = named / len(by_sort[sort])
+            out[f"bridge_named/{sort}_searched_twice"] = named / twice if twice else 0.0
     return out
 
 
@@ -188,7 +191,8 @@ def sft(a: argparse.Namespace, out: Path, seed: int) -> tuple[Path, float]:
     data_s = STAGES.run(
         demos.name, demos / "train.jsonl",
         ["data", "search_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(seed),
-         "--topk", str(a.topk), "--retry-fraction", str(a.retry_fraction)],
+         "--topk", str(a.topk), "--retry-fraction", str(a.retry_fraction),
+         "--two-hop-share", str(a.two_hop_share)],
         out / f"demos_s{seed}.log",
     )  # fmt: skip
     sft_dir = out / f"sft_s{seed}"
@@ -204,16 +208,24 @@ def sft(a: argparse.Namespace, out: Path, seed: int) -> tuple[Path, float]:
     return sft_dir, data_s + sft_s
 
 
-def task_files(out: Path, name: str, k: int, facts_seed: int | None = None) -> tuple[Path, dict[int, dict[str, Any]]]:  # fmt: skip
+def task_files(out: Path, name: str, k: int, probe: int, facts_seed: int | None = None) -> tuple[Path, dict[int, dict[str, Any]]]:  # fmt: skip
     """The task's validation rows (`turnrl data task search`, with `facts_seed` the counterfactual's,
-    and its corpus), the first `k` (0: all) as a file; and every validation row by index."""
-    task = out / name
+    and its corpus), the first `k` (0: all), then the first `probe` rows of the demonstrated two-hop
+    templates about validation entities (`--arg val=demonstrated`), as one file; and every row of
+    both by index."""
     extra = ["--arg", f"facts_seed={facts_seed}"] if facts_seed is not None else []
-    cli(["data", "task", "search", "--out", str(task), "--overwrite", *extra], out / f"{name}.log")
-    lines = (task / "val.jsonl").read_text().splitlines(keepends=True)
+    lines: list[str] = []
+    rows: dict[int, dict[str, Any]] = {}
+    for part, n, args in ((name, k, extra), (f"{name}_probe", probe, [*extra, "--arg", "val=demonstrated"])):
+        if part != name and not n:
+            continue
+        task = out / part
+        cli(["data", "task", "search", "--out", str(task), "--overwrite", *args], out / f"{part}.log")
+        these = (task / "val.jsonl").read_text().splitlines(keepends=True)
+        lines += these[:n] if n else these
+        rows.update({r["extra_info"]["index"]: r for r in map(json.loads, these)})
     path = out / f"{name}_val.jsonl"
-    path.write_text("".join(lines[:k] if k else lines))
-    rows = {r["extra_info"]["index"]: r for r in map(json.loads, lines)}
+    path.write_text("".join(lines))
     return path, rows
 
 
@@ -240,9 +252,10 @@ def cell(stats: dict[str, dict[str, float]], key: str) -> str:
 
 
 COLUMNS = (
-    ("1hop acc", "acc/1hop"), ("2hop acc", "acc/2hop"), ("cmp acc", "acc/compare"), ("format", "format/all"),
-    ("searches", "searches/all"), ("2hop bridge", "bridge_named/2hop"), ("cf 2hop", "cf/acc/2hop"),
-    ("cf all", "cf/acc/all"), ("train s", "train_s"),
+    ("1hop acc", "acc/1hop"), ("2hop acc", "acc/2hop"), ("2hop demo acc", "acc/2hop_demo"),
+    ("cmp acc", "acc/compare"), ("format", "format/all"), ("searches", "searches/all"),
+    ("2hop bridge", "bridge_named/2hop"), ("demo bridge", "bridge_named/2hop_demo"),
+    ("cf 2hop", "cf/acc/2hop"), ("cf all", "cf/acc/all"), ("train s", "train_s"),
 )  # fmt: skip
 
 
@@ -252,9 +265,11 @@ def print_table(summary: dict[str, dict[str, dict[str, float]]]) -> None:
     for cond, stats in summary.items():
         print(f"{cond:<10}" + "".join(f"{cell(stats, key):>{width}}" for _, key in COLUMNS))
     print(
-        "acc: exact match, greedy, on the held-out one-hop, two-hop (bridge) and comparison questions; "
-        "format: well-formed answers; searches: per episode; 2hop bridge: two-hop episodes whose second "
-        "query names the bridge entity; cf: the same on the counterfactual corpus; mean (min-max) over seeds"
+        "acc: exact match, greedy, on the held-out one-hop, two-hop (bridge; templates the demonstrations "
+        "never show) and comparison questions, and '2hop demo': two-hop templates the demonstrations show, "
+        "about validation entities; format: well-formed answers; searches: per episode; bridge: two-hop "
+        "episodes whose second query names the bridge entity; cf: the same on the counterfactual corpus; "
+        "mean (min-max) over seeds"
     )
 
 
@@ -279,6 +294,12 @@ def main() -> None:
     )
     ap.add_argument("--facts-seed", type=int, default=1, help="the counterfactual corpus's facts seed")
     ap.add_argument("--demos", type=int, default=192, help="SFT demonstrations")
+    ap.add_argument("--two-hop-share", type=float, default=0.5, help="share of two-hop demonstrations")
+    ap.add_argument(
+        "--probe-prompts", type=int, default=32,
+        help="validation rows of the demonstrated two-hop templates about validation entities (0: none)",
+    )  # fmt: skip
+    ap.add_argument("--no-rl", action="store_true", help="untrained and SFT only: tune the cold start")
     ap.add_argument("--retry-fraction", type=float, default=0.0, help="one-hop demonstrations with a missed first search")  # fmt: skip
     ap.add_argument("--sft-epochs", type=int, default=1)
     ap.add_argument("--sft-lr", type=float, default=1e-4)
@@ -318,8 +339,8 @@ def main() -> None:
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; model {a.model}; out {out}"
     )
-    val, rows = task_files(out, "task", a.val_prompts)
-    cf_val, cf_rows = task_files(out, "cf", a.cf_prompts, a.facts_seed)
+    val, rows = task_files(out, "task", a.val_prompts, a.probe_prompts)
+    cf_val, cf_rows = task_files(out, "cf", a.cf_prompts, 0, a.facts_seed)
     cf_index = out / "cf_index"
     cli(["retriever", "index", "--corpus", str(out / "cf" / "corpus.jsonl"), "--out", str(cf_index),
          "--no-progress"], out / "cf_index.log")  # fmt: skip
@@ -339,7 +360,9 @@ def main() -> None:
             {"seed": seed, "run_dir": str(run_dir) if run_dir else None, "report": link, **stats}
         )
         shown = ", ".join(
-            f"{k} {stats[k]:.3f}" for k in ("acc/1hop", "acc/2hop", "acc/compare") if k in stats
+            f"{k} {stats[k]:.3f}"
+            for k in ("acc/1hop", "acc/2hop", "acc/2hop_demo", "acc/compare")
+            if k in stats
         )
         print(f"  {cond} (seed {seed}): {shown}; train {train_s:.0f} s, eval {eval_s:.0f} s", flush=True)
 
@@ -354,7 +377,7 @@ def main() -> None:
         cf, _ = evaluate(a, str(sft_dir / "model"), out / f"cf_sft_s{seed}", cf_val, seed, cf_index)
         record("SFT", seed, samples, cf, sft_s, eval_s, sft_dir)
         conditions = [("RL", a.model, 0.0), ("SFT + RL", str(sft_dir / "model"), sft_s)]
-        for cond, start, extra in conditions[a.no_rl_alone :]:
+        for cond, start, extra in conditions[2 if a.no_rl else a.no_rl_alone :]:
             run_dir = out / f"{'sft_rl' if extra else 'rl'}_s{seed}"
             samples, val_s, wall = rl(a, start, run_dir, val, seed)
             cf, _ = evaluate(a, str(run_dir), out / f"cf_{run_dir.name}", cf_val, seed, cf_index)

@@ -117,6 +117,7 @@ def test_topk_sets_the_passages_per_search(tmp_path, capsys):
         (["--input", "x.jsonl"], "search_sft generates its rows from the built-in corpus"),
         (["--n", "0"], "--n must be >= 1"),
         (["--retry-fraction", "2"], "--retry-fraction must be in [0, 1]"),
+        (["--two-hop-share", "1.5"], "--two-hop-share must be in [0, 1], got 1.5"),
     ],
 )
 def test_bad_flags_are_one_line(tmp_path, capsys, flags, expected):
@@ -124,6 +125,15 @@ def test_bad_flags_are_one_line(tmp_path, capsys, flags, expected):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_the_two_hop_share_sets_the_mix(tmp_path, capsys):
+    rows, out = generate(
+        tmp_path, capsys, "half", "--n", "40", "--two-hop-share", "0.5", "--retry-fraction", "0"
+    )
+    assert sum(r["extra_info"]["hops"] == 2 for r in rows) == 20 and "20 with 1 search" in out
+    rows, _ = generate(tmp_path, capsys, "none", "--n", "40", "--two-hop-share", "0", "--retry-fraction", "0")
+    assert not any(r["extra_info"]["hops"] == 2 for r in rows)
 
 
 def test_generator_flags_are_refused_for_converters(tmp_path, capsys):

@@ -120,6 +120,7 @@ def test_rank_that_raises_mid_step_ends_the_run(tmp_path):
     assert_no_ray_left(everything)
 
 
+@pytest.mark.slow  # 45 s; the default run keeps a rank that raises mid-step (the test above)
 @pytest.mark.timeout(300)
 def test_rank_killed_mid_step_ends_the_run_and_the_next_run_works(tmp_path):
     trainer = make_trainer(tmp_path / "killed", steps=1000)

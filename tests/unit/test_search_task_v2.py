@@ -73,7 +73,41 @@ def test_at_least_half_of_validation_is_two_hop_and_reported_by_source(val, trai
         assert (info["bridge"] is not None) == (r["data_source"] == "turnrl/search/2hop")
         if info["bridge"]:
             assert info["entities"][1] == info["bridge"]
-    assert {r["data_source"] for r in val} == set(DATA_SOURCES) == set(TASKS["search"].data_sources)
+    probe = {r["data_source"] for r in rows("val", 0, val="demonstrated")}
+    assert {r["data_source"] for r in val} | probe == set(DATA_SOURCES) == set(TASKS["search"].data_sources)
+
+
+def test_the_probe_asks_the_demonstrated_templates_about_entities_no_training_row_names(train, demo_rows):
+    """`val=demonstrated`: two-hop questions of the templates the demonstrations show, in their
+    training phrasings, about the validation world: new entities and nothing else new."""
+    probe = rows("val", 0, val="demonstrated")
+    assert len(probe) == 64 and {r["data_source"] for r in probe} == {"turnrl/search/2hop_demo"}
+    val_world = set(build().worlds["val"].entities())
+    seen = {e for r in train + demo_rows for e in r["extra_info"]["entities"]}
+    seen_text = {question_of(r) for r in train + demo_rows}
+    for r in probe:
+        info = r["extra_info"]
+        assert info["template"] in DEMO_TEMPLATES and info["hops"] == 2 and info["bridge"]
+        assert info["phrasing"] in TEMPLATES[info["template"]].phrasing_ids("train")
+        assert set(info["entities"]) <= val_world and not set(info["entities"]) & seen
+        assert question_of(r) not in seen_text
+    # indexed after every training row: a row's index names one row in any file of the task
+    assert min(r["extra_info"]["index"] for r in probe) > max(r["extra_info"]["index"] for r in train)
+    assert len({r["extra_info"]["template"] for r in probe}) >= 4  # every demonstrated template, roughly
+
+
+def test_a_two_hop_opener_or_bridge_step_never_starts_like_a_one_hop_opener_or_an_answer():
+    """Greedy decoding commits at the first words: a model shown one-hop and two-hop openers that
+    begin alike opened every episode as a one-hop one (README). The fixed text before the first
+    placeholder of each is compared, three words."""
+
+    def starts(thoughts) -> set[str]:
+        return {" ".join(t.split("{", 1)[0].split()[:3]).lower() for t in thoughts}
+
+    one, two = starts(search_demos.FIRST_THOUGHTS), starts(search_demos.TWO_HOP_THOUGHTS)
+    bridge, answer = starts(search_demos.BRIDGE_THOUGHTS), starts(search_demos.ANSWER_THOUGHTS)
+    assert not any(a.startswith(b) or b.startswith(a) for a in one for b in two if a and b)
+    assert not any(a.startswith(b) or b.startswith(a) for a in bridge for b in answer if a and b)
 
 
 def test_one_search_of_the_question_text_rarely_shows_a_two_hop_answer(val, search, capsys):
@@ -181,7 +215,11 @@ def test_the_worked_example_is_optional_and_about_nothing_in_the_corpus():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ({"exmple": False}, "task 'search' takes no argument 'exmple'; its arguments: example, facts_seed"),
+        (
+            {"exmple": False},
+            "task 'search' takes no argument 'exmple'; its arguments: example, facts_seed, val",
+        ),
+        ({"val": "train"}, "val must be one of held_out, demonstrated, got 'train'"),
         ({"example": "yes"}, "example must be true or false"),
         ({"facts_seed": "one"}, "facts_seed must be an integer"),
     ],
@@ -192,3 +230,18 @@ def test_an_unknown_or_bad_task_argument_is_one_line(args, message):
     assert message in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(TaskArgError):
         write_corpus(Path("/nonexistent"), **args)
+
+
+def test_interleave_keeps_every_prefix_at_the_share_hand_worked():
+    """Two-hop A, B, C and one-hop x, y, z at share 0.5. Position p takes a two-hop question while
+    round(p x 0.5) exceeds the two-hop ones taken (Python rounds halves to even): p1 round(0.5)=0 -> x;
+    p2 1 > 0 -> A; p3 round(1.5)=2 > 1 -> B; p4 2 -> y; p5 round(2.5)=2 -> z; p6 one-hop gone -> C."""
+    from turnrl.tasks.search import indexed
+
+    _, train = indexed()
+    two = [q for q in train if q[1].hops == 2 and not TEMPLATES[q[1].template].compare][:3]
+    one = [q for q in train if q[1].hops == 1][:3]
+    mixed = [one[0], two[0], one[1], two[1], two[2], one[2]]
+    assert search_demos.interleave(mixed, 0.5) == [one[0], two[0], two[1], one[1], one[2], two[2]]
+    assert search_demos.interleave(mixed, 0.0) == [*one, *two]  # each kind keeps its own order
+    assert search_demos.interleave(mixed, 1.0) == [*two, *one]

@@ -17,7 +17,7 @@ SHOWN_SKIPS = 10  # skipped rows listed one by one; the rest are counted
 SEARCH_SFT = "search_sft"
 CODE_SFT = "code_sft"
 TASK = "task"
-GENERATOR_FLAGS = ("n", "seed", "topk", "retry_fraction", "cache_dir")
+GENERATOR_FLAGS = ("n", "seed", "topk", "retry_fraction", "two_hop_share", "cache_dir")
 VERIFIERS = "verifiers:"
 
 
@@ -91,6 +91,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         help="share of first queries that leave the entity's name out, miss, and are followed by a "
         "second, named search (default 0.1)",
+    )
+    gen.add_argument(
+        "--two-hop-share",
+        type=float,
+        help="search_sft: share of the demonstrations that are two-hop (default 0.5; the training "
+        "questions alone hold about a quarter)",
     )
     gen.add_argument("--cache-dir", help="where the built-in index is built once (default: turnrl's cache)")
     p.set_defaults(func=data_command)

@@ -69,9 +69,12 @@ def run_search_sft(ns: argparse.Namespace) -> int:
         raise DataError(f"--topk must be >= 1, got {topk}")
     if not 0.0 <= retry <= 1.0:
         raise DataError(f"--retry-fraction must be in [0, 1], got {retry}")
+    share = ns.two_hop_share if ns.two_hop_share is not None else 0.5
+    if not 0.0 <= share <= 1.0:
+        raise DataError(f"--two-hop-share must be in [0, 1], got {share}")
     out = Path(ns.out)
     check_out_dir(out, ns.overwrite)
-    rows, report = demos.build(n, seed, topk, retry, cache_root(ns.cache_dir or ""))
+    rows, report = demos.build(n, seed, topk, retry, cache_root(ns.cache_dir or ""), share)
     if not rows:
         raise DataError(
             f"no demonstration could be made ({len(report.skipped)} skipped); nothing written to {out}"

@@ -15,8 +15,11 @@ no bridge to find, and one search naming both often shows both, so reported on i
 small credit for a well-formed wrong answer.
 
 Task arguments (`data.task_args`, `turnrl data task search --arg KEY=VALUE`): `example` (default
-true: the worked example in the prompt) and `facts_seed` (default 0: another value gives a
-counterfactual corpus, the same entities with re-sampled facts, and rows with its answers).
+true: the worked example in the prompt), `facts_seed` (default 0: another value gives a
+counterfactual corpus, the same entities with re-sampled facts, and rows with its answers) and
+`val` (default `held_out`; `demonstrated`: the validation rows are instead the two-hop templates the
+demonstrations show, asked about validation entities, source `turnrl/search/2hop_demo`: a probe of
+whether a cold start learned to chain where it was shown how).
 `demos` scripts successful episodes for a supervised cold start (`turnrl data search_sft`).
 """
 
@@ -31,14 +34,15 @@ from turnrl.rewards.qa import em_check, extract_answer, targets
 from turnrl.tasks.args import TaskArgError, reject_unknown
 from turnrl.tasks.search.corpus import ENTITIES, FACTS_SEED, SEED, write_builtin_corpus
 from turnrl.tasks.search.questions import N_VAL as N_VAL_BY_SORT
-from turnrl.tasks.search.questions import Question, split
+from turnrl.tasks.search.questions import Question, demonstrated_probe, split
 
-SOURCES = {sort: f"turnrl/search/{sort}" for sort in ("1hop", "2hop", "compare")}
+SOURCES = {sort: f"turnrl/search/{sort}" for sort in ("1hop", "2hop", "compare", "2hop_demo")}
 DATA_SOURCES = tuple(SOURCES.values())
 N_VAL = sum(N_VAL_BY_SORT.values())
 FORMAT_SCORE = 0.1  # a well-formed wrong answer: enough to learn the protocol, far below a right one
 MAX_ANSWER_WORDS = 8  # longer is an explanation, not an answer: no format credit
-ARGS = ("example", "facts_seed")
+ARGS = ("example", "facts_seed", "val")
+VAL_SETS = ("held_out", "demonstrated")
 
 INSTRUCTIONS = (
     "Answer the question below. Think step by step inside <think> and </think> whenever you get new "
@@ -65,6 +69,7 @@ NO_EXAMPLE = " For example, <answer> Paris </answer>.\n"
 class Options:
     example: bool = True
     facts_seed: int = FACTS_SEED
+    val: str = "held_out"
 
 
 def options(args: dict[str, Any]) -> Options:
@@ -75,7 +80,10 @@ def options(args: dict[str, Any]) -> Options:
         raise TaskArgError(f"task 'search': example must be true or false, got {example!r}")
     if isinstance(facts_seed, bool) or not isinstance(facts_seed, int):
         raise TaskArgError(f"task 'search': facts_seed must be an integer, got {facts_seed!r}")
-    return Options(example, facts_seed)
+    val = args.get("val", "held_out")
+    if val not in VAL_SETS:
+        raise TaskArgError(f"task 'search': val must be one of {', '.join(VAL_SETS)}, got {val!r}")
+    return Options(example, facts_seed, val)
 
 
 def prompt(question: str, example: bool = True) -> str:
@@ -120,6 +128,10 @@ def rows(split_name: str, seed: int, **args: Any) -> list[dict[str, Any]]:
         return out
     if split_name != "val":
         raise ValueError(f"split must be 'train' or 'val', got {split_name!r}")
+    if opts.val == "demonstrated":  # indexed after every training row: no index is shared
+        first = len(val) + len(train)
+        probe = demonstrated_probe(SEED, opts.facts_seed, ENTITIES)
+        return [make_row(q, "test", first + i, opts.example) for i, q in enumerate(probe)]
     return [make_row(q, "test", i, opts.example) for i, q in val]
 
 

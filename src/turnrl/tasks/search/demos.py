@@ -69,15 +69,19 @@ FIRST_THOUGHTS = (
     "The question asks for {what}. Let me search.",
     "I have never heard of {e}. I should look up {what}.",
 )
+# A two-hop opener never starts like a one-hop one (greedy decoding commits at the first words: when
+# both began "I do not know ...", a model trained on both opened every episode as a one-hop one), and
+# a bridge step never starts like an answer (answers open with "Doc", "According", "The passage",
+# "I found"); the bridge step says why the first passage is not yet the answer.
 TWO_HOP_THOUGHTS = (
-    "This takes two steps. First I need to find {what}.",
-    "I do not know {e}. First I will look up {what}, then search again for what the question asks about it.",
-    "The answer depends on {what}, which I do not know yet. Let me search for it first.",
+    "This takes two searches. First I need {what}.",
+    "This takes two searches: first {what}, then what the question asks about it.",
+    "This takes two searches. The answer depends on {what}, which I must look up first.",
 )
 BRIDGE_THOUGHTS = (
-    "Doc {i} says: {sentence} So it is {bridge}. Now I need {what}.",
-    "According to Doc {i}, the answer to the first step is {bridge}. Next I need {what}.",
-    "I found it in Doc {i}: {bridge}. Now I will search for {what}.",
+    "First step done: Doc {i} says: {sentence} So it is {bridge}. That is not the answer yet. Now I need {what}.",
+    "First step done: according to Doc {i}, it is {bridge}. The question asks about {bridge}, so I search again for {what}.",
+    "First step done: Doc {i} names {bridge}. I still need {what}, so I will search for it.",
 )
 RETRY_THOUGHTS = {  # after a query that missed: with the name left out, or with it
     False: "These passages are about other {kind}, not {e}. I should search again with its name.",
@@ -247,9 +251,16 @@ def demonstration(
 
 
 def build(
-    n: int | None, seed: int, topk: int, retry_fraction: float, cache: Path
+    n: int | None,
+    seed: int,
+    topk: int,
+    retry_fraction: float,
+    cache: Path,
+    two_hop_share: float | None = None,
 ) -> tuple[list[dict[str, Any]], Report]:
-    """Demonstrations for up to `n` training questions (all when None), in a seed-shuffled order."""
+    """Demonstrations for up to `n` training questions (all when None), in a seed-shuffled order.
+    `two_hop_share`: the share of the `n` questions that are two-hop (None: as they come, about a
+    quarter); a question that no query finds is skipped, so the written share can differ a little."""
     val, train = indexed()
     held_out = {q.text for _, q in val}
     train = [(i, q) for i, q in train if q.template in DEMO_TEMPLATES]
@@ -257,12 +268,29 @@ def build(
     train = [(i, q) for i, q in train if q.text not in held_out]
     report.excluded = report.questions - len(train)
     random.Random(seed).shuffle(train)
+    if two_hop_share is not None:
+        train = interleave(train, two_hop_share)
     train = train[:n] if n is not None else train
     report.used = len(train)
     search = InProcessSearch(cache, topk)
     doc_ids = build_doc_ids()
     rows = [demonstration(q, i, seed, search, retry_fraction, report, doc_ids) for i, q in train]
     return [r for r in rows if r is not None], report
+
+
+def interleave(questions: list[tuple[int, Question]], share: float) -> list[tuple[int, Question]]:
+    """The questions reordered so that every prefix is `share` two-hop (rounded) while both kinds
+    last, each kind in its own order: the first n are the same whatever n (a demonstration set
+    grows by adding, never by swapping)."""
+    kinds = {True: [q for q in questions if q[1].hops == 2], False: [q for q in questions if q[1].hops != 2]}
+    taken = {True: 0, False: 0}
+    out: list[tuple[int, Question]] = []
+    for position in range(1, len(questions) + 1):
+        left = {k: taken[k] < len(v) for k, v in kinds.items()}
+        two = left[True] and (not left[False] or round(position * share) > taken[True])
+        out.append(kinds[two][taken[two]])
+        taken[two] += 1
+    return out
 
 
 def build_doc_ids() -> dict[str, str]:

@@ -17,6 +17,7 @@ counterfactual corpus (another facts seed) asks the same questions and expects i
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from functools import lru_cache
@@ -82,6 +83,7 @@ DEMO_TEMPLATES = frozenset((*(t.name for t in ONE_HOP), *(t.name for t in TWO_HO
 
 # Validation: this many of each sort, from the validation world (at least half two-hop)
 N_VAL = {"1hop": 40, "2hop": 64, "compare": 24}
+N_PROBE = 64  # the demonstrated two-hop templates asked about validation entities (`demonstrated_probe`)
 
 
 @dataclass(frozen=True)
@@ -166,3 +168,25 @@ def split(
     val = [q for sort, n in N_VAL.items() for q in rng.sample(by_sort[sort], min(n, len(by_sort[sort])))]
     rng.shuffle(val)  # any prefix mixes the sorts
     return tuple(val), tuple(out["train"])
+
+
+@lru_cache(maxsize=8)
+def demonstrated_probe(
+    seed: int = SEED, facts_seed: int = FACTS_SEED, n_entities: int = ENTITIES
+) -> tuple[Question, ...]:
+    """`N_PROBE` two-hop questions of the templates the demonstrations show (`DEMO_TEMPLATES`), about
+    the validation world's entities, in the phrasings training uses: whether a cold start taught
+    chaining on what it saw, with new entities only (no new wording, no template only RL sees).
+    Sort `2hop_demo`. No training row or demonstration names a validation entity, so none of these
+    is trained on; the held-out validation (`split`) never asks these templates."""
+    corpus = build(n_entities, seed, facts_seed)
+    rng = random.Random(f"{seed}/probe")
+    world = corpus.worlds["val"]
+    out = []
+    for t in TWO_HOP:
+        if t.name not in DEMO_TEMPLATES:
+            continue
+        for subjects in subjects_of(world, t, rng):
+            q = ask(world, t, subjects, rng.choice(t.phrasing_ids("train")))
+            out.append(dataclasses.replace(q, sort="2hop_demo"))
+    return tuple(rng.sample(out, min(N_PROBE, len(out))))
