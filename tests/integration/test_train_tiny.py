@@ -30,3 +30,18 @@ def test_grpo_raises_a_learnable_reward(tmp_path):
     # the in-process engine's log-probs serve as the old ones (their agreement with the trainer's
     # own: test_rollout_correction_train)
     assert "timing_s/old_log_prob" not in rows[-1] and "rollout_corr/abs_diff_max" not in rows[-1]
+
+
+def test_a_loss_of_ones_own_trains_by_import_path(tmp_path):
+    """`actor.policy_loss_mode=file.py:fn`: plain REINFORCE (-A log pi), no framework edit; two steps
+    move the policy (the gradient is not zero) and report the loss like any mode."""
+    loss_file = tmp_path / "reinforce.py"
+    loss_file.write_text(
+        "import torch\n"
+        "def loss(x):\n"
+        "    return -x.advantages * torch.where(x.mask, x.log_prob, torch.zeros_like(x.log_prob))\n"
+    )
+    over = {"trainer.total_training_steps": 2, "actor.policy_loss_mode": f"{loss_file}:loss"}
+    run = Trainer(load_config(None, tiny_overrides(tmp_path, **over))).fit()
+    steps = [r for r in read_metrics(run) if "actor/pg_loss" in r]
+    assert len(steps) == 2 and all(r["actor/grad_norm"] > 0 for r in steps)

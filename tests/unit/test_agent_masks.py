@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.support.losses import policy_loss
 from tests.support.scripted_engine import ScriptedEngine
 from turnrl.agent.assemble import assemble_episodes
 from turnrl.agent.episode import Episode
@@ -21,7 +22,6 @@ from turnrl.agent.tools.base import text_parameter
 from turnrl.algorithms.advantages import gae_advantage, grpo_outcome_advantage
 from turnrl.algorithms.core import agg_loss, masked_mean
 from turnrl.algorithms.kl import apply_kl_in_reward, kl_loss, kl_penalty
-from turnrl.algorithms.losses import policy_loss
 from turnrl.algorithms.rollout_corr import rollout_correction
 from turnrl.batch import Batch
 from turnrl.config.agent_schema import MultiTurnConfig

@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
+from tests.support.losses import policy_loss
 from turnrl.algorithms.core import LOSS_AGG_MODES, agg_denominator
-from turnrl.algorithms.losses import POLICY_LOSS_MODES, entropy_from_logits, policy_loss, value_loss
+from turnrl.algorithms.losses import POLICY_LOSS_MODES, entropy_from_logits, value_loss
 
 F64 = torch.float64
 

@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
+from tests.support.losses import policy_loss
 from turnrl.algorithms.core import agg_loss
-from turnrl.algorithms.losses import POLICY_LOSS_MODES, policy_loss
+from turnrl.algorithms.losses import POLICY_LOSS_MODES
 from turnrl.config import ConfigError, load_config
 
 F64 = torch.float64

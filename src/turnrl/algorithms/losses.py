@@ -2,134 +2,138 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from turnrl.algorithms import policy_losses as pl
 from turnrl.algorithms.core import agg_loss, check_same_shape, masked_fill_zero, masked_mean
+from turnrl.plugins import load_function
 
-POLICY_LOSS_MODES: tuple[str, ...] = ("vanilla", "gspo", "cispo", "sapo", "gmpo", "clip_cov", "kl_cov")
-EXTRA_METRICS = pl.EXTRA_METRICS
+POLICY_LOSS_MODES: tuple[str, ...] = tuple(pl.POLICY_LOSSES)
+LOSS_KEY = "actor.policy_loss_mode"
 
 
-def _log_ratio(old_log_prob: Tensor, log_prob: Tensor, mask: Tensor, mode: str) -> Tensor:
-    """log(pi / pi_old) per token for the chosen mode, clamped, 0 at masked positions."""
-    if mode == "vanilla":
-        return pl.token_log_ratio(old_log_prob, log_prob, mask)
-    # GSPO (Zheng et al. 2025, eq. 7 and the GSPO-token form, eq. 13): the sequence ratio is the
-    # geometric mean of token ratios, s_i = exp(mean_t log r_t). Per token we use
-    # log s_i,t = sg[log s_i] + log pi_t - sg[log pi_t]: its value is log s_i on every token, its gradient
-    # that of log pi_t, so the per-sequence objective's gradient is spread over the tokens.
-    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
-    token = torch.where(mask, log_prob, zero) - torch.where(mask, old_log_prob, zero)
-    seq = masked_mean(token, mask, dim=-1).unsqueeze(-1)
-    masked_lp = torch.where(mask, log_prob, zero)
-    combined = seq.detach() + masked_lp - masked_lp.detach()
-    return masked_fill_zero(combined.clamp(-pl.LOG_RATIO_LIMIT, pl.LOG_RATIO_LIMIT), mask)
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A policy loss resolved from the config: its table entry (or a user's) and its parameters."""
+
+    name: str
+    spec: pl.LossSpec
+    params: Any
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """How per-token losses reduce to one number (`core.agg_loss`)."""
+
+    mode: str = "token-mean"
+    """`actor.loss_agg_mode`."""
+    norm_length: int | None = None
+    """The Dr. GRPO constant of `seq-mean-token-sum-norm` (the batch's response width)."""
+    denominator: float | Tensor | None = None
+    """The mini-batch's count, so that micro-batch losses add up to the mini-batch loss."""
+
+
+def resolve_policy_loss(mode: str = "vanilla", config: Any = None, where: str = LOSS_KEY) -> PolicyLoss:
+    """The loss `mode` names: a table entry, its parameters read from `config`'s flat keys (the actor
+    config; None: the dataclass defaults), or a user's function `path/to/file.py:fn` /
+    `package.module:fn` taking one `LossInputs` and returning the (B, T) per-token loss (0 at masked
+    positions) or a `TokenTerms`. Unknown names and functions that do not load are one line naming
+    `where`."""
+    spec = pl.POLICY_LOSSES.get(mode)
+    if spec is not None:
+        fields = {f: getattr(config, key) for f, key in spec.keys} if config is not None else {}
+        return PolicyLoss(mode, spec, spec.params(**fields))
+    if ":" not in mode:
+        raise ValueError(
+            f"unknown policy loss mode {mode!r} (or path/to/file.py:function for a loss of your own); "
+            f"valid modes: {', '.join(POLICY_LOSS_MODES)}"
+        )
+    fn = load_function(mode, where, ValueError)
+    return PolicyLoss(mode, pl.LossSpec(partial(_user_terms, fn, mode), low=pl.ANY_LOW), pl.NoParams())
+
+
+def _user_terms(fn: Any, name: str, x: pl.LossInputs, p: Any) -> pl.TokenTerms:
+    """A user's loss as a table entry: a bare (B, T) loss gets the token ratio and no clip flags."""
+    out = fn(x)
+    if isinstance(out, pl.TokenTerms):
+        return out
+    if not isinstance(out, Tensor) or out.shape != x.mask.shape:
+        got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+        raise ValueError(
+            f"{LOSS_KEY}={name}: must return a (B, T) per-token loss shaped like the mask "
+            f"{tuple(x.mask.shape)} or a TokenTerms, got {got}"
+        )
+    ratio = torch.exp(pl.token_log_ratio(x.old_log_prob, x.log_prob, x.mask)).detach()
+    flags = torch.zeros_like(x.mask)
+    return pl.TokenTerms(masked_fill_zero(out, x.mask), ratio, flags, flags, {})
+
+
+def _check_clip(loss: PolicyLoss, clip: pl.Clip) -> None:
+    lowest, highest, inclusive = loss.spec.low
+    if not (lowest <= clip.low and (clip.low <= highest if inclusive else clip.low < highest)):
+        bound = (
+            ">= 0" if highest == float("inf") else f"in [{lowest:g}, {highest:g}{']' if inclusive else ')'}"
+        )
+        raise ValueError(f"policy_loss: clip_ratio_low must be {bound} for {loss.name}, got {clip.low}")
+    if clip.high < 0.0:
+        raise ValueError(f"policy_loss: clip_ratio_high must be >= 0, got {clip.high}")
+    if clip.dual_c is not None and clip.dual_c <= 1.0:
+        raise ValueError(f"policy_loss: clip_ratio_c (dual clip) must be > 1, got {clip.dual_c}")
 
 
 def policy_loss(
-    *,
-    old_log_prob: Tensor,
-    log_prob: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    clip_ratio_c: float | None = 3.0,
-    loss_agg_mode: str = "token-mean",
-    mode: str = "vanilla",
-    loss_norm_length: int | None = None,
-    loss_denominator: float | Tensor | None = None,
-    per_token: bool = False,
+    x: pl.LossInputs,
+    loss: PolicyLoss | None = None,
+    agg: Aggregation = Aggregation(),
     weights: Tensor | None = None,
-    sapo_tau_pos: float = 1.0,
-    sapo_tau_neg: float = 1.05,
-    clip_cov_ratio: float = 2e-4,
-    clip_cov_lb: float = 1.0,
-    clip_cov_ub: float = 5.0,
-    kl_cov_ratio: float = 2e-3,
-    kl_cov_coef: float = 1.0,
-    generator: torch.Generator | None = None,
+    per_token: bool = False,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped surrogate loss (Schulman et al. 2017, eq. 7), negated for minimisation, or one of its variants.
+    """The policy loss `loss` (default: PPO's clipped surrogate, Schulman et al. 2017, eq. 7, with
+    DAPO's asymmetric range and the dual clip of Ye et al. 2020) over one micro-batch, negated for
+    minimisation, reduced by `agg`. Each mode's formula is in `algorithms/policy_losses.py`.
 
-    - Asymmetric clip range [1 - clip_ratio_low, 1 + clip_ratio_high]: DAPO's clip-higher (Yu et al. 2025)
-      raises only the upper bound so low-probability tokens can still grow.
-    - Dual clip (Ye et al. 2020, eq. 5) when ``clip_ratio_c`` is set: for A < 0 the loss is capped at
-      -A * c, so a huge ratio on a bad action cannot produce an unbounded update. Must be > 1.
-    - ``mode="gspo"`` uses the sequence-level ratio of GSPO for every token of a response (same clipping;
-      GSPO's paper uses small ranges such as 3e-4 / 4e-4 and ``seq-mean-token-mean``).
-    - ``cispo``, ``sapo``, ``gmpo``, ``clip_cov``, ``kl_cov``: see ``algorithms/policy_losses.py`` (one
-      function each, with its paper and formula). ``cispo`` / ``sapo`` / ``gmpo`` have no dual clip;
-      ``gmpo`` reads ``clip_ratio_low`` / ``clip_ratio_high`` in log space; ``clip_cov`` / ``kl_cov`` are
-      PPO clip (with dual clip) plus covariance-selected tokens; ``generator`` draws Clip-Cov's tokens
-      (a CPU ``torch.Generator``; None = the global RNG).
-
-    Metrics (detached scalars over valid tokens): ``pg_clipfrac`` - fraction where the PPO clip decides the
-    loss (the clipped term is larger and dual clip is not active; for cispo: r outside the range, gmpo:
-    the log-ratio was clipped, sapo: the mean gate attenuation 1 - f'(r)); ``pg_clipfrac_lower`` - fraction
-    where the dual clip decides it; ``ppo_kl`` - masked mean of old_log_prob - log_prob; with clip_cov /
-    kl_cov also ``pg_covfrac``, the fraction of tokens detached / KL-penalised.
-
-    ``loss_norm_length`` and ``loss_denominator`` are passed to ``agg_loss`` (``norm_length`` and
-    ``denominator``: the Dr. GRPO constant and the gradient-accumulation count).
+    Metrics (detached scalars over valid tokens): ``pg_clipfrac`` - fraction where the mode's clip decides
+    the loss (PPO: the clipped term is larger and the dual clip is not active; cispo: r outside the range;
+    gmpo: the log-ratio was clipped; sapo: the mean gate attenuation 1 - f'(r)); ``pg_clipfrac_lower`` -
+    fraction where the dual clip decides it; ``ppo_kl`` - masked mean of old_log_prob - log_prob; a mode's
+    own (clip_cov / kl_cov: ``pg_covfrac``). ``per_token`` adds the (B, T) ratio, loss and clip flags for
+    the step inspector.
 
     ``weights`` (detached, same shape): per-token importance weights of the off-policy correction
     (``algorithms/rollout_corr.py``), multiplied into each token's loss (every mode).
     """
-    if mode not in POLICY_LOSS_MODES:
-        raise ValueError(f"unknown policy loss mode {mode!r}; valid modes: {', '.join(POLICY_LOSS_MODES)}")
-    # the lower bound 1 - low must stay a ratio > 0; CISPO may drop it (low = 1: the paper's setting),
-    # GMPO's bound is e^-low (log space)
-    if mode == "gmpo":
-        low_ok, bound = clip_ratio_low >= 0.0, ">= 0"
-    elif mode == "cispo":
-        low_ok, bound = 0.0 <= clip_ratio_low <= 1.0, "in [0, 1]"
-    else:
-        low_ok, bound = 0.0 <= clip_ratio_low < 1.0, "in [0, 1)"
-    if not low_ok:
-        raise ValueError(f"policy_loss: clip_ratio_low must be {bound} for {mode}, got {clip_ratio_low}")
-    if clip_ratio_high < 0.0:
-        raise ValueError(f"policy_loss: clip_ratio_high must be >= 0, got {clip_ratio_high}")
-    if clip_ratio_c is not None and clip_ratio_c <= 1.0:
-        raise ValueError(f"policy_loss: clip_ratio_c (dual clip) must be > 1, got {clip_ratio_c}")
+    loss = loss if loss is not None else resolve_policy_loss()
+    _check_clip(loss, x.clip)
     check_same_shape(
         {
-            "old_log_prob": old_log_prob,
-            "log_prob": log_prob,
-            "advantages": advantages,
-            "response_mask": response_mask,
+            "old_log_prob": x.old_log_prob,
+            "log_prob": x.log_prob,
+            "advantages": x.advantages,
+            "response_mask": x.mask,
             "weights": weights,
         },
         "policy_loss",
     )
-    mask = response_mask != 0
-    adv = masked_fill_zero(advantages, mask).to(log_prob.dtype)
-    low, high, c = clip_ratio_low, clip_ratio_high, clip_ratio_c
-    if mode in ("vanilla", "gspo"):
-        terms = pl.ppo_clip(adv, torch.exp(_log_ratio(old_log_prob, log_prob, mask, mode)), low, high, c)
-    elif mode == "cispo":
-        terms = pl.cispo(old_log_prob, log_prob, adv, mask, low, high)
-    elif mode == "sapo":
-        terms = pl.sapo(old_log_prob, log_prob, adv, mask, sapo_tau_pos, sapo_tau_neg)
-    elif mode == "gmpo":
-        terms = pl.gmpo(old_log_prob, log_prob, adv, mask, low, high)
-    elif mode == "clip_cov":
-        cov_args = (clip_cov_ratio, clip_cov_lb, clip_cov_ub, generator)
-        terms = pl.clip_cov(old_log_prob, log_prob, adv, mask, low, high, c, *cov_args)
-    else:
-        terms = pl.kl_cov(old_log_prob, log_prob, adv, mask, low, high, c, kl_cov_ratio, kl_cov_coef)
+    mask = x.mask != 0
+    adv = masked_fill_zero(x.advantages, mask).to(x.log_prob.dtype)
+    terms = loss.spec.fn(dataclasses.replace(x, advantages=adv, mask=mask), loss.params)
     loss_mat = terms.loss_mat
     if weights is not None:  # the engine sampled from pi_rollout, not pi_old: reweight each token
         loss_mat = loss_mat * weights.to(loss_mat.dtype)
 
-    loss = agg_loss(loss_mat, mask, loss_agg_mode, norm_length=loss_norm_length, denominator=loss_denominator)
+    value = agg_loss(loss_mat, mask, agg.mode, norm_length=agg.norm_length, denominator=agg.denominator)
+    log_prob = x.log_prob
     with torch.no_grad():
         metrics = {
             "pg_clipfrac": masked_mean(terms.clip_active.to(log_prob.dtype), mask),
             "pg_clipfrac_lower": masked_mean(terms.dual_active.to(log_prob.dtype), mask),
-            "ppo_kl": masked_mean(-(log_prob - old_log_prob), mask).detach(),
+            "ppo_kl": masked_mean(-(log_prob - x.old_log_prob), mask).detach(),
         }
         metrics.update({k: masked_mean(v.to(log_prob.dtype), mask) for k, v in terms.extra.items()})
         if per_token:  # for the step inspector: what the update did to each token
@@ -139,7 +143,7 @@ def policy_loss(
                 clip_active=terms.clip_active & mask,
                 dual_active=terms.dual_active & mask,
             )
-    return loss, metrics
+    return value, metrics
 
 
 def value_loss(

@@ -1,17 +1,23 @@
-"""Per-token terms of every policy-loss mode: PPO clip (vanilla, GSPO) and CISPO, SAPO, GMPO, Clip-Cov, KL-Cov.
+"""Policy losses as a table: PPO clip (vanilla, GSPO), CISPO, SAPO, GMPO, Clip-Cov, KL-Cov, and a user's own.
 
-Each mode returns its ``(B, T)`` per-token loss and what it clipped; ``losses.policy_loss`` validates the
-inputs, applies the rollout-correction ``weights``, reduces with ``agg_loss`` (so ``loss_agg_mode`` and the
-gradient-accumulation denominators work the same for every mode) and turns the rest into metrics.
+A loss is one entry of `POLICY_LOSSES`: a function `fn(x: LossInputs, params) -> TokenTerms` and the
+dataclass of its own parameters, whose fields map to the actor's config keys (verl's flat names,
+`actor.sapo_tau_pos`, ...). Every function returns its ``(B, T)`` per-token loss and what it clipped;
+``losses.policy_loss`` validates the inputs, applies the rollout-correction ``weights``, reduces with
+``agg_loss`` (so ``loss_agg_mode`` and the gradient-accumulation denominators work the same for every
+mode) and turns the rest into metrics. A new loss is one function and one line in the table; a loss
+of one's own needs no edit at all: `actor.policy_loss_mode=path/to/file.py:fn` (`losses.resolve_policy_loss`).
 
-Conventions: ``mask`` is boolean; ``adv`` is already exactly 0 where ``mask`` is 0, and the log-ratio is
-built with ``torch.where`` so padded -inf log-probs put no NaN in the backward pass. Every returned loss is
-0, with zero gradient, at masked positions.
+Conventions: ``x.mask`` is boolean; ``x.advantages`` is already exactly 0 where the mask is 0, in the
+log-probs' dtype; the log-ratio is built with ``torch.where`` so padded -inf log-probs put no NaN in the
+backward pass. Every returned loss is 0, with zero gradient, at masked positions.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -21,12 +27,40 @@ from turnrl.algorithms.core import masked_fill_zero, masked_mean
 # exp(20) ~ 4.9e8 is already far outside any clip range; beyond it float32 heads for overflow.
 LOG_RATIO_LIMIT = 20.0
 
-COV_MODES: tuple[str, ...] = ("clip_cov", "kl_cov")
-EXTRA_METRICS: dict[str, tuple[str, ...]] = {m: ("pg_covfrac",) for m in COV_MODES}
-"""Metrics a mode reports beside pg_clipfrac / pg_clipfrac_lower / ppo_kl (the actor logs them too)."""
+
+@dataclass(frozen=True)
+class Clip:
+    """The clip range every mode reads (`actor.clip_ratio_low`, `_high`, `_c`)."""
+
+    low: float = 0.2
+    """The ratio's lower bound is 1 - low (GMPO: e^-low, in log space)."""
+    high: float = 0.2
+    """The ratio's upper bound is 1 + high (GMPO: e^high)."""
+    dual_c: float | None = 3.0
+    """Dual clip (Ye et al. 2020): for A < 0 the loss is capped at -A c; None: off. Must be > 1."""
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """One micro-batch as every policy loss reads it, each tensor (B, T) over response positions."""
+
+    old_log_prob: Tensor
+    """log pi_old of each sampled token (the step-start policy's, or the engine's under bypass)."""
+    log_prob: Tensor
+    """log pi of each sampled token under the policy being trained (carries the gradient)."""
+    advantages: Tensor
+    """Per-token advantages (masked to exactly 0, in log_prob's dtype, when a mode sees them)."""
+    mask: Tensor
+    """Which tokens count (model tokens; observations and padding are out), boolean for a mode."""
+    clip: Clip = field(default_factory=Clip)
+    """The clip range."""
+    generator: torch.Generator | None = None
+    """Random draws of a mode that makes them (Clip-Cov); None = the global RNG."""
 
 
 class TokenTerms(NamedTuple):
+    """What a mode computed, per token."""
+
     loss_mat: Tensor
     """(B, T) per-token loss, before the rollout-correction weights; 0 at masked positions."""
     ratio: Tensor
@@ -47,6 +81,19 @@ def token_log_ratio(old_log_prob: Tensor, log_prob: Tensor, mask: Tensor) -> Ten
     return token.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
 
 
+def sequence_log_ratio(old_log_prob: Tensor, log_prob: Tensor, mask: Tensor) -> Tensor:
+    """GSPO's (Zheng et al. 2025, eq. 7 and the GSPO-token form, eq. 13) per-token log ratio: the
+    sequence ratio is the geometric mean of token ratios, s_i = exp(mean_t log r_t). Per token
+    log s_i,t = sg[log s_i] + log pi_t - sg[log pi_t]: its value is log s_i on every token, its gradient
+    that of log pi_t, so the per-sequence objective's gradient is spread over the tokens."""
+    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    token = torch.where(mask, log_prob, zero) - torch.where(mask, old_log_prob, zero)
+    seq = masked_mean(token, mask, dim=-1).unsqueeze(-1)
+    masked_lp = torch.where(mask, log_prob, zero)
+    combined = seq.detach() + masked_lp - masked_lp.detach()
+    return masked_fill_zero(combined.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT), mask)
+
+
 def ppo_clip(adv: Tensor, ratio: Tensor, low: float, high: float, dual_c: float | None) -> TokenTerms:
     """PPO's pessimistic clip max(-A r, -A clip(r, 1 - low, 1 + high)), capped at -A c for A < 0 (dual clip)."""
     unclipped = -adv * ratio
@@ -62,25 +109,51 @@ def ppo_clip(adv: Tensor, ratio: Tensor, low: float, high: float, dual_c: float 
     return TokenTerms(loss_mat, ratio.detach(), clip_active, dual_active, {})
 
 
-def cispo(
-    old_log_prob: Tensor, log_prob: Tensor, adv: Tensor, mask: Tensor, low: float, high: float
-) -> TokenTerms:
+# -- the modes: fn(x, params) -> TokenTerms ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NoParams:
+    """A mode with no parameters beyond the clip range."""
+
+
+def vanilla(x: LossInputs, p: NoParams) -> TokenTerms:
+    """PPO's clipped surrogate (Schulman et al. 2017, eq. 7) with DAPO's asymmetric range and the dual clip."""
+    ratio = torch.exp(token_log_ratio(x.old_log_prob, x.log_prob, x.mask))
+    return ppo_clip(x.advantages, ratio, x.clip.low, x.clip.high, x.clip.dual_c)
+
+
+def gspo(x: LossInputs, p: NoParams) -> TokenTerms:
+    """PPO's clip on GSPO's sequence-level ratio (`sequence_log_ratio`) for every token of a response
+    (the paper uses small ranges such as 3e-4 / 4e-4 and `seq-mean-token-mean`)."""
+    ratio = torch.exp(sequence_log_ratio(x.old_log_prob, x.log_prob, x.mask))
+    return ppo_clip(x.advantages, ratio, x.clip.low, x.clip.high, x.clip.dual_c)
+
+
+def cispo(x: LossInputs, p: NoParams) -> TokenTerms:
     """CISPO (MiniMax 2025, arXiv 2506.13585): loss_t = -sg(clip(r_t, 1 - low, 1 + high)) * A_t * log pi_t.
 
     The clipped ratio is only a detached weight, so every token keeps the gradient -w_t A_t grad log pi_t,
     even outside the range (PPO's clip would zero it). No dual clip. ``clip_active``: r outside the range.
     The loss value is that of the weighted log-likelihood, not of a surrogate ratio.
     """
-    ratio = torch.exp(token_log_ratio(old_log_prob, log_prob, mask))
+    low, high, mask = x.clip.low, x.clip.high, x.mask
+    ratio = torch.exp(token_log_ratio(x.old_log_prob, x.log_prob, mask))
     weight = ratio.detach().clamp(1.0 - low, 1.0 + high)
-    loss_mat = -weight * adv * masked_fill_zero(log_prob, mask)
+    loss_mat = -weight * x.advantages * masked_fill_zero(x.log_prob, mask)
     outside = ((ratio < 1.0 - low) | (ratio > 1.0 + high)) & mask
     return TokenTerms(loss_mat, ratio.detach(), outside, torch.zeros_like(outside), {})
 
 
-def sapo(
-    old_log_prob: Tensor, log_prob: Tensor, adv: Tensor, mask: Tensor, tau_pos: float, tau_neg: float
-) -> TokenTerms:
+@dataclass(frozen=True)
+class SapoParams:
+    tau_pos: float = 1.0
+    """Gate temperature where A > 0 (`actor.sapo_tau_pos`, the paper's 1.0); > 0."""
+    tau_neg: float = 1.05
+    """Gate temperature where A <= 0 (`actor.sapo_tau_neg`, the paper's 1.05); > 0."""
+
+
+def sapo(x: LossInputs, p: SapoParams) -> TokenTerms:
     """SAPO (Gao et al. 2025, arXiv 2511.20347): loss_t = -A_t f(r_t), f(r) = (4 / tau) sigmoid(tau (r - 1)).
 
     tau = ``tau_pos`` where A > 0, ``tau_neg`` where A <= 0. A soft gate instead of a hard clip: f'(r) =
@@ -88,10 +161,11 @@ def sapo(
     gradient fades smoothly as r leaves 1. No dual clip. ``pg_clipfrac`` reports the mean gate attenuation
     1 - f'(r) (0 on-policy, towards 1 far off-policy); ``clip_active`` marks tokens with attenuation > 0.5.
     """
-    if tau_pos <= 0 or tau_neg <= 0:
-        raise ValueError(f"policy_loss: sapo temperatures must be > 0, got {tau_pos} and {tau_neg}")
-    ratio = torch.exp(token_log_ratio(old_log_prob, log_prob, mask))
-    pos, neg = (torch.full((), t, dtype=ratio.dtype, device=ratio.device) for t in (tau_pos, tau_neg))
+    if p.tau_pos <= 0 or p.tau_neg <= 0:
+        raise ValueError(f"policy_loss: sapo temperatures must be > 0, got {p.tau_pos} and {p.tau_neg}")
+    adv, mask = x.advantages, x.mask
+    ratio = torch.exp(token_log_ratio(x.old_log_prob, x.log_prob, mask))
+    pos, neg = (torch.full((), t, dtype=ratio.dtype, device=ratio.device) for t in (p.tau_pos, p.tau_neg))
     tau = torch.where(adv > 0, pos, neg)
     gate = torch.sigmoid(tau * (ratio - 1.0))
     loss_mat = -adv * (4.0 / tau) * gate
@@ -103,9 +177,7 @@ def sapo(
     )
 
 
-def gmpo(
-    old_log_prob: Tensor, log_prob: Tensor, adv: Tensor, mask: Tensor, low: float, high: float
-) -> TokenTerms:
+def gmpo(x: LossInputs, p: NoParams) -> TokenTerms:
     """GMPO (Zhao et al. 2025, arXiv 2507.20673): the sequence objective A_i * (prod_t r_it)^(1 / |o_i|).
 
     ``low`` / ``high`` are read in LOG space (the paper: 0.4 each, i.e. ratios in [e^-0.4, e^0.4]). Per
@@ -116,8 +188,9 @@ def gmpo(
     it: ``seq-mean-token-mean`` gives the paper's mean over sequences, ``token-mean`` weighs each sequence
     by its number of model tokens. ``clip_active``: tokens whose l_t was clipped.
     """
-    log_ratio = token_log_ratio(old_log_prob, log_prob, mask)
-    a_seq = masked_mean(adv, mask, dim=-1).unsqueeze(-1)
+    low, high, mask = x.clip.low, x.clip.high, x.mask
+    log_ratio = token_log_ratio(x.old_log_prob, x.log_prob, mask)
+    a_seq = masked_mean(x.advantages, mask, dim=-1).unsqueeze(-1)
     clip_high = (a_seq > 0) & (log_ratio > high) & mask
     clip_low = (a_seq < 0) & (log_ratio < -low) & mask
     hi = torch.full((), high, dtype=log_ratio.dtype, device=log_ratio.device)
@@ -141,33 +214,32 @@ def _count(fraction: float, mask: Tensor) -> int:
     return int(fraction * int(mask.sum().item()) + 0.5)
 
 
-def clip_cov(
-    old_log_prob: Tensor,
-    log_prob: Tensor,
-    adv: Tensor,
-    mask: Tensor,
-    low: float,
-    high: float,
-    dual_c: float | None,
-    fraction: float,
-    cov_lb: float,
-    cov_ub: float,
-    generator: torch.Generator | None,
-) -> TokenTerms:
-    """Clip-Cov (Cui et al. 2025, arXiv 2505.22617): PPO clip, but round(fraction * n_valid)
-    tokens drawn at random among those with cov_lb <= cov_t <= cov_ub keep their loss value and lose
-    their gradient. As in the authors' code, tokens the PPO (or dual) clip already stopped are not drawn
-    (detaching them would change nothing). ``pg_covfrac``: fraction of valid tokens detached."""
-    if not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"policy_loss: clip_cov_ratio must be in [0, 1], got {fraction}")
-    if cov_lb > cov_ub:
-        raise ValueError(f"policy_loss: clip_cov_lb ({cov_lb}) must be <= clip_cov_ub ({cov_ub})")
-    ratio = torch.exp(token_log_ratio(old_log_prob, log_prob, mask))
-    ppo = ppo_clip(adv, ratio, low, high, dual_c)
-    cov = centred_cov(log_prob, adv, mask)
-    candidates = mask & (cov >= cov_lb) & (cov <= cov_ub) & ~ppo.clip_active & ~ppo.dual_active
+@dataclass(frozen=True)
+class ClipCovParams:
+    ratio: float = 2e-4
+    """Fraction of the model tokens whose gradient is detached (`actor.clip_cov_ratio`); in [0, 1]."""
+    lb: float = 1.0
+    """Lowest centred covariance of a token that may be drawn (`actor.clip_cov_lb`)."""
+    ub: float = 5.0
+    """Highest centred covariance of a token that may be drawn (`actor.clip_cov_ub`); >= lb."""
+
+
+def clip_cov(x: LossInputs, p: ClipCovParams) -> TokenTerms:
+    """Clip-Cov (Cui et al. 2025, arXiv 2505.22617): PPO clip, but round(ratio * n_valid) tokens drawn
+    at random among those with lb <= cov_t <= ub keep their loss value and lose their gradient. As in
+    the authors' code, tokens the PPO (or dual) clip already stopped are not drawn (detaching them would
+    change nothing). ``pg_covfrac``: fraction of valid tokens detached."""
+    if not 0.0 <= p.ratio <= 1.0:
+        raise ValueError(f"policy_loss: clip_cov_ratio must be in [0, 1], got {p.ratio}")
+    if p.lb > p.ub:
+        raise ValueError(f"policy_loss: clip_cov_lb ({p.lb}) must be <= clip_cov_ub ({p.ub})")
+    mask, generator = x.mask, x.generator
+    ratio = torch.exp(token_log_ratio(x.old_log_prob, x.log_prob, mask))
+    ppo = ppo_clip(x.advantages, ratio, x.clip.low, x.clip.high, x.clip.dual_c)
+    cov = centred_cov(x.log_prob, x.advantages, mask)
+    candidates = mask & (cov >= p.lb) & (cov <= p.ub) & ~ppo.clip_active & ~ppo.dual_active
     idx = torch.nonzero(candidates.flatten()).squeeze(-1)
-    take = min(_count(fraction, mask), idx.numel())
+    take = min(_count(p.ratio, mask), idx.numel())
     device = generator.device if generator is not None else torch.device("cpu")
     order = torch.randperm(idx.numel(), generator=generator, device=device).to(idx.device)
     chosen = torch.zeros(candidates.numel(), dtype=torch.bool, device=mask.device)
@@ -178,34 +250,74 @@ def clip_cov(
     return TokenTerms(loss_mat, ppo.ratio, ppo.clip_active, ppo.dual_active, extra)
 
 
-def kl_cov(
-    old_log_prob: Tensor,
-    log_prob: Tensor,
-    adv: Tensor,
-    mask: Tensor,
-    low: float,
-    high: float,
-    dual_c: float | None,
-    fraction: float,
-    coef: float,
-) -> TokenTerms:
-    """KL-Cov (Cui et al. 2025, arXiv 2505.22617): the round(fraction * n_valid) valid tokens of
-    largest cov_t get loss -A_t r_t + coef * |log r_t| (no clip); every other token keeps PPO's clipped
-    loss. ``pg_covfrac``: fraction of valid tokens penalised."""
-    if not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"policy_loss: kl_cov_ratio must be in [0, 1], got {fraction}")
-    if coef < 0:
-        raise ValueError(f"policy_loss: kl_cov_coef must be >= 0, got {coef}")
-    log_ratio = token_log_ratio(old_log_prob, log_prob, mask)
+@dataclass(frozen=True)
+class KlCovParams:
+    ratio: float = 2e-3
+    """Fraction of the model tokens, those of largest covariance, that are penalised (`actor.kl_cov_ratio`)."""
+    coef: float = 1.0
+    """Weight of the |log r| penalty on them (`actor.kl_cov_coef`); >= 0."""
+
+
+def kl_cov(x: LossInputs, p: KlCovParams) -> TokenTerms:
+    """KL-Cov (Cui et al. 2025, arXiv 2505.22617): the round(ratio * n_valid) valid tokens of largest
+    cov_t get loss -A_t r_t + coef * |log r_t| (no clip); every other token keeps PPO's clipped loss.
+    ``pg_covfrac``: fraction of valid tokens penalised."""
+    if not 0.0 <= p.ratio <= 1.0:
+        raise ValueError(f"policy_loss: kl_cov_ratio must be in [0, 1], got {p.ratio}")
+    if p.coef < 0:
+        raise ValueError(f"policy_loss: kl_cov_coef must be >= 0, got {p.coef}")
+    adv, mask = x.advantages, x.mask
+    log_ratio = token_log_ratio(x.old_log_prob, x.log_prob, mask)
     ratio = torch.exp(log_ratio)
-    ppo = ppo_clip(adv, ratio, low, high, dual_c)
-    cov = centred_cov(log_prob, adv, mask)
+    ppo = ppo_clip(adv, ratio, x.clip.low, x.clip.high, x.clip.dual_c)
+    cov = centred_cov(x.log_prob, adv, mask)
     ranked = torch.where(mask, cov, torch.full((), -torch.inf, dtype=cov.dtype, device=cov.device))
-    top = torch.topk(ranked.flatten(), _count(fraction, mask)).indices
+    top = torch.topk(ranked.flatten(), _count(p.ratio, mask)).indices
     chosen = torch.zeros(ranked.numel(), dtype=torch.bool, device=mask.device)
     chosen[top] = True
     chosen = chosen.view_as(mask)
-    penalised = -adv * ratio + coef * log_ratio.abs()
+    penalised = -adv * ratio + p.coef * log_ratio.abs()
     loss_mat = torch.where(chosen, penalised, ppo.loss_mat)
     extra = {"pg_covfrac": chosen.to(ratio.dtype)}
     return TokenTerms(loss_mat, ppo.ratio, ppo.clip_active & ~chosen, ppo.dual_active & ~chosen, extra)
+
+
+# -- the table ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """One policy loss: its function, its parameters and where the config keeps them."""
+
+    fn: Callable[[LossInputs, Any], TokenTerms]
+    params: type = NoParams
+    """The dataclass of the mode's own parameters."""
+    keys: tuple[tuple[str, str], ...] = ()
+    """(parameter field, `actor.` config key) pairs: verl's flat names fill the parameters."""
+    low: tuple[float, float, bool] = (0.0, 1.0, False)
+    """The valid `clip.low`: (lowest, highest, highest included); the ratio's bound 1 - low stays > 0."""
+    extra_metrics: tuple[str, ...] = ()
+    """Metrics the mode reports beside pg_clipfrac / pg_clipfrac_lower / ppo_kl (the actor logs them)."""
+
+
+ANY_LOW = (0.0, float("inf"), True)
+POLICY_LOSSES: dict[str, LossSpec] = {
+    "vanilla": LossSpec(vanilla),
+    "gspo": LossSpec(gspo),
+    "cispo": LossSpec(cispo, low=(0.0, 1.0, True)),  # the paper drops the lower bound: low = 1
+    "sapo": LossSpec(sapo, SapoParams, (("tau_pos", "sapo_tau_pos"), ("tau_neg", "sapo_tau_neg"))),
+    "gmpo": LossSpec(gmpo, low=ANY_LOW),  # log space: e^-low > 0 for any low
+    "clip_cov": LossSpec(
+        clip_cov,
+        ClipCovParams,
+        (("ratio", "clip_cov_ratio"), ("lb", "clip_cov_lb"), ("ub", "clip_cov_ub")),
+        extra_metrics=("pg_covfrac",),
+    ),
+    "kl_cov": LossSpec(
+        kl_cov,
+        KlCovParams,
+        (("ratio", "kl_cov_ratio"), ("coef", "kl_cov_coef")),
+        extra_metrics=("pg_covfrac",),
+    ),
+}
+"""`actor.policy_loss_mode` -> its loss."""

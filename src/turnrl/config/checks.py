@@ -254,7 +254,7 @@ def _check_algorithm(cfg: Config) -> None:
     from turnrl.algorithms.advantages import ADV_ESTIMATORS
     from turnrl.algorithms.core import LOSS_AGG_MODES
     from turnrl.algorithms.kl import KL_CONTROLLERS, KL_ESTIMATORS
-    from turnrl.algorithms.losses import POLICY_LOSS_MODES
+    from turnrl.algorithms.losses import POLICY_LOSS_MODES, resolve_policy_loss
 
     alg, actor, n = cfg.algorithm, cfg.actor, cfg.rollout.n
     est = alg.adv_estimator
@@ -263,7 +263,13 @@ def _check_algorithm(cfg: Config) -> None:
         raise ConfigError(f"'{est}' needs 'rollout.n' >= 2 (a group of one has no baseline), got {n}")
     _one_of("actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
     _one_of("critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
-    _one_of("actor.policy_loss_mode", actor.policy_loss_mode, POLICY_LOSS_MODES)
+    if ":" in actor.policy_loss_mode:  # a loss of one's own, by import path: imported now, before any model
+        try:
+            resolve_policy_loss(actor.policy_loss_mode, actor, "actor.policy_loss_mode")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    else:
+        _one_of("actor.policy_loss_mode", actor.policy_loss_mode, POLICY_LOSS_MODES)
     if actor.policy_loss_mode == "clip_cov" and actor.clip_cov_lb > actor.clip_cov_ub:
         raise ConfigError(
             f"'actor.clip_cov_lb'={actor.clip_cov_lb} is above 'actor.clip_cov_ub'={actor.clip_cov_ub}: "

@@ -14,7 +14,8 @@ import torch
 
 from turnrl.algorithms.core import agg_denominator, masked_mean
 from turnrl.algorithms.kl import kl_loss
-from turnrl.algorithms.losses import EXTRA_METRICS, policy_loss
+from turnrl.algorithms.losses import Aggregation, policy_loss, resolve_policy_loss
+from turnrl.algorithms.policy_losses import Clip, LossInputs
 from turnrl.batch import Batch
 from turnrl.config.schema import ActorConfig, ModelConfig, RefConfig, RolloutConfig
 from turnrl.models.logprobs import attach_log_prob_method
@@ -75,6 +76,9 @@ class Actor:
         # one prompt pass per group; off with gradient checkpointing, which disables the KV cache
         self.share_prompts = not model.gradient_checkpointing
         self.optim = Optimizer(self.model, cfg.optim, name="actor")
+        # the loss table's entry and its parameters (verl's flat keys), and the clip range every mode reads
+        self.policy_loss = resolve_policy_loss(cfg.policy_loss_mode, cfg)
+        self.clip = Clip(cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c)
         self._diagnostics: Batch | None = None
         self._want_diagnostics = False
 
@@ -230,7 +234,7 @@ class Actor:
         )
         width = mini["responses"].shape[1]
         tokens = max(mini["response_mask"].sum().item(), 1.0)
-        extra = EXTRA_METRICS.get(cfg.policy_loss_mode, ())  # e.g. clip_cov's pg_covfrac
+        extra = self.policy_loss.spec.extra_metrics  # e.g. clip_cov's pg_covfrac
         averaged = ("pg_clipfrac", "ppo_kl", "pg_clipfrac_lower", *extra)
         sums = dict.fromkeys(("pg_loss", *averaged, "entropy", "kl_loss"), 0.0)
         finite = True
@@ -277,27 +281,19 @@ class Actor:
         cfg = self.cfg
         log_prob, entropy = self._log_probs(mb, cfg.logprob_chunk_size)
         mask = mb["response_mask"]
-        pg, m = policy_loss(
+        inputs = LossInputs(
             old_log_prob=mb["old_log_probs"],
             log_prob=log_prob,
             advantages=mb["advantages"],
-            response_mask=mb["rollout_keep_mask"] if corrected else mask,
-            clip_ratio_low=cfg.clip_ratio_low,
-            clip_ratio_high=cfg.clip_ratio_high,
-            clip_ratio_c=cfg.clip_ratio_c,
-            loss_agg_mode=cfg.loss_agg_mode,
-            mode=cfg.policy_loss_mode,
-            loss_denominator=pg_denom,
-            loss_norm_length=width,
-            per_token=self._want_diagnostics,
+            mask=mb["rollout_keep_mask"] if corrected else mask,
+            clip=self.clip,
+        )
+        pg, m = policy_loss(
+            inputs,
+            self.policy_loss,
+            Aggregation(cfg.loss_agg_mode, norm_length=width, denominator=pg_denom),
             weights=mb["rollout_is_weights"] if corrected else None,
-            sapo_tau_pos=cfg.sapo_tau_pos,
-            sapo_tau_neg=cfg.sapo_tau_neg,
-            clip_cov_ratio=cfg.clip_cov_ratio,
-            clip_cov_lb=cfg.clip_cov_lb,
-            clip_cov_ub=cfg.clip_cov_ub,
-            kl_cov_ratio=cfg.kl_cov_ratio,
-            kl_cov_coef=cfg.kl_cov_coef,
+            per_token=self._want_diagnostics,
         )
         if self._want_diagnostics and real:
             self._keep_diagnostics(mb, log_prob, m)

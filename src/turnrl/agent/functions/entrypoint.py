@@ -14,7 +14,6 @@ Anything else (a string, None, NaN, a dict without `reward`) is a bad return.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 import traceback
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from turnrl.errors import TurnrlInputError
-from turnrl.plugins import load_attribute
+from turnrl.plugins import load_function
 from turnrl.servers.chat.template import ChatTemplateError, text_of
 
 
@@ -43,25 +42,7 @@ class AgentFunction:
 def load_agent(entrypoint: str, where: str = "rollout.agent.entrypoint") -> AgentFunction:
     """The function at `path/to/file.py:name` or `package.module:name`; AgentLoadError (one line
     naming it) when the file or module is missing, does not import, or `name` is not callable."""
-    target, sep, name = entrypoint.strip().rpartition(":")
-    if not sep or not target or not name.isidentifier():
-        raise AgentLoadError(
-            f"{where}: {entrypoint!r} must be path/to/file.py:function or package.module:function"
-        )
-    if target.endswith(".py") or "/" in target or Path(target).is_file():
-        fn = load_attribute(target, name, where, AgentLoadError)
-    else:
-        try:
-            module = importlib.import_module(target)
-        except ImportError as err:
-            raise AgentLoadError(f"{where}: cannot import module {target!r} ({err})") from None
-        except Exception as err:
-            raise AgentLoadError(f"{where}: importing {target} failed: {err!r}") from None
-        fn = getattr(module, name, None)
-        if fn is None:
-            raise AgentLoadError(f"{where}: module {target} defines no {name!r}")
-    if not callable(fn):
-        raise AgentLoadError(f"{where}: {name!r} in {target} is not a function ({type(fn).__name__})")
+    fn = load_function(entrypoint, where, AgentLoadError)
     # an object whose __call__ is `async def` is an async agent too
     is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
     return AgentFunction(fn, is_async, entrypoint.strip())
