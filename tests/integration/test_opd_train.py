@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support.advantages import compute_advantage
 from tests.support.teachers import tiny_teacher
 from tests.support.tiny_runs import read_metrics, tiny_overrides
-from turnrl.algorithms.advantages import compute_advantage
 from turnrl.config import load_config
 from turnrl.trainer.ppo import Trainer
 

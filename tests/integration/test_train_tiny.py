@@ -32,16 +32,24 @@ def test_grpo_raises_a_learnable_reward(tmp_path):
     assert "timing_s/old_log_prob" not in rows[-1] and "rollout_corr/abs_diff_max" not in rows[-1]
 
 
-def test_a_loss_of_ones_own_trains_by_import_path(tmp_path):
-    """`actor.policy_loss_mode=file.py:fn`: plain REINFORCE (-A log pi), no framework edit; two steps
-    move the policy (the gradient is not zero) and report the loss like any mode."""
-    loss_file = tmp_path / "reinforce.py"
-    loss_file.write_text(
+def test_a_loss_and_an_estimator_of_ones_own_train_by_import_path(tmp_path):
+    """`actor.policy_loss_mode=file.py:fn` and `algorithm.adv_estimator=file.py:fn`: plain REINFORCE
+    (-A log pi) on each score minus the batch's mean, no framework edit; two steps move the policy
+    (the gradient is not zero) and report the loss like any mode."""
+    own = tmp_path / "own.py"
+    own.write_text(
         "import torch\n"
         "def loss(x):\n"
         "    return -x.advantages * torch.where(x.mask, x.log_prob, torch.zeros_like(x.log_prob))\n"
+        "def estimate(x):\n"
+        "    score = (x.token_level_rewards * x.response_mask).sum(-1)\n"
+        "    return (score - score.mean()).unsqueeze(-1) * x.response_mask\n"
     )
-    over = {"trainer.total_training_steps": 2, "actor.policy_loss_mode": f"{loss_file}:loss"}
+    over = {
+        "trainer.total_training_steps": 2,
+        "actor.policy_loss_mode": f"{own}:loss",
+        "algorithm.adv_estimator": f"{own}:estimate",
+    }
     run = Trainer(load_config(None, tiny_overrides(tmp_path, **over))).fit()
     steps = [r for r in read_metrics(run) if "actor/pg_loss" in r]
     assert len(steps) == 2 and all(r["actor/grad_norm"] > 0 for r in steps)

@@ -11,8 +11,8 @@ import math
 import pytest
 import torch
 
+from tests.support.advantages import compute_advantage
 from turnrl.algorithms.advantages import (
-    compute_advantage,
     gae_advantage,
     reinforce_plus_plus_advantage,
 )

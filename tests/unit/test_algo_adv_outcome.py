@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from tests.support.advantages import compute_advantage
 from turnrl.algorithms.advantages import (
     ADV_ESTIMATORS,
-    compute_advantage,
     grpo_outcome_advantage,
     reinforce_plus_plus_baseline_advantage,
     remax_advantage,

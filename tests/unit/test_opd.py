@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from tests.support.advantages import compute_advantage
 from tests.support.cli import one_line_error
 from tests.support.teachers import tiny_teacher, tokenizer_dir
-from turnrl.algorithms.advantages import compute_advantage, distill_metrics, opd_advantage
+from turnrl.algorithms.advantages import distill_metrics, opd_advantage
 from turnrl.config import ConfigError, load_config
 from turnrl.models.loader import load_tokenizer, tokenizer_difference
 

@@ -101,7 +101,7 @@ def test_builtin_table_keeps_every_data_source():
     ]
     assert sorted(registered()) == sorted(public)  # the reward layer knows no built-in task
     table = registered(extra=scorers())  # a run adds the built-in tasks' sources
-    search = ["turnrl/search/1hop", "turnrl/search/2hop", "turnrl/search/compare"]
+    search = ["turnrl/search/1hop", "turnrl/search/2hop", "turnrl/search/compare", "turnrl/search/2hop_demo"]
     tasks = ["turnrl/addition", "turnrl/calculator", *search, "turnrl/code", "reasoning_gym/*"]
     assert sorted(table) == sorted(public + tasks)
     assert table["lighteval/MATH"] is math.compute_score and table["nq"] is qa.compute_score

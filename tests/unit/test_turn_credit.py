@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from turnrl.algorithms.advantages import compute_advantage, grpo_outcome_advantage
+from tests.support.advantages import compute_advantage
+from turnrl.algorithms.advantages import grpo_outcome_advantage
 from turnrl.algorithms.turn_credit import gigpo_advantage, turn_spans
 from turnrl.config import ConfigError, load_config
 

@@ -17,6 +17,11 @@ other estimator's advantages.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -24,17 +29,7 @@ from torch import Tensor
 from turnrl.algorithms.core import check_same_shape, masked_fill_zero, masked_mean, masked_whiten
 from turnrl.algorithms.groups import group_stats
 from turnrl.algorithms.turn_credit import gigpo_advantage
-
-ADV_ESTIMATORS: tuple[str, ...] = (
-    "gae",
-    "grpo",
-    "rloo",
-    "reinforce_plus_plus",
-    "reinforce_plus_plus_baseline",
-    "remax",
-    "gigpo",
-    "opd",
-)
+from turnrl.plugins import load_function
 
 
 def _check_2d(
@@ -254,109 +249,232 @@ def distill_metrics(
         return {"distill/reverse_kl/mean": masked_mean(gap, mask).item(), "distill/reverse_kl/max": top}
 
 
+# -- the table: estimator(x, params) -> (advantages, returns) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What an estimator may read from the batch, each (B, T) over response positions unless said;
+    None where the run has no such field (an estimator that needs one names it)."""
+
+    token_level_rewards: Tensor
+    """The reward per token (an outcome reward sits on the last model token)."""
+    response_mask: Tensor
+    """1 on model tokens, 0 on observations and padding."""
+    index: np.ndarray | None = None
+    """(B,) group ids: the responses of one prompt share one (`uid`)."""
+    values: Tensor | None = None
+    """The critic's predictions (`gae`)."""
+    reward_baselines: Tensor | None = None
+    """(B,) greedy rollouts' rewards (`remax`)."""
+    old_log_probs: Tensor | None = None
+    """The student's log-probs (`opd`, `algorithm.distill_coef`)."""
+    teacher_log_prob: Tensor | None = None
+    """The teacher's log-probs of the same tokens (`opd`, `algorithm.distill_coef`)."""
+    responses: Tensor | None = None
+    """The response token ids (`gigpo`: its states are observations)."""
+
+
+NEEDS = {
+    "index": "index (uids)",
+    "values": "values (the critic's predictions)",
+    "reward_baselines": "reward_baselines (greedy rollout rewards)",
+    "responses": "responses (token ids)",
+}
+
+
+@dataclass(frozen=True)
+class NoParams:
+    """An estimator with no parameters."""
+
+
+@dataclass(frozen=True)
+class Discount:
+    gamma: float = 1.0
+    """The discount (`algorithm.gamma`)."""
+    lam: float = 1.0
+    """GAE's lambda (`algorithm.lam`)."""
+
+
+@dataclass(frozen=True)
+class GroupNorm:
+    norm_by_std: bool = True
+    """Divide by the group's standard deviation (`algorithm.norm_adv_by_std_in_grpo`; Dr. GRPO: false)."""
+    epsilon: float = 1e-6
+    """Added to the standard deviation."""
+
+
+@dataclass(frozen=True)
+class Epsilon:
+    epsilon: float = 1e-6
+    """Added to a standard deviation before dividing by it."""
+
+
+@dataclass(frozen=True)
+class GigpoParams:
+    step_weight: float = 1.0
+    """Weight of the step-group advantage (`algorithm.gigpo.step_weight`)."""
+    gamma: float = 0.95
+    """Discount of later turns' rewards in a step's return (`algorithm.gigpo.gamma`)."""
+    norm_by_std: bool = True
+    """As GRPO's (`algorithm.norm_adv_by_std_in_grpo`)."""
+    epsilon: float = 1e-6
+    """Added to the standard deviation."""
+
+
+def _gae(x: AdvantageInputs, p: Discount) -> tuple[Tensor, Tensor]:
+    return gae_advantage(x.token_level_rewards, x.values, x.response_mask, p.gamma, p.lam)  # type: ignore[arg-type]
+
+
+def _grpo(x: AdvantageInputs, p: GroupNorm) -> tuple[Tensor, Tensor]:
+    return grpo_outcome_advantage(
+        x.token_level_rewards,
+        x.response_mask,
+        x.index,
+        epsilon=p.epsilon,
+        norm_adv_by_std=p.norm_by_std,  # type: ignore[arg-type]
+    )
+
+
+def _rloo(x: AdvantageInputs, p: Epsilon) -> tuple[Tensor, Tensor]:
+    return rloo_outcome_advantage(x.token_level_rewards, x.response_mask, x.index, p.epsilon)  # type: ignore[arg-type]
+
+
+def _reinforce_pp(x: AdvantageInputs, p: Discount) -> tuple[Tensor, Tensor]:
+    return reinforce_plus_plus_advantage(x.token_level_rewards, x.response_mask, p.gamma)
+
+
+def _reinforce_pp_baseline(x: AdvantageInputs, p: Epsilon) -> tuple[Tensor, Tensor]:
+    return reinforce_plus_plus_baseline_advantage(x.token_level_rewards, x.response_mask, x.index, p.epsilon)  # type: ignore[arg-type]
+
+
+def _remax(x: AdvantageInputs, p: NoParams) -> tuple[Tensor, Tensor]:
+    return remax_advantage(x.token_level_rewards, x.reward_baselines, x.response_mask)  # type: ignore[arg-type]
+
+
+def _gigpo(x: AdvantageInputs, p: GigpoParams) -> tuple[Tensor, Tensor]:
+    return gigpo_advantage(
+        x.token_level_rewards,
+        x.response_mask,
+        x.responses,
+        x.index,
+        p.step_weight,
+        p.gamma,
+        p.norm_by_std,
+        1e-6,  # type: ignore[arg-type]
+    )
+
+
+def _opd(x: AdvantageInputs, p: NoParams) -> tuple[Tensor, Tensor]:
+    return opd_advantage(x.old_log_probs, x.teacher_log_prob, x.response_mask)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """One advantage estimator: its function, its parameters, where the config keeps them, and the
+    batch fields it cannot do without."""
+
+    fn: Callable[[AdvantageInputs, Any], tuple[Tensor, Tensor]]
+    params: type = NoParams
+    keys: tuple[tuple[str, str], ...] = ()
+    """(parameter field, `algorithm.` config key, dotted below it) pairs."""
+    needs: tuple[str, ...] = ()
+    """`AdvantageInputs` fields that must not be None (`NEEDS` words them)."""
+
+
+GROUP_KEYS = (("norm_by_std", "norm_adv_by_std_in_grpo"),)
+ESTIMATORS: dict[str, EstimatorSpec] = {
+    "gae": EstimatorSpec(_gae, Discount, (("gamma", "gamma"), ("lam", "lam")), ("values",)),
+    "grpo": EstimatorSpec(_grpo, GroupNorm, GROUP_KEYS, ("index",)),
+    "rloo": EstimatorSpec(_rloo, Epsilon, needs=("index",)),
+    "reinforce_plus_plus": EstimatorSpec(_reinforce_pp, Discount, (("gamma", "gamma"),)),
+    "reinforce_plus_plus_baseline": EstimatorSpec(_reinforce_pp_baseline, Epsilon, needs=("index",)),
+    "remax": EstimatorSpec(_remax, needs=("reward_baselines",)),
+    "gigpo": EstimatorSpec(
+        _gigpo,
+        GigpoParams,
+        (("step_weight", "gigpo.step_weight"), ("gamma", "gigpo.gamma"), *GROUP_KEYS),
+        ("responses", "index"),
+    ),
+    "opd": EstimatorSpec(_opd),
+}
+"""`algorithm.adv_estimator` -> its estimator."""
+ADV_ESTIMATORS: tuple[str, ...] = tuple(ESTIMATORS)
+ESTIMATOR_KEY = "algorithm.adv_estimator"
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """An estimator resolved from the config: its table entry (or a user's) and its parameters."""
+
+    name: str
+    spec: EstimatorSpec
+    params: Any
+
+
+def _config_value(config: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        config = getattr(config, part)
+    return config
+
+
+def resolve_estimator(name: str, config: Any = None, where: str = ESTIMATOR_KEY) -> Estimator:
+    """The estimator `name` names: a table entry, its parameters read from `config` (the algorithm
+    config; None: the dataclass defaults), or a user's function `path/to/file.py:fn` /
+    `package.module:fn` taking one `AdvantageInputs` and returning `(advantages, returns)` or the
+    advantages alone (then the returns too)."""
+    spec = ESTIMATORS.get(name)
+    if spec is not None:
+        fields = {f: _config_value(config, key) for f, key in spec.keys} if config is not None else {}
+        return Estimator(name, spec, spec.params(**fields))
+    if ":" not in name:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; valid estimators: {', '.join(ADV_ESTIMATORS)}"
+        )
+    return Estimator(
+        name, EstimatorSpec(partial(_user_estimator, load_function(name, where), name)), NoParams()
+    )
+
+
+def _user_estimator(fn: Any, name: str, x: AdvantageInputs, p: Any) -> tuple[Tensor, Tensor]:
+    out = fn(x)
+    advantages, returns = out if isinstance(out, tuple) else (out, out)
+    for what, t in (("advantages", advantages), ("returns", returns)):
+        if not isinstance(t, Tensor) or t.shape != x.response_mask.shape:
+            got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+            raise ValueError(
+                f"{ESTIMATOR_KEY}={name}: {what} must be shaped like the response mask "
+                f"{tuple(x.response_mask.shape)}, got {got}"
+            )
+    mask = x.response_mask != 0
+    return masked_fill_zero(advantages, mask), masked_fill_zero(returns, mask)
+
+
 def compute_advantage(
-    estimator: str,
-    *,
-    token_level_rewards: Tensor,
-    response_mask: Tensor,
-    index: np.ndarray | None = None,
-    values: Tensor | None = None,
-    reward_baselines: Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std_in_grpo: bool = True,
-    epsilon: float = 1e-6,
-    old_log_probs: Tensor | None = None,
-    teacher_log_prob: Tensor | None = None,
-    distill_coef: float = 0.0,
-    responses: Tensor | None = None,
-    gigpo: tuple[float, float] = (1.0, 0.95),
+    estimator: Estimator, x: AdvantageInputs, distill_coef: float = 0.0
 ) -> tuple[Tensor, Tensor]:
-    """Dispatch to the estimator named by ``algorithm.adv_estimator``; see each function for the maths.
+    """The advantages and returns of `estimator` (see each function for the maths).
 
     ``gae``, ``reinforce_plus_plus`` and ``reinforce_plus_plus_baseline`` whiten their advantages over the
     valid tokens of the whole batch; ``grpo``, ``rloo``, ``remax`` and ``opd`` do not (GRPO normalises per
     group). ``opd`` reads ``old_log_probs`` (the student's) and ``teacher_log_prob``, not the rewards. With
     another estimator, ``distill_coef`` > 0 then adds ``distill_coef`` times opd's advantage to its
     advantages (after its own whitening); its returns, a critic's targets, stay the task's.
-    ``gigpo`` reads ``responses`` (the token ids: its states are observations) and ``gigpo``, its
-    ``(step_weight, gamma)`` (algorithms/turn_credit.py).
+    ``gigpo`` reads ``responses`` (the token ids: its states are observations) (algorithms/turn_credit.py).
     """
-    distill = estimator == "opd" or distill_coef > 0
-    if distill and (old_log_probs is None or teacher_log_prob is None):
-        what = f"compute_advantage({estimator!r})" if estimator == "opd" else f"distill_coef={distill_coef}"
+    name = estimator.name
+    distill = name == "opd" or distill_coef > 0
+    if distill and (x.old_log_probs is None or x.teacher_log_prob is None):
+        what = f"compute_advantage({name!r})" if name == "opd" else f"distill_coef={distill_coef}"
         raise ValueError(
             f"{what}: on-policy distillation needs old_log_probs (the student's) and teacher_log_prob "
             "(the teacher's log-probs: set teacher.model.path)"
         )
-    if estimator == "opd":
-        return opd_advantage(old_log_probs, teacher_log_prob, response_mask)  # type: ignore[arg-type]
-    if estimator == "gigpo":
-        if responses is None or index is None:
-            raise ValueError(
-                "compute_advantage('gigpo'): responses (token ids) and index (uids) are required"
-            )
-        advantages, returns = gigpo_advantage(
-            token_level_rewards, response_mask, responses, index, *gigpo, norm_adv_by_std_in_grpo, epsilon
-        )
-    else:
-        advantages, returns = _task_advantage(
-            estimator,
-            token_level_rewards,
-            response_mask,
-            index,
-            values,
-            reward_baselines,
-            gamma,
-            lam,
-            norm_adv_by_std_in_grpo,
-            epsilon,
-        )
-    if distill_coef > 0:
-        term, _ = opd_advantage(old_log_probs, teacher_log_prob, response_mask)  # type: ignore[arg-type]
+    missing = [NEEDS[f] for f in estimator.spec.needs if getattr(x, f) is None]
+    if missing:
+        raise ValueError(f"compute_advantage({name!r}): {' and '.join(missing)} are required")
+    advantages, returns = estimator.spec.fn(x, estimator.params)
+    if distill_coef > 0 and name != "opd":
+        term, _ = opd_advantage(x.old_log_probs, x.teacher_log_prob, x.response_mask)  # type: ignore[arg-type]
         advantages = advantages + distill_coef * term.to(advantages.dtype)
     return advantages, returns
-
-
-def _task_advantage(
-    estimator: str,
-    token_level_rewards: Tensor,
-    response_mask: Tensor,
-    index: np.ndarray | None,
-    values: Tensor | None,
-    reward_baselines: Tensor | None,
-    gamma: float,
-    lam: float,
-    norm_adv_by_std_in_grpo: bool,
-    epsilon: float,
-) -> tuple[Tensor, Tensor]:
-    """The reward-based estimators of ``compute_advantage``."""
-    if estimator == "gae":
-        if values is None:
-            raise ValueError("compute_advantage('gae'): values (the critic's predictions) are required")
-        return gae_advantage(token_level_rewards, values, response_mask, gamma, lam)
-    if estimator == "grpo":
-        return grpo_outcome_advantage(
-            token_level_rewards,
-            response_mask,
-            index,
-            epsilon=epsilon,
-            norm_adv_by_std=norm_adv_by_std_in_grpo,
-        )
-    if estimator == "rloo":
-        return rloo_outcome_advantage(token_level_rewards, response_mask, index, epsilon=epsilon)
-    if estimator == "reinforce_plus_plus":
-        return reinforce_plus_plus_advantage(token_level_rewards, response_mask, gamma)
-    if estimator == "reinforce_plus_plus_baseline":
-        return reinforce_plus_plus_baseline_advantage(
-            token_level_rewards, response_mask, index, epsilon=epsilon
-        )
-    if estimator == "remax":
-        if reward_baselines is None:
-            raise ValueError(
-                "compute_advantage('remax'): reward_baselines (greedy rollout rewards) are required"
-            )
-        return remax_advantage(token_level_rewards, reward_baselines, response_mask)
-    raise ValueError(
-        f"unknown advantage estimator {estimator!r}; valid estimators: {', '.join(ADV_ESTIMATORS)}"
-    )

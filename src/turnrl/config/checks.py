@@ -251,15 +251,21 @@ def _check_token_budgets(cfg: Config) -> None:
 
 def _check_algorithm(cfg: Config) -> None:
     # the valid names live beside the code that uses them (and import torch): imported on first check
-    from turnrl.algorithms.advantages import ADV_ESTIMATORS
+    from turnrl.algorithms.advantages import ADV_ESTIMATORS, ESTIMATORS, resolve_estimator
     from turnrl.algorithms.core import LOSS_AGG_MODES
     from turnrl.algorithms.kl import KL_CONTROLLERS, KL_ESTIMATORS
     from turnrl.algorithms.losses import POLICY_LOSS_MODES, resolve_policy_loss
 
     alg, actor, n = cfg.algorithm, cfg.actor, cfg.rollout.n
     est = alg.adv_estimator
-    _one_of("algorithm.adv_estimator", est, ADV_ESTIMATORS)
-    if est in ("grpo", "gigpo", "rloo", "reinforce_plus_plus_baseline") and n < 2:
+    if ":" in est:  # an estimator of one's own, by import path: imported now, before any model
+        try:
+            resolve_estimator(est, alg, "algorithm.adv_estimator")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    else:
+        _one_of("algorithm.adv_estimator", est, ADV_ESTIMATORS)
+    if est in ESTIMATORS and "index" in ESTIMATORS[est].needs and n < 2:  # group baselines
         raise ConfigError(f"'{est}' needs 'rollout.n' >= 2 (a group of one has no baseline), got {n}")
     _one_of("actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
     _one_of("critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)

@@ -15,7 +15,12 @@ from typing import Any, Protocol
 
 import torch
 
-from turnrl.algorithms.advantages import compute_advantage, distill_metrics
+from turnrl.algorithms.advantages import (
+    AdvantageInputs,
+    compute_advantage,
+    distill_metrics,
+    resolve_estimator,
+)
 from turnrl.algorithms.rollout_corr import bypass_choice, rollout_correction
 from turnrl.batch import Batch
 from turnrl.config.schema import Config, RolloutCorrectionConfig
@@ -220,22 +225,18 @@ def advantages(batch: Batch, cfg: Config) -> dict[str, float]:
     `adv_estimator=opd` or `distill_coef`), also the student's reverse KL to it: `distill/*` metrics."""
     if "token_level_rewards" not in batch:
         batch["token_level_rewards"] = batch["token_level_scores"]
-    adv, ret = compute_advantage(
-        cfg.algorithm.adv_estimator,
-        token_level_rewards=batch["token_level_rewards"],
-        response_mask=batch["response_mask"],
+    x = AdvantageInputs(
+        batch["token_level_rewards"],
+        batch["response_mask"],
         index=batch["uid"],
         values=batch.tensors.get("values"),
         reward_baselines=batch.tensors.get("reward_baselines"),
-        gamma=cfg.algorithm.gamma,
-        lam=cfg.algorithm.lam,
-        norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo,
         old_log_probs=batch.tensors.get("old_log_probs"),
         teacher_log_prob=batch.tensors.get("teacher_log_prob"),
-        distill_coef=cfg.algorithm.distill_coef,
         responses=batch.tensors.get("responses"),
-        gigpo=(cfg.algorithm.gigpo.step_weight, cfg.algorithm.gigpo.gamma),
     )
+    estimator = resolve_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
+    adv, ret = compute_advantage(estimator, x, cfg.algorithm.distill_coef)
     batch["advantages"] = adv
     batch["returns"] = ret
     if "teacher_log_prob" not in batch:

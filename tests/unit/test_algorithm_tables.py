@@ -1,5 +1,5 @@
-"""Policy losses as a table: a new loss is one function and one table line; a user's own loss is a
-file named in the config, checked at start; its errors are one line naming the key."""
+"""Policy losses and advantage estimators as tables: a new one is one function and one table line; a
+user's own is a file named in the config, checked at start; its errors are one line naming the key."""
 
 import math
 
@@ -112,3 +112,68 @@ def test_the_clip_range_is_checked_per_entry():
             pl.LossInputs(OLD, log_prob, ADV, MASK, pl.Clip(low=1.0)), resolve_policy_loss(name)
         )
         assert math.isfinite(value.item())
+
+
+# -- advantage estimators ------------------------------------------------------------------------------
+
+MEAN_BASELINE = """import torch
+def estimate(x):
+    # each response's score minus the batch's mean score, on every model token; returns = advantages
+    score = (x.token_level_rewards * x.response_mask).sum(-1)
+    return (score - score.mean()).unsqueeze(-1) * x.response_mask
+"""
+
+
+def test_a_users_estimator_by_import_path(tmp_path):
+    from turnrl.algorithms.advantages import AdvantageInputs, compute_advantage, resolve_estimator
+
+    (tmp_path / "est.py").write_text(MEAN_BASELINE)
+    estimator = resolve_estimator(f"{tmp_path / 'est.py'}:estimate")
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 2.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+    adv, ret = compute_advantage(estimator, AdvantageInputs(rewards, mask))
+    # scores 1, 0, 2 (mean 1): advantages 0, -1, 1 on each response's model tokens, 0 on padding
+    assert torch.equal(adv, torch.tensor([[0.0, 0.0], [-1.0, 0.0], [1.0, 1.0]])) and torch.equal(ret, adv)
+
+
+def test_a_new_estimator_is_one_function_and_one_line(monkeypatch):
+    from turnrl.algorithms import advantages as A
+
+    def constant(x, p):
+        adv = x.response_mask * p.gamma
+        return adv, adv
+
+    monkeypatch.setitem(
+        A.ESTIMATORS, "constant", A.EstimatorSpec(constant, A.Discount, (("gamma", "gamma"),))
+    )
+    from turnrl.config.schema import AlgorithmConfig
+
+    estimator = A.resolve_estimator("constant", AlgorithmConfig(gamma=0.5))
+    adv, _ = A.compute_advantage(estimator, A.AdvantageInputs(torch.ones(1, 2), torch.ones(1, 2)))
+    assert torch.equal(adv, torch.full((1, 2), 0.5))
+
+
+def test_an_estimator_reads_its_parameters_and_names_what_it_lacks():
+    from turnrl.algorithms.advantages import (
+        AdvantageInputs,
+        GigpoParams,
+        compute_advantage,
+        resolve_estimator,
+    )
+    from turnrl.config.schema import AlgorithmConfig
+
+    alg = AlgorithmConfig()
+    alg.gigpo.step_weight, alg.norm_adv_by_std_in_grpo = 0.5, False
+    assert resolve_estimator("gigpo", alg).params == GigpoParams(0.5, 0.95, False)
+    x = AdvantageInputs(torch.ones(2, 2), torch.ones(2, 2))
+    with pytest.raises(
+        ValueError,
+        match=r"compute_advantage\('gigpo'\): responses \(token ids\) and index \(uids\) are required",
+    ):
+        compute_advantage(resolve_estimator("gigpo", alg), x)
+
+
+def test_a_users_estimator_that_does_not_load_is_one_line(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["model.path=tiny-random", f"algorithm.adv_estimator={tmp_path}/none.py:estimate"])
+    assert "algorithm.adv_estimator: file not found" in str(err.value) and "\n" not in str(err.value)
