@@ -155,7 +155,8 @@ class AlgorithmConfig:
     """Advantage estimator: gae, grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax,
     gigpo (GRPO plus turn-level credit for multi-turn episodes: `algorithm.gigpo`), or
     opd (on-policy distillation: the per-token reverse KL to `teacher.model.path`; the task reward is
-    then computed and logged but not used for the advantage)."""
+    then computed and logged but not used for the advantage), or an estimator of your own,
+    `path/to/file.py:fn` (`fn(x: AdvantageInputs)` -> advantages, or (advantages, returns))."""
     norm_adv_by_std_in_grpo: bool = True
     """Divide GRPO advantages by the group std; false gives Dr. GRPO."""
     gamma: float = 1.0
@@ -223,7 +224,8 @@ class ActorConfig:
     weight on log pi, MiniMax 2025, arXiv 2506.13585), `sapo` (soft sigmoid gate, Gao et al. 2025, arXiv
     2511.20347), `gmpo` (geometric mean of token ratios, Zhao et al. 2025, arXiv 2507.20673; reads the
     clip ratios in log space, the paper uses 0.4), `clip_cov` or `kl_cov` (PPO clip plus covariance-based
-    entropy control, Cui et al. 2025, arXiv 2505.22617). Formulas: docs/algorithms.md."""
+    entropy control, Cui et al. 2025, arXiv 2505.22617), or a loss of your own, `path/to/file.py:fn`
+    (`fn(x: LossInputs)` -> the (B, T) per-token loss). Formulas: docs/algorithms.md."""
     sapo_tau_pos: float = 1.0
     """`sapo`: gate temperature for tokens with advantage > 0 (the paper's 1.0)."""
     sapo_tau_neg: float = 1.05
