@@ -296,24 +296,7 @@ def drive(args: argparse.Namespace) -> None:
         if left < 20:
             results[name] = {"status": "skipped: the budget ran out"}
             continue
-        if name in ("ceilings", "update"):
-            cmd = [*own, "--section", name]
-        elif name == "tests":
-            cmd = [py, "-m", "pytest", "-q", "-m", "gpu", "-n", "0", "-p", "no:cacheprovider",
-                   "tests/integration/test_cuda.py"]  # fmt: skip
-        elif name == "decode":
-            cmd = [py, str(HERE / "rollout_speed.py"), "--shape", s["shape"], "--device", device,
-                   "--dtype", dtype if device == "cuda" else "float32", "--batches", s["batches"],
-                   "--prompt-len", str(s["prompt"]), "--new-tokens", str(s["new"]), "--repeats", "1",
-                   "--tokenizer", str(tiny), "--contenders", "turnrl,turnrl-graph,generate",
-                   "--roofline-size", str(s["matmul"]), *(["--compile"] if device == "cuda" else [])]  # fmt: skip
-        else:
-            peak = ceilings.get("matmul_TFLOPs", 0.0)
-            cmd = [py, str(HERE / "vs_trl.py"), "--shape", s["shape"], "--tokenizer", str(tiny),
-                   "--dtype", dtype if device == "cuda" else "float32", "--prompts", str(s["prompts"]),
-                   "--n", str(s["n"]), "--tokens", str(s["new"]), "--steps", "2",
-                   "--peak-tflops", f"{peak:.1f}",
-                   "--variant", "model.dtype=bfloat16"]  # fmt: skip
+        cmd = section_command(name, own, device, dtype, tiny, s, ceilings.get("matmul_TFLOPs", 0.0))
         rc, text, sec = child(args, cmd, limit, out / f"{name}.log", env)
         allowance -= sec
         status = (
@@ -339,6 +322,27 @@ def drive(args: argparse.Namespace) -> None:
     (out / "gpu_check.json").write_text(json.dumps(results, indent=1))
     (out / "gpu_check.md").write_text(table)
     print(table)
+
+
+def section_command(
+    name: str, own: list[str], device: str, dtype: str, tiny: Path, s: dict[str, Any], peak: float
+) -> list[str]:
+    """The child process of section `name` (`own`: this script with the run's device and tokenizer)."""
+    py, dtype = sys.executable, dtype if device == "cuda" else "float32"
+    if name in ("ceilings", "update"):
+        return [*own, "--section", name]
+    if name == "tests":
+        return [py, "-m", "pytest", "-q", "-m", "gpu", "-n", "0", "-p", "no:cacheprovider",
+                "tests/integration/test_cuda.py"]  # fmt: skip
+    if name == "decode":
+        return [py, str(HERE / "rollout_speed.py"), "--shape", s["shape"], "--device", device,
+                "--dtype", dtype, "--batches", s["batches"], "--prompt-len", str(s["prompt"]),
+                "--new-tokens", str(s["new"]), "--repeats", "1", "--tokenizer", str(tiny),
+                "--contenders", "turnrl,turnrl-graph,generate", "--roofline-size", str(s["matmul"]),
+                *(["--compile"] if device == "cuda" else [])]  # fmt: skip
+    return [py, str(HERE / "vs_trl.py"), "--shape", s["shape"], "--tokenizer", str(tiny), "--dtype", dtype,
+            "--prompts", str(s["prompts"]), "--n", str(s["n"]), "--tokens", str(s["new"]), "--steps", "2",
+            "--peak-tflops", f"{peak:.1f}", "--variant", "model.dtype=bfloat16"]  # fmt: skip
 
 
 def environment(device: str) -> str:
