@@ -34,8 +34,8 @@ def test_grpo_raises_a_learnable_reward(tmp_path):
 
 def test_a_loss_and_an_estimator_of_ones_own_train_by_import_path(tmp_path):
     """`actor.policy_loss_mode=file.py:fn` and `algorithm.adv_estimator=file.py:fn`: plain REINFORCE
-    (-A log pi) on each score minus the batch's mean, no framework edit; two steps move the policy
-    (the gradient is not zero) and report the loss like any mode."""
+    (-A log pi) on each score minus the batch's mean, no framework edit; a step moves the policy (the
+    gradient is not zero) and reports the loss like any mode."""
     own = tmp_path / "own.py"
     own.write_text(
         "import torch\n"
@@ -46,10 +46,10 @@ def test_a_loss_and_an_estimator_of_ones_own_train_by_import_path(tmp_path):
         "    return (score - score.mean()).unsqueeze(-1) * x.response_mask\n"
     )
     over = {
-        "trainer.total_training_steps": 2,
+        "trainer.total_training_steps": 1,
         "actor.policy_loss_mode": f"{own}:loss",
         "algorithm.adv_estimator": f"{own}:estimate",
     }
     run = Trainer(load_config(None, tiny_overrides(tmp_path, **over))).fit()
     steps = [r for r in read_metrics(run) if "actor/pg_loss" in r]
-    assert len(steps) == 2 and all(r["actor/grad_norm"] > 0 for r in steps)
+    assert len(steps) == 1 and steps[0]["actor/grad_norm"] > 0
