@@ -94,3 +94,23 @@ def test_auto_leaves_what_it_should_alone():
     # N ranks: FSDP's mixed precision casts the float32 shards; the engine is left as it was
     model, rollout = gpu_precision(*configs(), world=2, on_gpu=True)
     assert (model.dtype, rollout.dtype) == ("float32", "")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible")
+def test_the_gpu_check_without_cuda_is_one_line_and_stops(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parents[2] / "benchmarks" / "gpu_check.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stdout.strip().splitlines()
+    assert (
+        done.returncode == 2 and len(lines) == 1 and "no CUDA device" in lines[0] and "--dry-run" in lines[0]
+    )
+    assert not any((tmp_path / "out").iterdir())  # nothing half-written
