@@ -61,24 +61,14 @@ def sizes(dry: bool) -> dict[str, Any]:
 
 
 def section_ceilings(args: argparse.Namespace) -> dict[str, Any]:
-    from rollout_speed import copy_bandwidth  # type: ignore[import-not-found]
+    from rollout_speed import copy_bandwidth, matmul_roofline  # type: ignore[import-not-found]
 
     device = torch.device(args.device)
     size = sizes(args.dry_run)["matmul"]
-    a = torch.randn(size, size, device=device, dtype=args.dtype)
-    b = torch.randn(size, size, device=device, dtype=args.dtype)
-    for _ in range(3):
-        a @ b
-    times = []
-    for _ in range(10):
-        sync(device)
-        t0 = time.perf_counter()
-        a @ b
-        sync(device)
-        times.append(time.perf_counter() - t0)
+    rate = matmul_roofline(device, size, args.dtype, repeats=10, warmup=3, pick=statistics.median)
     return {
         "copy_GBps": copy_bandwidth(device) / 1e9,
-        "matmul_TFLOPs": 2 * size**3 / statistics.median(times) / 1e12,
+        "matmul_TFLOPs": rate / 1e12,
         "matmul_dtype": str(args.dtype).removeprefix("torch."),
     }
 

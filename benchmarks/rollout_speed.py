@@ -114,19 +114,28 @@ def copy_bandwidth(device: torch.device) -> float:
     return 2 * n / min(times)
 
 
-def matmul_roofline(device: torch.device, size: int) -> float:
-    """FLOP/s of the best of five float32 `size`-cube products (the machine's matmul roofline)."""
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
-    a @ b
+def matmul_roofline(
+    device: torch.device,
+    size: int,
+    dtype: torch.dtype = torch.float32,
+    repeats: int = 5,
+    warmup: int = 1,
+    pick: Callable[[list[float]], float] = min,
+) -> float:
+    """FLOP/s of `size`-cube products (the machine's matmul roofline): the best (`pick`) of `repeats`
+    timed after `warmup` untimed ones."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    for _ in range(warmup):
+        a @ b
     times = []
-    for _ in range(5):
+    for _ in range(repeats):
         sync(device)
         t0 = time.perf_counter()
         a @ b
         sync(device)
         times.append(time.perf_counter() - t0)
-    return 2 * size**3 / min(times)
+    return 2 * size**3 / pick(times)
 
 
 def generation_flops(model: torch.nn.Module, batch: int, prompt_len: int, new_tokens: int) -> float:
