@@ -170,3 +170,38 @@ def test_corpus_store_fetches_across_chunks(tmp_path: Path) -> None:
     assert store.documents([]) == []
     with pytest.raises(IndexError, match="out of range"):
         store.documents([10])
+
+
+def test_a_gz_that_is_not_gzip_or_text_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    bad_gz = tmp_path / "corpus.jsonl.gz"
+    bad_gz.write_text("not gzip at all\n")
+    with pytest.raises(CorpusError, match=r"corpus\.jsonl\.gz: not a readable gzip file"):
+        read_corpus(bad_gz, show_progress=False)
+    truncated = tmp_path / "cut.jsonl.gz"
+    truncated.write_bytes(gzip.compress(b'{"id": "1", "contents": "a b c"}\n' * 100)[:40])
+    with pytest.raises(CorpusError, match=r"cut\.jsonl\.gz: not a readable gzip file"):
+        read_corpus(truncated, show_progress=False)
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"id": "1", "contents": "ok"}\n{"id": "2", "contents": "caf\xe9"}\n')
+    with pytest.raises(CorpusError, match=r"latin\.jsonl: not UTF-8 text \(byte 0xe9\)"):
+        read_corpus(latin, show_progress=False)
+
+
+def test_a_corpus_with_no_indexable_word_is_one_line_and_the_old_index_stays(tmp_path: Path) -> None:
+    from turnrl.servers.retriever.index import META_FILE, build_index
+
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"id": "1", "contents": "Drelith\nDrelith lies on the Toubres River."}) + "\n")
+    out = tmp_path / "index"
+    build_index(good, out, show_progress=False)
+    before = sorted(p.name for p in out.iterdir())
+    meta = (out / META_FILE).read_text()
+    words = tmp_path / "none.jsonl"
+    words.write_text(json.dumps({"id": "1", "contents": "!!! ??? ..."}) + "\n")
+    with pytest.raises(CorpusError) as err:
+        build_index(words, out, show_progress=False)
+    assert str(err.value).startswith(f"{words}: the corpus has no indexable word") and "\n" not in str(
+        err.value
+    )
+    assert sorted(p.name for p in out.iterdir()) == before and (out / META_FILE).read_text() == meta
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no build directory left

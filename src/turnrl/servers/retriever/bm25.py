@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from turnrl.servers.retriever.errors import IndexLoadError
+from turnrl.servers.retriever.errors import CorpusError, IndexLoadError
 
 BM25_DIR = "bm25"
 # Lucene's defaults, the same parameters pyserini's wiki-18 index was searched with.
@@ -46,6 +46,11 @@ def build_bm25(index_dir: Path, contents: list[str], show_progress: bool = True)
 
     params = dict(DEFAULT_PARAMS)
     tokens = bm25s.tokenize(contents, stopwords=params["stopwords"], show_progress=show_progress)
+    if not any(tokens.vocab):
+        raise CorpusError(
+            "the corpus has no indexable word: every document is empty once tokenised and English "
+            "stopwords are dropped"
+        )
     model = bm25s.BM25(k1=params["k1"], b=params["b"], method=params["method"])
     model.index(tokens, show_progress=show_progress)
     model.save(str(index_dir / BM25_DIR), show_progress=False)

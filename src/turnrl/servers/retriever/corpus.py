@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -52,10 +53,20 @@ def _open_text(path: Path) -> IO[str]:
     return path.open("r", encoding="utf-8")
 
 
+def _lines(handle: IO[str], path: Path) -> Iterator[tuple[int, str]]:
+    """Numbered lines; a file that is not what its name says is one line naming it."""
+    try:
+        yield from enumerate(handle, start=1)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise CorpusError(f"{path}: not a readable gzip file ({err})") from None
+    except UnicodeDecodeError as err:  # decoded by the chunk: the line is not known, the byte is
+        raise CorpusError(f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x})") from None
+
+
 def _iter_jsonl(path: Path, progress: Any) -> Iterator[tuple[str, str]]:
     position = 0
     with _open_text(path) as handle:
-        for line_no, line in enumerate(handle, start=1):
+        for line_no, line in _lines(handle, path):
             if progress is not None:
                 progress.update(len(line.encode("utf-8")) if path.suffix != ".gz" else 1)
             if not line.strip():

@@ -12,6 +12,7 @@ Layout of an index directory (everything `serve` needs, nothing else):
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from turnrl.servers.retriever.corpus import CorpusStore, read_corpus, write_corpus_store
-from turnrl.servers.retriever.errors import IndexLoadError, RetrieverError
+from turnrl.servers.retriever.errors import CorpusError, IndexLoadError, RetrieverError
 
 META_FILE = "meta.json"
 FORMAT = "turnrl-retriever-index"
@@ -117,20 +118,29 @@ def build_index(
             require_module(module)
     replace = _check_out_dir(out_dir)  # before reading: a bad --out fails in a second, not after the read
     ids, contents = read_corpus(corpus_path, show_progress=show_progress)
-    if replace:
-        # Cleared only once the new corpus has read cleanly, so a bad corpus leaves the old index usable;
-        # cleared whole, so no stale file of another method lingers.
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_corpus_store(out_dir, ids, contents)
-    if method == "bm25":
-        from turnrl.servers.retriever.bm25 import build_bm25
+    # built beside `out_dir` and moved into place whole: a build that fails (a corpus with no
+    # indexable word, an interrupted run) leaves neither a half-written index nor a lost old one
+    building = out_dir.with_name(f".{out_dir.name}.building-{os.getpid()}")
+    shutil.rmtree(building, ignore_errors=True)
+    building.mkdir(parents=True)
+    try:
+        write_corpus_store(building, ids, contents)
+        if method == "bm25":
+            from turnrl.servers.retriever.bm25 import build_bm25
 
-        settings = build_bm25(out_dir, contents, show_progress=show_progress)
-    else:
-        from turnrl.servers.retriever.dense import build_dense
+            settings = build_bm25(building, contents, show_progress=show_progress)
+        else:
+            from turnrl.servers.retriever.dense import build_dense
 
-        settings = build_dense(out_dir, contents, model=model, device=device, show_progress=show_progress)
+            settings = build_dense(
+                building, contents, model=model, device=device, show_progress=show_progress
+            )
+    except CorpusError as err:
+        shutil.rmtree(building, ignore_errors=True)
+        raise CorpusError(f"{corpus_path}: {err}") from None
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
     seconds = time.perf_counter() - start
     meta = {
         "format": FORMAT,
@@ -143,7 +153,10 @@ def build_index(
         "turnrl_version": turnrl_version(),
         method: settings,
     }
-    (out_dir / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    (building / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    if replace:  # cleared whole, so no stale file of another method lingers
+        shutil.rmtree(out_dir)
+    os.replace(building, out_dir)
     return BuildReport(out_dir, meta, seconds, directory_size(out_dir))
 
 
