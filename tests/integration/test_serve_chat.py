@@ -286,3 +286,32 @@ def test_a_client_that_leaves_has_its_chat_stopped(child, client):
     assert time.monotonic() - start < 10  # it did not wait for the abandoned request
     after = health()
     assert sum(after[k] - before[k] for k in ("requests_dropped", "requests_aborted")) == 1, (before, after)
+
+
+@pytest.mark.parametrize(
+    "arguments", ['{"n": ' + "9" * 5000 + "}", "[" * 100_000], ids=["5000-digit integer", "100000 brackets"]
+)
+def test_tool_call_arguments_python_cannot_hold_are_kept_as_text_not_a_500(child, arguments):
+    """JSON with an integer past Python's digit limit (ValueError) or nesting past the recursion
+    limit: the template shows the client's text as sent, as for any arguments that are not JSON."""
+    messages = [
+        *HELLO,
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
+    r = httpx.post(
+        child.url + "/v1/chat/completions",
+        json={"messages": messages, "max_tokens": 2},
+        headers=child.headers,
+        timeout=60,
+    )
+    assert r.status_code in (200, 400, 413), r.text  # served, or a prompt past the model's context
+    if r.status_code != 200:
+        assert "\n" not in r.json()["detail"]
+    assert httpx.get(child.url + "/health", headers=child.headers, timeout=2).status_code == 200

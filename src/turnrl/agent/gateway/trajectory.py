@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnrl.agent.episode import Episode
-from turnrl.servers.chat.template import ChatTemplate, text_of
+from turnrl.servers.chat.template import NOT_JSON, ChatTemplate, json_value, text_of
 
 _SENTINEL = "\x1eTURNRL-GATEWAY\x1e"
 
@@ -104,10 +104,10 @@ def renders_tools(template: ChatTemplate) -> bool:
 def _arguments(value: Any) -> str:
     """A tool call's arguments in one canonical form: JSON text and a mapping compare equal."""
     if isinstance(value, str):
-        try:
-            value = json.loads(value) if value.strip() else {}
-        except json.JSONDecodeError:
+        parsed = json_value(value) if value.strip() else {}
+        if parsed is NOT_JSON:
             return value
+        value = parsed
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 

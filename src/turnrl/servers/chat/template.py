@@ -13,7 +13,6 @@ tokens: the template already wrote them.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
 from typing import Any
@@ -41,6 +40,20 @@ def text_of(content: Any) -> str:
     return "".join(parts)
 
 
+NOT_JSON = object()
+"""What `json_value` returns for text that is not a JSON value it can hold."""
+
+
+def json_value(text: str) -> Any:
+    """`text` as JSON, or `NOT_JSON` when it is not JSON, or is JSON this process refuses to hold:
+    an integer past Python's digit limit (ValueError) or nesting past the recursion limit. Clients'
+    and models' text reaches here, so neither may raise."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        return NOT_JSON
+
+
 def template_message(message: dict[str, Any]) -> dict[str, Any]:
     """One OpenAI message as chat templates take it (content text, tool-call arguments a mapping)."""
     out = {k: v for k, v in message.items() if v is not None}
@@ -51,8 +64,9 @@ def template_message(message: dict[str, Any]) -> dict[str, Any]:
         args = function.get("arguments")
         if isinstance(args, str):
             # text that is not JSON is kept: the template shows what the client sent
-            with contextlib.suppress(json.JSONDecodeError):
-                function["arguments"] = json.loads(args) if args.strip() else {}
+            value = json_value(args) if args.strip() else {}
+            if value is not NOT_JSON:
+                function["arguments"] = value
         calls.append({**call, "function": function})
     if calls:
         out["tool_calls"] = calls

@@ -47,6 +47,8 @@ def parse_call(raw: str, tools: set[str] | None = None) -> tuple[str, dict[str, 
         data: Any = json.loads(raw)
     except json.JSONDecodeError as err:
         return f"tool call is not valid JSON ({err.msg} at char {err.pos})"
+    except (ValueError, RecursionError) as err:  # an integer past the digit limit; deep nesting
+        return f"tool call is JSON too large to read ({type(err).__name__})"
     if not isinstance(data, dict):
         return f"tool call must be a JSON object, got {type(data).__name__}"
     name, args = data.get("name"), data.get("arguments", data.get("parameters", {}))
@@ -57,7 +59,7 @@ def parse_call(raw: str, tools: set[str] | None = None) -> tuple[str, dict[str, 
     if isinstance(args, str):  # some models send the arguments as a JSON string
         try:
             args = json.loads(args)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, an integer past the digit limit, deep nesting
             return f"arguments of '{name}' are not a JSON object"
     if args is None:
         args = {}
