@@ -144,3 +144,14 @@ def test_config_check_names_the_setting() -> None:
         SandboxConfig(isolation="paranoid").check()
     with pytest.raises(ValueError, match="default_run_timeout"):
         SandboxConfig(default_run_timeout=500).check()
+
+
+def test_a_path_deeper_than_makedirs_can_go_is_a_422_naming_the_file() -> None:
+    """2,000 directories fit in PATH_MAX ("d/" x 2000 = 4,000 bytes) but writing the file would recurse
+    in os.makedirs past Python's limit (a RecursionError, once a 200 with a SandboxError)."""
+    deep = "d/" * 2000 + "f.txt"
+    with pytest.raises(BadRequest) as err:
+        checked(files={deep: ""})
+    assert err.value.status == 422 and "path 2000 directories deep; at most 64" in str(err.value)
+    assert str(err.value).startswith("files[")
+    checked(files={"d/" * 64 + "f.txt": ""})  # at the limit: accepted

@@ -56,6 +56,7 @@ class RunCodeRequest(BaseModel):
 FIELDS = list(RunCodeRequest.model_fields)
 EXAMPLE = '{"code": "...", "language": "python"}'
 NAME_MAX, PATH_MAX = 255, 4096  # Linux's limits on a file name and a path, in bytes
+MAX_DEPTH = 64  # directories above a file: writing deeper recurses in os.makedirs past Python's limit
 SHOWN = 80  # characters of a client's string quoted back in a refusal
 
 
@@ -129,6 +130,9 @@ def check_relative_path(name: str, path: str) -> str:
         len(part.encode("utf-8", "surrogatepass")) > NAME_MAX for part in norm.split("/")
     ):
         raise BadRequest(f"{name}: path too long ({size} bytes; at most {PATH_MAX}, and {NAME_MAX} per name)")
+    depth = norm.count("/")
+    if depth > MAX_DEPTH:
+        raise BadRequest(f"{name}: path {depth} directories deep; at most {MAX_DEPTH}")
     return norm
 
 
