@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,6 +26,7 @@ from starlette.responses import Response
 
 from turnrl import __version__
 from turnrl.servers.guard import Guard, detail, finite_json, wait_for_disconnect
+from turnrl.servers.sandbox.cleanup import remove_tree
 from turnrl.servers.sandbox.config import SandboxConfig
 from turnrl.servers.sandbox.isolation import Isolation
 from turnrl.servers.sandbox.runner import Runner
@@ -95,7 +95,7 @@ def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
             await runner.kill_all()
             runner.close()
             iso.close()
-            shutil.rmtree(work_root, ignore_errors=True)
+            remove_tree(work_root)
 
     app = FastAPI(title="turnrl sandbox", version=__version__, lifespan=lifespan)
     # outermost: the key and the body limit come before routing and before any body is parsed

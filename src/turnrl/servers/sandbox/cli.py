@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import tempfile
 
 from turnrl.errors import TurnrlInputError
 from turnrl.keys import API_KEY_ENV, check_bind, resolve_api_key
 from turnrl.servers.listen import port_arg, positive_int
+from turnrl.servers.sandbox.cleanup import remove_tree
 from turnrl.servers.sandbox.config import SandboxConfig
 
 COMMAND = "turnrl sandbox serve"
@@ -190,4 +190,4 @@ def serve(cfg: SandboxConfig) -> int:
             iso.close()
     finally:
         sock.close()
-        shutil.rmtree(work_root, ignore_errors=True)
+        remove_tree(work_root)

@@ -12,7 +12,6 @@ import fcntl
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from turnrl.servers.sandbox import nsetup, reaper, rootfs, seccomp
 from turnrl.servers.sandbox.cgroups import CgroupSlots
+from turnrl.servers.sandbox.cleanup import remove_tree
 from turnrl.servers.sandbox.config import SandboxConfig
 from turnrl.servers.sandbox.isolation import FALLBACK_NOTE, Isolation, Limits
 from turnrl.servers.sandbox.nsetup import exposures
@@ -122,7 +122,7 @@ def _spawn_trial(
             return (lines[-1] if lines else f"exit status {proc.returncode}"), ""
         return None, proc.stdout.decode(errors="replace")
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_tree(workdir)
 
 
 PythonLayout = tuple[list[str], list[str]]

@@ -23,7 +23,6 @@ import base64
 import contextlib
 import errno
 import os
-import shutil
 import signal
 import stat
 import subprocess
@@ -33,6 +32,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from turnrl.servers.sandbox import reaper, zygote_client
+from turnrl.servers.sandbox.cleanup import remove_tree
 from turnrl.servers.sandbox.config import SandboxConfig
 from turnrl.servers.sandbox.isolation import (
     SETUP_EXIT,
@@ -243,7 +243,7 @@ class Runner:
                     with contextlib.suppress(OSError):
                         if entry.stat(follow_symlinks=False).st_uid == uid:
                             if entry.is_dir(follow_symlinks=False):
-                                shutil.rmtree(entry.path, ignore_errors=True)
+                                remove_tree(entry.path)
                             else:
                                 os.unlink(entry.path)
 
@@ -290,7 +290,7 @@ class Runner:
             result["message"] = "; ".join([m for m in [result["message"], *problems] if m])
             return result
         finally:
-            await _in_thread_to_the_end(shutil.rmtree, workdir, True)
+            await _in_thread_to_the_end(remove_tree, workdir)
 
     async def _spawn(self, spec: RunSpec, slot: int, workdir: str, protocol: RunProtocol) -> Spawned:
         cfg, iso = self.cfg, self.iso
