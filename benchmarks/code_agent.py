@@ -11,11 +11,16 @@ Every stage is the real CLI in a child process, one after the other:
     SFT + RL     turnrl train code_agent model.path=<sft>/model                  (its final validation)
 
 The measure is the held-out pass rate: the fraction of hidden tests passed by the greedy answer's
-program on the code task's validation rows, whose problem families (`list_transform`, `words`) no
-training row or demonstration shows (`acc` of the task's reward: `val/acc/mean` of a training run's
-final validation, `reward_extra/acc/mean` of `turnrl eval`'s greedy pass). The reward itself
-(0.1 for a program that runs + 0.9 x the pass rate) and the share of answers holding a program are
-reported beside it. Each condition's wall time is split into training (data + SFT and/or RL) and
+program on the code task's validation rows, apart for its two sorts: new problems of the training
+families (`turnrl/code/new_problem`, one held-out problem per family) and the problems of the
+families no training row or demonstration shows (`turnrl/code/new_family`: `list_transform`,
+`words`). It is the task reward's `acc`: `val/accuracy/<source>` of a training run's final
+validation, `metrics.per_data_source` of `turnrl eval`'s greedy pass. The reward itself (0.1 for a
+program that runs + 0.9 x the pass rate) and the share of answers holding a program are reported
+beside it, and so is the shortcut baseline: the best constant output per row (the one expected
+output that passes most of its tests; the task draws tests so that it is at most 1 in 10).
+`--seeds N` runs SFT and SFT then RL for seeds 1..N (the untrained model once: greedy is
+seed-free); the table gives mean (min-max); `--resume` reuses the stages an earlier run finished. Each condition's wall time is split into training (data + SFT and/or RL) and
 evaluation. The table is printed and written with the settings to `<out>/code_agent.json`.
 
 CPU sizing (defaults): SFT 192 demonstrations (about 450 tokens each, prompt included), one
@@ -34,11 +39,15 @@ import platform
 import sys
 import time
 from pathlib import Path
+import statistics
 from typing import Any
 
 from _cli import cli, report
 
+SORTS = {"new_problem": "turnrl/code/new_problem", "new_family": "turnrl/code/new_family"}
+
 TINY = {  # a smoke run: every stage and file, in about two minutes
+    "seeds": 1,
     "steps": 1,
     "batch": 2,
     "n": 2,
@@ -51,7 +60,7 @@ TINY = {  # a smoke run: every stage and file, in about two minutes
 }
 
 
-def common(a: argparse.Namespace, val_file: Path | None) -> list[str]:
+def common(a: argparse.Namespace, val_file: Path | None, seed: int) -> list[str]:
     """What the evaluations and the RL run share: the task, budgets, sampling and validation."""
     return [
         "code_agent",
@@ -61,15 +70,15 @@ def common(a: argparse.Namespace, val_file: Path | None) -> list[str]:
         # one engine call per validation batch or RL rollout (the engine cuts its calls to this size)
         f"rollout.generation_batch_size={max(a.val_batch, a.batch * a.n)}",
         f"rollout.multi_turn.max_turns={a.max_turns}",
-        f"trainer.seed={a.seed}",
+        f"trainer.seed={seed}",
         f"trainer.num_threads={a.threads}",
     ]
 
 
-def rl_args(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path | None) -> list[str]:
+def rl_args(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path | None, seed: int) -> list[str]:  # fmt: skip
     return [
         "train",
-        *common(a, val_file),
+        *common(a, val_file, seed),
         f"model.path={model}",
         f"data.train_batch_size={a.batch}",
         f"rollout.n={a.n}",
@@ -95,15 +104,36 @@ def first(metrics: dict[str, Any], *keys: str) -> float:
     raise KeyError(f"none of {keys} in {sorted(metrics)}")
 
 
-def evaluate(a: argparse.Namespace, model: str, out: Path, val_file: Path | None) -> dict[str, float]:
-    """`turnrl eval` on the held-out rows, greedy: pass rate, reward, format rate, the greedy pass's
-    seconds and the process's wall seconds (start-up included)."""
-    args = ["eval", *common(a, val_file), f"model.path={model}", "eval.n=0", "--out", str(out)]
+class Stages:
+    """`<out>/stages.json`: every finished stage's measurement. With `--resume` a stage already
+    measured is not run again, so seeds added in a later session join the same table."""
+
+    def __init__(self, out: Path, resume: bool) -> None:
+        self.path = out / "stages.json"
+        self.done: dict[str, Any] = json.loads(self.path.read_text()) if resume and self.path.exists() else {}
+
+    def get(self, key: str) -> Any:
+        if key in self.done:
+            print(f"  {key}: reused", flush=True)
+        return self.done.get(key)
+
+    def put(self, key: str, value: Any) -> Any:
+        self.done[key] = value
+        self.path.write_text(json.dumps(self.done, indent=1) + "\n")
+        return value
+
+
+def evaluate(a: argparse.Namespace, model: str, out: Path, val_file: Path | None, seed: int) -> dict[str, float]:  # fmt: skip
+    """`turnrl eval` on the held-out rows, greedy: pass rate (overall and by sort), reward, format
+    rate, the greedy pass's seconds and the process's wall seconds (start-up included)."""
+    args = ["eval", *common(a, val_file, seed), f"model.path={model}", "eval.n=0", "--out", str(out)]
     wall = cli(args, out.with_suffix(".log"))
     summary = json.loads((out / "summary.json").read_text())
     greedy = {**summary["diagnostics"]["greedy"], **summary["metrics"]["overall"]}
+    per_source = summary["metrics"]["per_data_source"]
     return {
         "pass_rate": first(greedy, "accuracy", "reward_extra/acc/mean"),
+        **{f"pass_rate/{sort}": float(per_source[src]["accuracy"]) for sort, src in SORTS.items()},
         "score": first(greedy, "greedy_score"),
         "formatted": first(greedy, "format_rate", "reward_extra/formatted/mean"),
         "eval_s": float(summary["passes"]["greedy"]["seconds"]),
@@ -111,13 +141,14 @@ def evaluate(a: argparse.Namespace, model: str, out: Path, val_file: Path | None
     }
 
 
-def rl(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path | None) -> dict[str, float]:
+def rl(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path | None, seed: int) -> dict[str, float]:  # fmt: skip
     """One RL run, measured by its final validation (the same greedy pass `turnrl eval` makes)."""
-    wall = cli(rl_args(a, model, run_dir, val_file), run_dir.with_suffix(".log"))
+    wall = cli(rl_args(a, model, run_dir, val_file, seed), run_dir.with_suffix(".log"))
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     final = [r for r in rows if "val/test_score/mean" in r][-1]
     return {
         "pass_rate": first(final, "val/accuracy", "val/acc/mean"),
+        **{f"pass_rate/{sort}": float(final[f"val/accuracy/{src}"]) for sort, src in SORTS.items()},
         "score": first(final, "val/test_score/mean"),
         "formatted": first(final, "val/format_rate", "val/formatted/mean"),
         "eval_s": float(final.get("timing_s/validate", 0.0)),
@@ -125,16 +156,33 @@ def rl(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path | None) 
     }
 
 
-def validation_subset(k: int, out: Path) -> Path | None:
-    """The first `k` held-out rows as a file (None: all of them, the task's own). The rows cycle
-    through the held-out problems, so any k >= 8 covers each of them."""
-    if not k:
-        return None
+def best_constant(val_file: Path) -> dict[str, float]:
+    """The shortcut baseline: per row, the pass rate of the best constant program (one that prints the
+    expected output passing most of the row's tests), averaged over the rows of each sort."""
+    from turnrl.rewards.code import same_output
+
+    by_sort: dict[str, list[float]] = {sort: [] for sort in SORTS}
+    for line in val_file.read_text().splitlines():
+        row = json.loads(line)
+        outputs = row["reward_model"]["ground_truth"]["outputs"]
+        best = max(sum(same_output(c, o) for o in outputs) for c in set(outputs)) / len(outputs)
+        sort = next(k for k, src in SORTS.items() if src == row["data_source"])
+        by_sort[sort].append(best)
+    every = [x for xs in by_sort.values() for x in xs]
+    return {"pass_rate": statistics.fmean(every)} | {
+        f"pass_rate/{sort}": statistics.fmean(xs) for sort, xs in by_sort.items() if xs
+    }
+
+
+def validation_rows(k: int, out: Path) -> Path:
+    """The first `k` held-out rows as a file (0: all 52). The rows cycle through the 13 held-out
+    problems, so any k >= 13 covers each of them."""
     from turnrl.tasks import write_task
 
     val = write_task("code", out / "task", 0).val
-    path = out / f"val_{k}.jsonl"
-    path.write_text("".join(val.read_text().splitlines(keepends=True)[:k]))
+    path = out / f"val_{k or 'all'}.jsonl"
+    lines = val.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:k] if k else lines))
     return path
 
 
@@ -150,13 +198,14 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--max-turns", type=int, default=2, help="code runs per episode")
     ap.add_argument("--val-batch", type=int, default=32, help="validation prompts per generation call")
     ap.add_argument(
-        "--val-prompts", type=int, default=0, help="validate on the first K held-out rows (0 = all 32)"
+        "--val-prompts", type=int, default=0, help="validate on the first K held-out rows (0 = all 52)"
     )
     ap.add_argument("--demos", type=int, default=192, help="SFT demonstrations")
     ap.add_argument("--sft-epochs", type=int, default=1)
     ap.add_argument("--sft-lr", type=float, default=1e-4)
     ap.add_argument("--sft-batch", type=int, default=8, help="SFT demonstrations per optimizer step")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seeds", type=int, default=3, help="seeds 1..N for SFT and SFT then RL")
+    ap.add_argument("--resume", action="store_true", help="reuse the stages a run in --out finished")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per process (0 = torch's default)")
     ap.add_argument(
         "--tiny",
@@ -170,76 +219,89 @@ def parse() -> argparse.Namespace:
     return a
 
 
+def spread(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.fmean(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
 def main() -> None:
     a = parse()
     out = Path(a.out or f"runs/code_agent-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
-    if out.exists() and any(out.iterdir()):
-        sys.exit(f"--out {out} is not empty")
+    if out.exists() and any(out.iterdir()) and not a.resume:
+        sys.exit(f"--out {out} is not empty (--resume reuses what it holds)")
     out.mkdir(parents=True, exist_ok=True)
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; model {a.model}; out {out}"
     )
-    results: dict[str, dict[str, Any]] = {}
-    val = validation_subset(a.val_prompts, out)
+    stages = Stages(out, a.resume)
+    val = validation_rows(a.val_prompts, out)
+    results: dict[str, list[dict[str, Any]]] = {"best constant output": [best_constant(val)]}
 
-    def record(name: str, got: dict[str, float], train_s: float, run_dir: Path | None) -> None:
+    def record(name: str, key: str, measure: Any, train_s: float, run_dir: Path | None) -> None:
         """`train_s`: the processes before the measuring one (data, SFT); the measuring process's
         wall time less its validation pass is training too (RL), or start-up (eval)."""
-        wall = train_s + got["wall_s"]
-        results[name] = {
-            **got,
-            "wall_s": wall,
-            "train_s": wall - got["eval_s"] if run_dir else 0.0,
-            "run_dir": str(run_dir) if run_dir else None,
-            "report": report(run_dir) if run_dir else None,
-        }
+        got = stages.get(key)
+        if got is None:
+            got = measure()
+            wall = train_s + got["wall_s"]
+            got = stages.put(key, {
+                **got,
+                "wall_s": wall,
+                "train_s": wall - got["eval_s"] if run_dir else 0.0,
+                "run_dir": str(run_dir) if run_dir else None,
+                "report": report(run_dir) if run_dir else None,
+            })  # fmt: skip
+        results.setdefault(name, []).append(got)
         print(
-            f"  {name}: held-out pass rate {got['pass_rate']:.3f}, reward {got['score']:.3f}, "
-            f"validation {got['eval_s']:.0f} s, wall {wall:.0f} s",
+            f"  {key}: held-out pass rate {got['pass_rate']:.3f} (new problems "
+            f"{got['pass_rate/new_problem']:.3f}, new families {got['pass_rate/new_family']:.3f}), "
+            f"validation {got['eval_s']:.0f} s, wall {got['wall_s']:.0f} s",
             flush=True,
         )
 
-    record("untrained", evaluate(a, a.model, out / "eval_untrained", val), 0.0, None)
+    record("untrained", "untrained", lambda: evaluate(a, a.model, out / "eval_untrained", val, 1), 0.0, None)
+    for seed in range(1, a.seeds + 1):
+        demos, sft_dir = out / f"demos_s{seed}", out / f"sft_s{seed}"
+        train_s = stages.get(f"sft_s{seed}_train_s")
+        if train_s is None:
+            data_s = cli(
+                ["data", "code_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(seed)],
+                out / f"demos_s{seed}.log",
+            )
+            sft_s = cli(
+                ["sft", f"model.path={a.model}", f"data.train_files=[{demos / 'train.jsonl'}]",
+                 "data.max_obs_length=256",  # the code_agent recipe's rollout.multi_turn.max_obs_length
+                 f"trainer.total_epochs={a.sft_epochs}", f"trainer.train_batch_size={a.sft_batch}",
+                 "trainer.micro_batch_size=4", f"optim.lr={a.sft_lr}", f"trainer.seed={seed}",
+                 f"trainer.num_threads={a.threads}", "trainer.logger=[jsonl]", f"trainer.default_local_dir={sft_dir}"],
+                out / f"sft_s{seed}.log",
+            )  # fmt: skip
+            train_s = stages.put(f"sft_s{seed}_train_s", data_s + sft_s)
+        model = str(sft_dir / "model")
+        record("SFT", f"sft_s{seed}", lambda: evaluate(a, model, out / f"eval_sft_s{seed}", val, seed), train_s, sft_dir)  # fmt: skip
+        run = out / f"sft_rl_s{seed}"
+        record("SFT + RL", f"sft_rl_s{seed}", lambda: rl(a, model, run, val, seed), train_s, run)
 
-    demos = out / "demos"
-    data_s = cli(
-        ["data", "code_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(a.seed)],
-        out / "demos.log",
-    )
-    sft_dir = out / "sft"
-    sft_s = cli(
-        ["sft", f"model.path={a.model}", f"data.train_files=[{demos / 'train.jsonl'}]",
-         "data.max_obs_length=256",  # the code_agent recipe's rollout.multi_turn.max_obs_length
-         f"trainer.total_epochs={a.sft_epochs}", f"trainer.train_batch_size={a.sft_batch}",
-         "trainer.micro_batch_size=4", f"optim.lr={a.sft_lr}", f"trainer.seed={a.seed}",
-         f"trainer.num_threads={a.threads}", "trainer.logger=[jsonl]", f"trainer.default_local_dir={sft_dir}"],
-        out / "sft.log",
-    )  # fmt: skip
-    record("SFT", evaluate(a, str(sft_dir / "model"), out / "eval_sft", val), data_s + sft_s, sft_dir)
-    record("SFT + RL", rl(a, str(sft_dir / "model"), out / "sft_rl", val), data_s + sft_s, out / "sft_rl")
-
     print(
-        f"\ncode agent: {a.model}; SFT {a.demos} demonstrations x {a.sft_epochs} epochs, lr {a.sft_lr}; "
-        f"RL {a.steps} steps x {a.batch} prompts x {a.n} samples, response {a.response_length} tokens"
+        f"\ncode agent: {a.model}; {a.seeds} seeds; SFT {a.demos} demonstrations x {a.sft_epochs} epochs, "
+        f"lr {a.sft_lr}; RL {a.steps} steps x {a.batch} prompts x {a.n} samples, response {a.response_length} tokens"
     )
+    cols = ("pass_rate/new_problem", "pass_rate/new_family", "pass_rate", "score", "formatted", "train_s", "wall_s")
+    print(f"{'condition':<21}" + "".join(f"{c.split('/')[-1]:>22}" for c in cols))
+    for name, runs in results.items():
+        cells = [spread([r[c] for r in runs]) if all(c in r for r in runs) else "-" for c in cols]
+        print(f"{name:<21}" + "".join(f"{c:>22}" for c in cells))
     print(
-        f"{'condition':<10} {'pass':>6} {'reward':>7} {'format':>7} {'train s':>8} {'val s':>6} {'wall s':>7}"
+        "pass rates: fraction of hidden tests passed, greedy, on new problems of the training families, "
+        "on the held-out families, and on both; score: 0.1 x runs + 0.9 x pass; formatted: answers "
+        "holding a program; wall_s: every process of the condition (start-ups, data, SFT, RL, "
+        "validation); train_s: wall_s less the validation pass; mean (min-max) over seeds"
     )
-    for name, r in results.items():
-        print(
-            f"{name:<10} {r['pass_rate']:>6.3f} {r['score']:>7.3f} {r['formatted']:>7.3f} "
-            f"{r['train_s']:>8.0f} {r['eval_s']:>6.0f} {r['wall_s']:>7.0f}"
-        )
-    print(
-        "pass: fraction of hidden tests passed on the held-out families, greedy; reward: 0.1 x runs + 0.9 x "
-        "pass; format: answers holding a program; val s: that pass; wall s: every process of the "
-        "condition (start-ups, data, SFT, RL, validation); train s: wall s - val s"
-    )
-    settings = dict(vars(a))
     machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
     path = out / "code_agent.json"
     path.write_text(
-        json.dumps({"settings": settings, "machine": machine, "results": results}, indent=1) + "\n"
+        json.dumps({"settings": vars(a), "machine": machine, "results": results}, indent=1) + "\n"
     )
     print(f"results: {path}")
 

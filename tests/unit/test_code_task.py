@@ -13,7 +13,7 @@ from turnrl.models.loader import load_tokenizer
 from turnrl.rewards.code import CaseRun, same_output
 from turnrl.tasks import code
 from turnrl.tasks.args import TaskArgError
-from turnrl.tasks.code.problems import PROBLEMS, TRAIN_FAMILIES, VAL_FAMILIES
+from turnrl.tasks.code.problems import HELD_OUT_PROBLEMS, PROBLEMS, TRAIN_FAMILIES, VAL_FAMILIES
 
 RECIPE = Path(code.__file__).parents[2] / "recipes" / "code_agent.yaml"
 SEEDS = (0, 1)
@@ -29,8 +29,16 @@ def test_validation_families_and_problems_never_appear_in_training():
     for seed in SEEDS:
         train, val = code.rows("train", seed), code.rows("val", seed)
         assert {r["extra_info"]["family"] for r in train} == set(TRAIN_FAMILIES)
-        assert {r["extra_info"]["family"] for r in val} == set(VAL_FAMILIES)
+        assert {r["data_source"] for r in train} == {code.DATA_SOURCE}
         assert not {r["extra_info"]["problem"] for r in train} & {r["extra_info"]["problem"] for r in val}
+        # new problems: one per training family; new families: every problem of the held-out ones
+        new_problem = [r for r in val if r["data_source"] == "turnrl/code/new_problem"]
+        new_family = [r for r in val if r["data_source"] == "turnrl/code/new_family"]
+        assert len(new_problem) + len(new_family) == len(val)
+        assert {r["extra_info"]["problem"] for r in new_problem} == set(HELD_OUT_PROBLEMS)
+        assert sorted(r["extra_info"]["family"] for r in new_problem[:5]) == sorted(TRAIN_FAMILIES)
+        assert {r["extra_info"]["family"] for r in new_family} == set(VAL_FAMILIES)
+        assert {r["extra_info"]["problem"] for r in val[:13]} == {r["extra_info"]["problem"] for r in val}
         # every held-out problem is asked equally often
         assert set(Counter(r["extra_info"]["problem"] for r in val).values()) == {code.VAL_ROWS_PER_PROBLEM}
 

@@ -77,7 +77,7 @@ TASKS: dict[str, Task] = {
     ),
     "code": Task(
         "code", "32 small stdin/stdout problems in 7 families, 10 hidden tests each, run in the sandbox; "
-        "validation on held-out families", (code.DATA_SOURCE,), code.rows, code.compute_score,
+        "validation on held-out problems and held-out families", code.DATA_SOURCES, code.rows, code.compute_score,
         tools=("python",), demos=code.demonstrations,
     ),
     "search": Task(

@@ -5,15 +5,19 @@ gives its final program in a ```python block inside `<answer>`; the scorer runs 
 every hidden test in the sandbox, the one the `python` tool uses when the run binds it.
 
 **Problems and the held-out split.** 32 problems in 7 families (`problems.py`). Training rows come
-from 24 problems of 5 families: `lists` (sum, max, min, range, sum of squares of a list),
-`strings` (reverse, upper-case, double the letters, rotate, sort the letters of a word),
-`number_theory` (gcd, lcm, digit sum, divisor count, reversed digits), `sequences` (factorial,
-Fibonacci, triangular numbers, powers of two, sums of squares) and `counting` (even, positive,
-vowels, distinct values). Validation rows come from 8 problems of 2 families no training row
-shows: `list_transform` (sort, reverse, double, absolute values of a list: print a list) and
-`words` (word count, longest word, acronym, reversed word order of a line of words). So validation
-measures whether the skill transfers (read the input, transform it, print), not whether the
-training problems were memorised. `extra_info` names each row's `problem` and `family`.
+from 19 problems of 5 families: `lists` (sum, max, min, sum of squares of a list), `strings`
+(reverse, upper-case, double the letters, rotate a word), `number_theory` (gcd, digit sum, divisor
+count, reversed digits), `sequences` (factorial, Fibonacci, triangular numbers, powers of two) and
+`counting` (even, vowels, distinct values). Validation asks two things apart, by `data_source`:
+- `turnrl/code/new_problem`: one held-out problem of each training family (`HELD_OUT_PROBLEMS`:
+  the range of a list, a word's letters sorted, lcm, 1*1 + ... + n*n, count the positive numbers),
+  new problems close to ones training shows;
+- `turnrl/code/new_family`: 8 problems of 2 families no training row shows: `list_transform`
+  (sort, reverse, double, absolute values of a list: print a list) and `words` (word count,
+  longest word, acronym, reversed word order of a line of words): does the skill transfer (read the
+  input, transform it, print)?
+No validation problem is ever trained on, so neither measures memorised problems. `extra_info`
+names each row's `problem` and `family`.
 
 **Tests.** Each row shows one example (input and output) and holds `N_TESTS` = 10 hidden tests on
 other inputs whose expected outputs are all different, and different from the example's: no
@@ -34,9 +38,17 @@ an error naming the valid ones.
 """
 
 from turnrl.tasks.code.demos import build as demonstrations
-from turnrl.tasks.code.problems import PROBLEMS, TRAIN_PROBLEMS, VAL_PROBLEMS, Problem
+from turnrl.tasks.code.problems import (
+    HELD_OUT_PROBLEMS,
+    PROBLEMS,
+    TRAIN_PROBLEMS,
+    VAL_PROBLEMS,
+    Problem,
+)
 from turnrl.tasks.code.task import (
     DATA_SOURCE,
+    DATA_SOURCES,
+    VAL_SOURCES,
     N_TESTS,
     N_TRAIN,
     RAN_CREDIT,
@@ -51,7 +63,7 @@ from turnrl.tasks.code.task import (
 )
 
 __all__ = [
-    "DATA_SOURCE", "N_TESTS", "N_TRAIN", "PROBLEMS", "RAN_CREDIT", "TASK_ARGS", "TRAIN_PROBLEMS",
+    "DATA_SOURCE", "DATA_SOURCES", "HELD_OUT_PROBLEMS", "VAL_SOURCES", "N_TESTS", "N_TRAIN", "PROBLEMS", "RAN_CREDIT", "TASK_ARGS", "TRAIN_PROBLEMS",
     "VAL_PROBLEMS", "VAL_ROWS_PER_PROBLEM", "Problem", "compute_score", "demonstrations", "draw_tests",
     "make_row", "prompt", "rows", "score",
 ]  # fmt: skip

@@ -7,9 +7,12 @@ from typing import Any
 
 from turnrl.rewards import code as code_reward
 from turnrl.tasks.args import TaskArgError, reject_unknown
-from turnrl.tasks.code.problems import TRAIN_PROBLEMS, VAL_PROBLEMS, Problem
+from turnrl.tasks.code.problems import NEW_FAMILY_PROBLEMS, NEW_PROBLEMS, TRAIN_PROBLEMS, Problem
 
 DATA_SOURCE = "turnrl/code"
+"""Training rows; validation rows name what is new in them (`VAL_SOURCES`)."""
+VAL_SOURCES = {"new_problem": f"{DATA_SOURCE}/new_problem", "new_family": f"{DATA_SOURCE}/new_family"}
+DATA_SOURCES = (DATA_SOURCE, *VAL_SOURCES.values())
 N_TRAIN = 512
 VAL_ROWS_PER_PROBLEM = 4
 N_TESTS = 10
@@ -66,11 +69,16 @@ def draw_tests(problem: Problem, rng: random.Random, n_tests: int = N_TESTS) -> 
 
 
 def make_row(
-    problem: Problem, rng: random.Random, split: str, index: int, example: bool = True
+    problem: Problem,
+    rng: random.Random,
+    split: str,
+    index: int,
+    example: bool = True,
+    source: str = DATA_SOURCE,
 ) -> dict[str, Any]:
     shown, inputs = draw_tests(problem, rng)
     return {
-        "data_source": DATA_SOURCE,
+        "data_source": source,
         "prompt": [{"role": "user", "content": prompt(problem, shown, example)}],
         "ability": "code",
         "reward_model": {
@@ -104,7 +112,9 @@ def task_args(args: dict[str, Any]) -> tuple[bool, int]:
 def rows(split: str, seed: int, **args: Any) -> list[dict[str, Any]]:
     """`train`: the training problems in turn, `n_train` rows drawn from `seed` (a smaller `n_train`
     gives a prefix of a larger one's rows); `val`: each held-out problem `VAL_ROWS_PER_PROBLEM`
-    times, drawn from `10_000 + seed`, indexed after the training rows."""
+    times, drawn from `10_000 + seed`, indexed after the training rows: the new problems of the
+    training families (`turnrl/code/new_problem`) and the problems of the held-out families
+    (`turnrl/code/new_family`), interleaved so any first k >= 13 rows hold every problem once."""
     example, n_train = task_args(args)
     if split == "train":
         rng = random.Random(seed)
@@ -115,8 +125,13 @@ def rows(split: str, seed: int, **args: Any) -> list[dict[str, Any]]:
     if split != "val":
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
     val_rng = random.Random(10_000 + seed)
-    held_out = [p for _ in range(VAL_ROWS_PER_PROBLEM) for p in VAL_PROBLEMS]
-    return [make_row(p, val_rng, "test", n_train + i, example) for i, p in enumerate(held_out)]
+    sorts = [(p, VAL_SOURCES["new_problem"]) for p in NEW_PROBLEMS]
+    sorts += [(p, VAL_SOURCES["new_family"]) for p in NEW_FAMILY_PROBLEMS]
+    held_out = [ps for _ in range(VAL_ROWS_PER_PROBLEM) for ps in sorts]
+    return [
+        make_row(p, val_rng, "test", n_train + i, example, source)
+        for i, (p, source) in enumerate(held_out)
+    ]
 
 
 def score(runs: list[code_reward.CaseRun]) -> dict[str, float]:
