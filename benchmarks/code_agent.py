@@ -36,10 +36,11 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
-import statistics
 from typing import Any
 
 from _cli import cli, report
@@ -260,7 +261,7 @@ def main() -> None:
             flush=True,
         )
 
-    record("untrained", "untrained", lambda: evaluate(a, a.model, out / "eval_untrained", val, 1), 0.0, None)
+    record("untrained", "untrained", partial(evaluate, a, a.model, out / "eval_untrained", val, 1), 0.0, None)
     for seed in range(1, a.seeds + 1):
         demos, sft_dir = out / f"demos_s{seed}", out / f"sft_s{seed}"
         train_s = stages.get(f"sft_s{seed}_train_s")
@@ -279,15 +280,24 @@ def main() -> None:
             )  # fmt: skip
             train_s = stages.put(f"sft_s{seed}_train_s", data_s + sft_s)
         model = str(sft_dir / "model")
-        record("SFT", f"sft_s{seed}", lambda: evaluate(a, model, out / f"eval_sft_s{seed}", val, seed), train_s, sft_dir)  # fmt: skip
+        sft_eval = partial(evaluate, a, model, out / f"eval_sft_s{seed}", val, seed)
+        record("SFT", f"sft_s{seed}", sft_eval, train_s, sft_dir)
         run = out / f"sft_rl_s{seed}"
-        record("SFT + RL", f"sft_rl_s{seed}", lambda: rl(a, model, run, val, seed), train_s, run)
+        record("SFT + RL", f"sft_rl_s{seed}", partial(rl, a, model, run, val, seed), train_s, run)
 
     print(
         f"\ncode agent: {a.model}; {a.seeds} seeds; SFT {a.demos} demonstrations x {a.sft_epochs} epochs, "
         f"lr {a.sft_lr}; RL {a.steps} steps x {a.batch} prompts x {a.n} samples, response {a.response_length} tokens"
     )
-    cols = ("pass_rate/new_problem", "pass_rate/new_family", "pass_rate", "score", "formatted", "train_s", "wall_s")
+    cols = (
+        "pass_rate/new_problem",
+        "pass_rate/new_family",
+        "pass_rate",
+        "score",
+        "formatted",
+        "train_s",
+        "wall_s",
+    )
     print(f"{'condition':<21}" + "".join(f"{c.split('/')[-1]:>22}" for c in cols))
     for name, runs in results.items():
         cells = [spread([r[c] for r in runs]) if all(c in r for r in runs) else "-" for c in cols]

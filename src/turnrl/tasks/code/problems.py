@@ -188,9 +188,7 @@ HELD_OUT_PROBLEMS = ("list_range", "sort_letters", "lcm", "sum_of_squares", "cou
 """One problem of each training family that no training row or demonstration shows: validation on
 new problems of known families (`turnrl/code/new_problem`), beside the new families."""
 
-TRAIN_PROBLEMS = tuple(
-    p for p in PROBLEMS if p.family in TRAIN_FAMILIES and p.name not in HELD_OUT_PROBLEMS
-)
+TRAIN_PROBLEMS = tuple(p for p in PROBLEMS if p.family in TRAIN_FAMILIES and p.name not in HELD_OUT_PROBLEMS)
 NEW_PROBLEMS = tuple(p for p in PROBLEMS if p.name in HELD_OUT_PROBLEMS)
 """Validation, `turnrl/code/new_problem`: held-out problems of the training families."""
 NEW_FAMILY_PROBLEMS = tuple(p for p in PROBLEMS if p.family in VAL_FAMILIES)

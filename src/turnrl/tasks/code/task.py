@@ -129,8 +129,7 @@ def rows(split: str, seed: int, **args: Any) -> list[dict[str, Any]]:
     sorts += [(p, VAL_SOURCES["new_family"]) for p in NEW_FAMILY_PROBLEMS]
     held_out = [ps for _ in range(VAL_ROWS_PER_PROBLEM) for ps in sorts]
     return [
-        make_row(p, val_rng, "test", n_train + i, example, source)
-        for i, (p, source) in enumerate(held_out)
+        make_row(p, val_rng, "test", n_train + i, example, source) for i, (p, source) in enumerate(held_out)
     ]
 
 
