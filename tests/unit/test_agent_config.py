@@ -71,8 +71,9 @@ def test_agent_tasks_write_loadable_rows_with_a_scorer(task, tmp_path, tok):
     examples = load_examples([str(val)], tok, 1024)
     assert len(examples) >= 10
     sources = {e.data_source for e in examples}
-    # the search task's: one per sort (its probe's source is on `val=demonstrated` rows only)
-    assert sources == set(TASKS[task].data_sources) - {"turnrl/search/2hop_demo"}
+    # the search task's: one per sort (its probe's source is on `val=demonstrated` rows only); the
+    # code task's: its two held-out sorts (training rows are `turnrl/code`)
+    assert sources == set(TASKS[task].data_sources) - {"turnrl/search/2hop_demo", "turnrl/code"}
     for source in sources:
         resolve(source, None, registered(extra=scorers()))  # the task has a scorer
     assert len(load_examples([str(train)], tok, 1024)) > len(examples)

@@ -102,12 +102,14 @@ def test_builtin_table_keeps_every_data_source():
     assert sorted(registered()) == sorted(public)  # the reward layer knows no built-in task
     table = registered(extra=scorers())  # a run adds the built-in tasks' sources
     search = ["turnrl/search/1hop", "turnrl/search/2hop", "turnrl/search/compare", "turnrl/search/2hop_demo"]
-    tasks = ["turnrl/addition", "turnrl/calculator", *search, "turnrl/code", "reasoning_gym/*"]
+    code_sources = ["turnrl/code", "turnrl/code/new_problem", "turnrl/code/new_family"]
+    tasks = ["turnrl/addition", "turnrl/calculator", *search, *code_sources, "reasoning_gym/*"]
     assert sorted(table) == sorted(public + tasks)
     assert table["lighteval/MATH"] is math.compute_score and table["nq"] is qa.compute_score
     assert all(table[s] is search_task.compute_score for s in search)  # exact match + format credit
     assert table["apps"] is code.compute_score  # no URL given: the code scorer picks its own sandbox
-    assert table["turnrl/code"] is code_task.compute_score  # the code task's partial-credit scorer
+    # the code task's partial-credit scorer, for training rows and both held-out sorts
+    assert all(table[s] is code_task.compute_score for s in code_sources)
     table["turnrl/addition"] = None
     assert registered(extra=scorers())["turnrl/addition"] is compute_score  # a copy: callers cannot change it
 

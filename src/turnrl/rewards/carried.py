@@ -6,8 +6,9 @@ back its final messages for the rule scorers to read. The rollout writes, per ro
     agent_reward   the reward it returned (a finite float), or None
     agent_answer   the last assistant message of the messages it returned, or None
     agent_error    why its episode failed, one line naming the agent; '' when it did not
-    agent_rates    the `acc` / `formatted` numbers it returned ({} if none): as a rule scorer's
-                   extras, they become `val/accuracy` and `val/format_rate`, apart from the reward
+    agent_rates    the numbers it returned besides its reward ({} if none): as a rule scorer's
+                   extras, `acc` / `formatted` become `val/accuracy` and `val/format_rate`, apart
+                   from the reward, and any other `val/<name>/mean`
 
 and the reward stage, per row: an error scores 0 (or stops the run, `rollout.agent.on_error`); a
 reward is the row's score as it is; an answer is the text the row's rule scorer reads instead of

@@ -55,7 +55,6 @@ from turnrl.agent.gateway.trajectory import EpisodeLimits
 from turnrl.batch import Batch
 from turnrl.config.checks import ConfigError
 from turnrl.config.schema import Config
-from turnrl.rewards.scorer import RATE_KEYS
 from turnrl.rollout.base import SamplingParams
 from turnrl.servers.chat.template import ChatTemplate, ChatTemplateError
 from turnrl.tensors import left_pad
@@ -258,7 +257,9 @@ class FunctionAgentRollout:
                     "returned without a model call that succeeded (use the client it was given)",
                 )
             returned = outcome.returned if not kind else None
-            rates.append({k: v for k, v in (returned.metrics if returned else {}).items() if k in RATE_KEYS})
+            # every number it returned: `acc` and `formatted` become val/accuracy and val/format_rate,
+            # the others val/<name>/mean (validation has no agent/fn/* metrics of its own)
+            rates.append(dict(returned.metrics) if returned else {})
             if kind:
                 kinds[kind] += 1
                 errors.append(f"agent {self.agent.name} {error}")

@@ -71,6 +71,28 @@ def worked_example(x: int, y: int) -> list[dict[str, Any]]:
     ]
 
 
+ANSWER_ALONE = re.compile(r"\s*-?\d+\s*\.?\s*")
+
+
+def score(answer: str, called_right: bool, calls: int, truth: str) -> dict[str, float]:
+    """The episode's reward and the numbers validation reports apart from it:
+
+    acc          the answer's last number is the product (the skill);
+    formatted    the answer is one number and nothing else, as the system prompt asks (the form:
+                 an echoed expression '4821 * 739' holds numbers but is not formatted);
+    called_right some calculator call returned the product;
+    calls        calculator calls made.
+
+    Reward: 1 for the right product, 0.5 for a right call without it, else 0. Worked example: the
+    answer "4821 * 739" after no call scores acc 0 (last number 739), formatted 0, reward 0."""
+    numbers = re.findall(r"-?\d+", answer)
+    correct = bool(numbers) and numbers[-1] == truth
+    reward = 1.0 if correct else 0.5 if called_right else 0.0
+    # every number shows in the training metrics as agent/fn/<name> and in validation as val/<name>/mean
+    return {"reward": reward, "acc": float(correct), "formatted": float(bool(ANSWER_ALONE.fullmatch(answer))),
+            "called_right": float(called_right), "calls": float(calls)}  # fmt: skip
+
+
 def run(client: Any, model: str, row: dict[str, Any]) -> dict[str, float]:
     info = row["extra_info"]
     x, y = (int(v) for v in info["example"].split("*"))
@@ -80,7 +102,7 @@ def run(client: Any, model: str, row: dict[str, Any]) -> dict[str, float]:
         *worked_example(x, y),
         {"role": "user", "content": f"Compute {info['a']} * {info['b']}."},
     ]
-    called_right, answer = False, ""
+    called_right, answer, calls = False, "", 0
     for _ in range(MAX_CALLS):
         reply = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, max_tokens=40)
         message = reply.choices[0].message
@@ -94,12 +116,23 @@ def run(client: Any, model: str, row: dict[str, Any]) -> dict[str, float]:
             except (json.JSONDecodeError, AttributeError):
                 expression = ""
             result = calculate(expression)
+            calls += 1
             called_right = called_right or result == truth
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-    numbers = re.findall(r"-?\d+", answer)
-    correct = bool(numbers) and numbers[-1] == truth
-    reward = 1.0 if correct else 0.5 if called_right else 0.0
-    # `acc` and `formatted` are what validation reports apart from the reward (val/accuracy,
-    # val/format_rate); every number shows in the training metrics as agent/fn/<name>
-    return {"reward": reward, "acc": float(correct), "formatted": float(bool(numbers)),
-            "called_right": float(called_right)}  # fmt: skip
+    return score(answer, called_right, calls, truth)
+
+
+def scripted(row: dict[str, Any]) -> dict[str, float]:
+    """The scripted baseline, no model: the tool called with the question's two numbers, its result
+    given as the answer. What a policy that learned the protocol perfectly scores."""
+    info = row["extra_info"]
+    result = calculate(f"{info['a']} * {info['b']}")
+    truth = str(row["ground_truth"])
+    return score(result, result == truth, 1, truth)
+
+
+def echo(row: dict[str, Any]) -> dict[str, float]:
+    """A shortcut baseline: no call, the question's expression echoed as the answer (what most of the
+    untrained model's wrong episodes do)."""
+    info = row["extra_info"]
+    return score(f"{info['a']} * {info['b']}", False, 0, str(row["ground_truth"]))
