@@ -8,7 +8,14 @@ import re
 import pytest
 import torch
 
-from turnrl.models.weights_dir import WeightsError, WeightsOutsideRoot, load_weights_dir, write_weights_dir
+from turnrl.models.weights_dir import (
+    WeightsError,
+    WeightsOutsideRoot,
+    _read_dir,
+    load_weights_dir,
+    resolve_in_root,
+    write_weights_dir,
+)
 from turnrl.rollout.server import Request, ServerError, choice_token_ids, finish_reason, plan_requests
 
 
@@ -187,3 +194,40 @@ def test_only_regular_files_inside_the_root_are_read(small, tmp_path):
     with pytest.raises(WeightsError, match=r"model.safetensors: not a regular file \(a FIFO"):
         load_weights_dir(small, fifo, root=root)
     assert load_weights_dir(small, good, root=root) == len(state)
+
+
+def test_a_link_swapped_in_after_the_check_is_refused_not_followed(small, tmp_path):
+    """The window between the root check and the read: a directory or a file of the checked path
+    replaced by a link to outside the root is refused (the old loader opened it by name and read
+    the outside file), and the weights stay as they were."""
+    root = tmp_path / "root"
+    state = {k: v + 1 for k, v in small.state_dict().items() if k != "lm_head.weight"}
+    outside = {k: v + 2 for k, v in small.state_dict().items() if k != "lm_head.weight"}
+    write_weights_dir(state, root / "v1")
+    elsewhere = write_weights_dir(outside, tmp_path / "elsewhere")
+    checked = resolve_in_root("v1", root)  # what the server checked
+    (root / "v1").rename(root / "v1-old")
+    (root / "v1").symlink_to(elsewhere, target_is_directory=True)  # swapped after the check
+    before = small.model.norm.weight.detach().clone()
+    with pytest.raises(WeightsOutsideRoot, match="became a link while it was loaded"):
+        _read_dir(checked, str(root.resolve()))
+    (root / "v1").unlink()
+    (root / "v1-old").rename(root / "v1")
+    file = root / "v1" / "model.safetensors"
+    file.unlink()
+    file.symlink_to(elsewhere / "model.safetensors")  # the file itself swapped for a link
+    with pytest.raises(WeightsOutsideRoot, match="a link to a file outside"):
+        _read_dir(checked, str(root.resolve()))
+    assert torch.equal(small.model.norm.weight, before)
+
+
+def test_a_fifo_swapped_in_is_refused_without_blocking(small, tmp_path):
+    """Opened non-blocking and refused by fstat on the descriptor: no writer ever comes, and the
+    load returns at once (before, the name was checked by stat and then opened by name)."""
+    root = tmp_path / "root"
+    write_weights_dir({k: v for k, v in small.state_dict().items() if k != "lm_head.weight"}, root / "v1")
+    file = root / "v1" / "model.safetensors"
+    file.unlink()
+    os.mkfifo(file)
+    with pytest.raises(WeightsError, match=r"not a regular file \(a FIFO"):
+        _read_dir(resolve_in_root("v1", root), str(root.resolve()))

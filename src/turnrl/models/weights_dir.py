@@ -9,8 +9,10 @@ storage (tied embeddings: `lm_head.weight` is `model.embed_tokens.weight`) are w
 `save_pretrained` does; the loader accepts a file that names any one member of a tied group.
 
 The loader trusts nothing in the directory: with a `root`, the directory and every file must lie
-inside it once symlinks are followed; only regular files are opened (a FIFO named
-`model.safetensors` would block the reader forever); a tensor's dtype must be the parameter's (a
+inside it once symlinks are followed, and each is opened once, by descriptor, component by
+component from the root's descriptor with `O_NOFOLLOW` (a link swapped in after the check is
+refused, not followed); only regular files are read, checked by `fstat` on the open descriptor
+(a FIFO named `model.safetensors` is opened non-blocking and refused, never read); a tensor's dtype must be the parameter's (a
 float of another width is cast: a trainer may hold fp32 master weights for a bf16 server, but ints
 or bools are never taken for floats); and NaN or infinite values are refused.
 It lives with the models because both the rollout engines (writers) and `turnrl serve` (reader)
@@ -19,6 +21,7 @@ use it, and engines sit below servers.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -98,39 +101,113 @@ def write_weights_dir(state: dict[str, torch.Tensor], path: str | Path, config: 
     return final
 
 
-def _read_dir(path: Path, root: str | None) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
+def _open_beneath(root: str, real: str, *, directory: bool) -> int:
+    """A descriptor of `real` (a path inside `root` with no symlink in it, as `realpath` gives),
+    opened one component at a time from the root's descriptor, never following a link: a component
+    swapped for a link after the path was checked makes the open fail (ELOOP, ENOTDIR) instead of
+    leading outside the root. A last component that is not a directory is opened non-blocking, so a
+    FIFO swapped in does not hang the reader (`fstat` then refuses it)."""
+    rel = os.path.relpath(real, root)
+    parts = [] if rel == os.curdir else rel.split(os.sep)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        files = sorted(path.glob("*.safetensors")) if path.is_dir() else None
-    except OSError as err:  # no permission, a name too long, a symlink loop
-        raise WeightsError(f"model_path {path}: cannot read ({err.strerror or err})") from None
-    if files is None:
-        raise WeightsError(f"model_path {path}: not a directory")
-    if not files:
-        raise WeightsError(f"model_path {path}: no *.safetensors files")
-    tensors: dict[str, torch.Tensor] = {}
-    for file in files:
-        if root is not None and not _inside(os.path.realpath(file), root):
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            kind = os.O_DIRECTORY if directory or not last else os.O_NONBLOCK
+            fd_next = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | kind, dir_fd=fd)
+            os.close(fd)
+            fd = fd_next
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _changed(where: Path, err: OSError) -> WeightsError:
+    if err.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):  # a link where the check saw none
+        return WeightsOutsideRoot(f"{where}: became a link while it was loaded (refused: it could lead outside --weights-root)")  # fmt: skip
+    return WeightsError(f"{where}: cannot read ({err.strerror or err})")
+
+
+def _open_file(dir_fd: int, path: Path, name: str, root: str | None) -> int:
+    """A descriptor of the regular file `name` in the open directory `dir_fd` (`path`): a link is
+    followed only to a file inside `root`, itself opened beneath the root without links."""
+    file = path / name
+    try:
+        flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_NOFOLLOW if root is not None else 0)
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError as err:
+        if root is None or err.errno != errno.ELOOP:
+            raise _changed(file, err) from None
+        real = os.path.realpath(file)  # a link: allowed if it stays inside the root
+        if not _inside(real, root):
             raise WeightsOutsideRoot(
                 f"{file}: a link to a file outside the server's weights root (--weights-root)"
-            )
-        try:  # stat, not open: opening a FIFO or a device would block or read forever
-            mode = os.stat(file).st_mode
-        except OSError as err:
-            raise WeightsError(f"{file}: cannot read ({err.strerror or err})") from None
-        if not stat.S_ISREG(mode):
-            raise WeightsError(f"{file}: not a regular file (a FIFO, a device or a directory); refused")
+            ) from None
         try:
-            part = load_file(str(file), device="cpu")
-        except (SafetensorError, OSError) as err:
-            raise WeightsError(f"{file}: cannot read ({' '.join(str(err).split())})") from None
-        for name in part:
-            if name in tensors:
-                raise WeightsError(f"{file}: tensor {name} is also in another file of {path}")
-        tensors.update(part)
-    return tensors
+            fd = _open_beneath(root, real, directory=False)
+        except OSError as err2:
+            raise _changed(file, err2) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # checked on what was opened, not on the name
+        os.close(fd)
+        raise WeightsError(f"{file}: not a regular file (a FIFO, a device or a directory); refused")
+    return fd
+
+
+def _load_fd(fd: int, file: Path) -> dict[str, torch.Tensor]:
+    """The tensors of the safetensors file open as `fd`. Through /proc/self/fd (the open file
+    itself, not a path looked up again: safetensors maps it, no copy) where there is one, else read."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load, load_file
+
+    try:
+        proc = f"/proc/self/fd/{fd}"
+        if os.path.exists(proc):
+            return load_file(proc, device="cpu")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return load(fh.read())
+    except (SafetensorError, OSError) as err:
+        raise WeightsError(f"{file}: cannot read ({' '.join(str(err).split())})") from None
+
+
+def _read_dir(path: Path, root: str | None) -> dict[str, torch.Tensor]:
+    """Every `*.safetensors` of directory `path`, each opened once, by descriptor: with a `root`,
+    the directory is opened beneath it without following links (`path` is the checked real path)
+    and every file by name from the directory's descriptor, so nothing swapped in between the check
+    and the read can lead outside the root or block the reader."""
+    try:
+        if root is not None:
+            dir_fd = _open_beneath(root, str(path), directory=True)
+        else:
+            dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as err:
+        plain = root is None or (not path.is_symlink() and os.path.realpath(path) == str(path))
+        if err.errno == errno.ENOENT:
+            raise WeightsError(f"model_path {path}: not a directory (nothing there)") from None
+        if err.errno == errno.ENOTDIR and plain:  # a file where a directory is named, no link
+            raise WeightsError(f"model_path {path}: not a directory") from None
+        raise _changed(path, err) from None
+    try:
+        try:
+            names = sorted(n for n in os.listdir(dir_fd) if n.endswith(".safetensors"))
+        except OSError as err:  # no permission
+            raise WeightsError(f"model_path {path}: cannot read ({err.strerror or err})") from None
+        if not names:
+            raise WeightsError(f"model_path {path}: no *.safetensors files")
+        tensors: dict[str, torch.Tensor] = {}
+        for name in names:
+            fd = _open_file(dir_fd, path, name, root)
+            try:
+                part = _load_fd(fd, path / name)
+            finally:
+                os.close(fd)
+            for key in part:
+                if key in tensors:
+                    raise WeightsError(f"{path / name}: tensor {key} is also in another file of {path}")
+            tensors.update(part)
+        return tensors
+    finally:
+        os.close(dir_fd)
 
 
 def _dtype(dtype: torch.dtype) -> str:
