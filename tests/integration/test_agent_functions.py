@@ -283,13 +283,21 @@ def test_gateway_refuses_in_one_line(tiny_tool):
     template cannot show."""
     with make(tiny_tool, "one_call") as rollout:
         gw = rollout.gateway
-        gw.open("e1", SamplingParams(max_new_tokens=8))
+        e1 = gw.open("e1", SamplingParams(max_new_tokens=8))
+        sibling = gw.open("e1b", SamplingParams(max_new_tokens=8))
         url = gw.base_url("e1") + "/chat/completions"
-        auth = {"Authorization": f"Bearer {gw.api_key}"}
+        auth = {"Authorization": f"Bearer {e1.key}"}
         hello = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
         with httpx.Client(trust_env=False, timeout=30) as http:
             assert http.post(url, json=hello).status_code == 401
-            assert http.post(url, json=hello, headers={"Authorization": "Bearer nope"}).status_code == 401
+            wrong = http.post(url, json=hello, headers={"Authorization": "Bearer nope"})
+            assert wrong.status_code == 404 and "unknown to this key" in wrong.json()["detail"]
+            # a sibling episode's key opens neither this episode nor writes into it; its own, yes
+            other_key = {"Authorization": f"Bearer {sibling.key}"}
+            assert http.post(url, json=hello, headers=other_key).status_code == 404
+            assert e1.trajectory.calls == 0 and sibling.key != e1.key
+            mine = http.post(gw.base_url("e1b") + "/chat/completions", json=hello, headers=other_key)
+            assert mine.status_code == 200 and sibling.trajectory.calls == 1 and e1.trajectory.calls == 0
 
             def refused(body, status=400):
                 r = http.post(url, json=body, headers=auth)
@@ -309,12 +317,13 @@ def test_gateway_refuses_in_one_line(tiny_tool):
             assert ok.status_code == 200 and ok.json()["object"] == "chat.completion"
             assert http.get(gw.base_url("e1") + "/models", headers=auth).json()["data"][0]["id"] == "policy"
         gw.close_episode("e1")
+        gw.close_episode("e1b")
     # tiny-random's own template renders no tools: a tool list is refused, not silently dropped
     with make(tiny_tool, "one_call", **{"rollout.agent.chat_template": ""}) as rollout:
         gw = rollout.gateway
-        gw.open("e2", SamplingParams(max_new_tokens=8))
+        e2 = gw.open("e2", SamplingParams(max_new_tokens=8))
         body = {**hello, "tools": TOOLS}
-        auth = {"Authorization": f"Bearer {gw.api_key}"}
+        auth = {"Authorization": f"Bearer {e2.key}"}
         r = httpx.post(
             gw.base_url("e2") + "/chat/completions", json=body, headers=auth, trust_env=False, timeout=30
         )

@@ -40,6 +40,7 @@ __all__ = [
     "detail",
     "finite_json",
     "non_finite_path",
+    "presented_key",
     "resolve_api_key",
     "wait_for_disconnect",
 ]
@@ -52,7 +53,8 @@ def detail(message: str, status: int, headers: dict[str, str] | None = None) -> 
     )
 
 
-def _presented_key(scope: Scope) -> bytes | None:
+def presented_key(scope: Scope) -> bytes | None:
+    """The key a request carries (`Authorization: Bearer <key>` or `X-Api-Key`), or None."""
     headers = dict(scope.get("headers") or [])
     auth = headers.get(b"authorization", b"")
     if auth[:7].lower() == b"bearer ":
@@ -78,7 +80,7 @@ class Guard:
             await self.app(scope, receive, send)
             return
         if self.key and scope.get("path") not in self.open_paths:
-            presented = _presented_key(scope)
+            presented = presented_key(scope)
             if presented is None:
                 msg = (
                     "api key: missing; send 'Authorization: Bearer <key>' (the server was started with a key)"

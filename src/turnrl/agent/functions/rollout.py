@@ -187,7 +187,7 @@ class FunctionAgentRollout:
         """Run the agent on a daemon thread: a hung agent must not keep the trainer from exiting."""
         future: Future[Any] = Future()
         future.set_running_or_notify_cancel()
-        base_url, key = self.gateway.base_url(episode_id), self.gateway.api_key
+        base_url, key = self.gateway.base_url(episode_id), self.gateway.key_of(episode_id)
         agent, openai, timeout = self.agent, self.openai, self.ac.timeout_s
         model = self.gateway.model_id
 

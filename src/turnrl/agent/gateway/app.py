@@ -4,8 +4,8 @@
         -> OpenAI's `chat.completion` (`servers.chat.response`), plus turnrl's `policy_version`
     GET  /episodes/{episode_id}/v1/models              -> {"object": "list", "data": [{"id": model}]}
 
-The agent's client has `base_url = .../episodes/<id>/v1`, so every call names its episode without
-the agent knowing. The request is OpenAI's, checked as `turnrl serve` checks it (unknown fields
+The agent's client has `base_url = .../episodes/<id>/v1` and the episode's own key, so every call
+names its episode without the agent knowing, and no call reaches another episode (`episode_of`). The request is OpenAI's, checked as `turnrl serve` checks it (unknown fields
 refused with "did you mean", NaN refused, unsupported options refused), with three rules of its own:
 `n` must be 1 (the trainer's `rollout.n` makes the group), `top_logprobs` is not offered, and the
 sampling parameters are the run's (`temperature`, `top_p`, `top_k`: the trainer computes its
@@ -20,6 +20,7 @@ out), stops: dropped from the engine's queue or stopped at its next decode step.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import threading
 from dataclasses import replace
 from typing import Any
@@ -41,7 +42,7 @@ from turnrl.servers.chat.schema import (
     check_tools,
     max_tokens_of,
 )
-from turnrl.servers.guard import Guard, detail, finite_json, wait_for_disconnect
+from turnrl.servers.guard import Guard, detail, finite_json, presented_key, wait_for_disconnect
 from turnrl.servers.validation import describe_validation_error
 
 EXAMPLE = '{"model": "policy", "messages": [{"role": "user", "content": "Hello"}]}'
@@ -151,7 +152,8 @@ def finish(
 
 def create_app(gateway: Gateway) -> FastAPI:
     app = FastAPI(title="turnrl agent gateway")
-    app.add_middleware(Guard, api_key=gateway.api_key, max_body=gateway.max_body)
+    # no server-wide key: each episode has its own (`episode_of`); loopback only
+    app.add_middleware(Guard, max_body=gateway.max_body)
 
     @app.exception_handler(BadRequest)
     async def _bad_request(_request: Request, err: BadRequest) -> Response:
@@ -161,21 +163,28 @@ def create_app(gateway: Gateway) -> FastAPI:
     async def _internal(_request: Request, err: Exception) -> Response:
         return detail(f"internal error: {type(err).__name__}: {' '.join(str(err).split())}", 500)
 
-    def episode_of(episode_id: str) -> OpenEpisode:
+    def episode_of(episode_id: str, request: Request) -> OpenEpisode:
+        """The open episode whose key the request carries. Another episode's key gets the answer an
+        unknown id gets, so a key tells nothing about the ids of other episodes."""
+        presented = presented_key(request.scope)
+        if presented is None:
+            raise BadRequest("api key: missing; send 'Authorization: Bearer <key>' (the episode's key)", 401)
         episode = gateway.episode(episode_id)
-        if episode is None:
-            raise BadRequest(f"episode {episode_id[:64]!r}: unknown, or already ended (timed out?)", 404)
+        if episode is None or not hmac.compare_digest(presented, episode.key.encode()):
+            raise BadRequest(
+                f"episode {episode_id[:64]!r}: unknown to this key, or already ended (timed out?)", 404
+            )
         return episode
 
     @app.get("/episodes/{episode_id}/v1/models")
-    async def _models(episode_id: str) -> Response:
-        episode_of(episode_id)
+    async def _models(episode_id: str, request: Request) -> Response:
+        episode_of(episode_id, request)
         card = {"id": gateway.model_id, "object": "model", "created": 0, "owned_by": "turnrl"}
         return finite_json({"object": "list", "data": [card]})
 
     @app.post("/episodes/{episode_id}/v1/chat/completions")
     async def _chat(episode_id: str, request: Request) -> Response:
-        episode = episode_of(episode_id)
+        episode = episode_of(episode_id, request)
         body = await request.body()
         try:
             req = ChatRequest.model_validate_json(body)

@@ -3,16 +3,18 @@ trainer's process, that records every episode's exact trajectory.
 
     gateway = Gateway(engine, template, limits)              # bound to 127.0.0.1:<random port>
     gateway.start(create_app(gateway))                       # serving (gateway.app: the routes)
-    gateway.open(episode_id, params)                         # before the agent's first call
-    client = openai.OpenAI(base_url=gateway.base_url(episode_id), api_key=gateway.api_key)
+    episode = gateway.open(episode_id, params)               # before the agent's first call
+    client = openai.OpenAI(base_url=gateway.base_url(episode_id), api_key=episode.key)
     ...the agent calls client.chat.completions.create(...)...
     trajectory = gateway.close_episode(episode_id)           # its sample; later calls are refused
     gateway.drain()                                          # no engine call left running
     gateway.close()
 
-It serves on loopback only, with a fresh random key (`servers.guard.Guard`, as every turnrl server:
-a missing or wrong key is a 401, a body over `max_body` a 413), from uvicorn on a thread of its
-own. The routes are `gateway.app`; the recording is `gateway.trajectory`; engine calls go through
+It serves on loopback only, from uvicorn on a thread of its own, with a body limit
+(`servers.guard.Guard`: over `max_body` is a 413) and **a key per episode**: `open` draws a fresh
+random key, and an episode's routes answer only a request that carries it (none: 401; another
+episode's key, or an episode that ended: 404, the same answer), so one agent cannot write into a
+sibling's trajectory even if it learns or guesses the sibling's id. The routes are `gateway.app`; the recording is `gateway.trajectory`; engine calls go through
 `gateway.engine_runner`.
 """
 
@@ -52,6 +54,8 @@ class OpenEpisode:
     params: SamplingParams
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """One call at a time (taken on the gateway's event loop)."""
+    key: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    """The episode's own key: its agent's client sends it; no other episode's key opens its routes."""
     sampling_overridden: int = 0
     """Calls that asked for other sampling parameters than the run's."""
     closed: bool = False
@@ -103,7 +107,6 @@ class Gateway:
             ) from None
         self.renders_tools = renders_tools(template)
         self.tokenizer_lock = threading.Lock()  # a fast tokenizer is not safe from two threads at once
-        self.api_key = secrets.token_urlsafe(24)
         self._episodes: dict[str, OpenEpisode] = {}
         self._lock = threading.Lock()
         self.engine_errors: list[str] = []
@@ -152,6 +155,11 @@ class Gateway:
                 raise ValueError(f"episode {episode_id!r} is already open")
             self._episodes[episode_id] = episode
         return episode
+
+    def key_of(self, episode_id: str) -> str:
+        """The key the episode's agent sends (KeyError: not open)."""
+        with self._lock:
+            return self._episodes[episode_id].key
 
     def episode(self, episode_id: str) -> OpenEpisode | None:
         with self._lock:
