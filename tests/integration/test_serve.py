@@ -60,6 +60,7 @@ def engine_for(urls, tiny, **kw) -> ServerEngine:
 
 def test_health_and_models(servers):
     health = httpx.get(servers[0].url + "/health", headers=HEADERS).json()
+    assert health["connections"].pop("open") >= 1  # this request's own, and any kept alive
     assert health == {
         "status": "ok",
         "model": "tiny-random",
@@ -70,9 +71,22 @@ def test_health_and_models(servers):
         "max_rows_in_a_batch": 0,
         "requests_dropped": 0,
         "requests_aborted": 0,
+        "requests_waiting": 0,
+        "requests_refused_busy": 0,
         "tool_calls_unparsed": 0,
         "max_model_len": 2048,
-        "limits": {"max_rows_per_request": 1024, "max_tokens_per_request": 4194304, "max_body": 33554432},
+        "limits": {
+            "max_rows_per_request": 1024,
+            "max_tokens_per_request": 4194304,
+            "max_body": 33554432,
+            "max_waiting": 64,
+        },
+        "connections": {  # --max-connections, --header-timeout and what they refused
+            "max_connections": 256,
+            "header_timeout_s": 10.0,
+            "refused_connections": 0,
+            "header_timeouts": 0,
+        },
     }
     assert httpx.get(servers[0].url + "/health").status_code == 401  # the key is asked on every route
     card = httpx.get(servers[0].url + "/v1/models", headers=HEADERS).json()["data"][0]

@@ -103,6 +103,8 @@ def test_waiting_requests_merge_by_sampling_params_and_seeded_ones_run_alone():
         "max_rows_in_a_batch": 3,
         "requests_dropped": 0,
         "requests_aborted": 0,
+        "requests_waiting": 0,
+        "requests_refused_busy": 0,
     }
     batcher.close(5)
 

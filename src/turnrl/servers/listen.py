@@ -17,6 +17,7 @@ import socket
 from typing import Any, NoReturn
 
 from turnrl.errors import TurnrlInputError
+from turnrl.servers.connections import Connections
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -79,13 +80,30 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def serve_on(app: Any, sock: socket.socket, **uvicorn_options: Any) -> None:
-    """Serve `app` with uvicorn on the already-listening `sock` until SIGINT/SIGTERM."""
+def serve_on(
+    app: Any, sock: socket.socket, connections: Connections | None = None, **uvicorn_options: Any
+) -> None:
+    """Serve `app` with uvicorn on the already-listening `sock` until SIGINT/SIGTERM, under
+    `connections`' bounds (the defaults when None); the app's /health finds them at
+    `app.state.connections` (`connection_health`)."""
     import uvicorn
 
-    options = {"access_log": False, "timeout_graceful_shutdown": 2, **uvicorn_options}
+    connections = connections or Connections()
+    app.state.connections = connections
+    options = {
+        "access_log": False,
+        "timeout_graceful_shutdown": 2,
+        "http": connections.protocol(),
+        **uvicorn_options,
+    }
     server = uvicorn.Server(uvicorn.Config(app, **options))
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
+
+
+def connection_health(app: Any) -> dict[str, Any] | None:
+    """The connection limits and counters /health reports (None: not served by `serve_on`)."""
+    connections = getattr(app.state, "connections", None)
+    return connections.health() if connections is not None else None

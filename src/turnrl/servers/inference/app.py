@@ -57,6 +57,7 @@ from turnrl.servers.inference.common import (  # shared with chat_route, so defi
 from turnrl.servers.inference.common import one_line as _one_line
 from turnrl.servers.inference.common import short as _short
 from turnrl.servers.inference.server import MAX_VERSION, Server
+from turnrl.servers.listen import connection_health
 from turnrl.servers.validation import describe_validation_error
 
 log = logging.getLogger("turnrl.serve")
@@ -311,9 +312,10 @@ def create_app(
         return detail(f"internal error: {_one_line(err)}", 500)
 
     @app.get("/health")
-    async def _health() -> Response:
+    async def _health(request: Request) -> Response:
         return finite_json(
             {
+                "connections": connection_health(request.app),
                 "status": "ok",
                 "model": server.model_id,
                 "vocab_size": server.vocab_size,

@@ -97,6 +97,10 @@ def split(gen: Generation, rows: list[int]) -> list[Generation]:
     return parts
 
 
+class Busy(RuntimeError):
+    """`max_waiting` requests already wait: the server answers 503 with Retry-After."""
+
+
 class Batcher:
     """A queue of generation requests and exclusive calls, served by one worker thread.
 
@@ -105,10 +109,16 @@ class Batcher:
     up to this long after its arrival for others, so near-simultaneous episodes meet.
     """
 
-    def __init__(self, engine: Engine, max_batch_rows: int = 256, batch_wait_s: float = 0.005) -> None:
+    def __init__(
+        self, engine: Engine, max_batch_rows: int = 256, batch_wait_s: float = 0.005, max_waiting: int = 64
+    ) -> None:
         if max_batch_rows < 1:
             raise ValueError(f"max_batch_rows must be >= 1, got {max_batch_rows}")
+        if max_waiting < 1:
+            raise ValueError(f"max_waiting must be >= 1, got {max_waiting}")
         self.engine, self.max_batch_rows, self.batch_wait_s = engine, max_batch_rows, batch_wait_s
+        self.max_waiting = max_waiting
+        self.requests_refused_busy = 0  # answered 503: max_waiting requests were already waiting
         self.batches_run = 0
         self.requests_served = 0
         self.max_rows_in_a_batch = 0
@@ -128,6 +138,8 @@ class Batcher:
             "max_rows_in_a_batch": self.max_rows_in_a_batch,
             "requests_dropped": self.requests_dropped,
             "requests_aborted": self.requests_aborted,
+            "requests_waiting": len(self._jobs),
+            "requests_refused_busy": self.requests_refused_busy,
         }
 
     def submit(
@@ -140,6 +152,12 @@ class Batcher:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the batcher is closed")
+            self._drop_gone()  # a client that left holds no place in the queue
+            if len(self._jobs) >= self.max_waiting:
+                self.requests_refused_busy += 1
+                raise Busy(
+                    f"{len(self._jobs)} requests already wait for the engine (--max-waiting {self.max_waiting})"
+                )
             self._jobs.append(job)
             self._cond.notify_all()
         return job.future

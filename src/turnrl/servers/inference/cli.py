@@ -11,6 +11,7 @@ import os
 import socket
 import sys
 
+from turnrl.servers.connections import add_arguments as add_connection_arguments
 from turnrl.servers.listen import port_arg, positive_int
 
 
@@ -105,6 +106,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=0,
         help="CPU threads for torch (0 = torch's default); 1 suits small models on a shared CPU",
     )
+    parser.add_argument(
+        "--max-waiting",
+        type=int,
+        default=64,
+        help="generation requests waiting for the engine at once; one more is answered 503 with "
+        "Retry-After (default %(default)s)",
+    )
+    add_connection_arguments(parser)
     parser.add_argument("--log-level", default="warning", help="uvicorn log level (default %(default)s)")
     parser.set_defaults(func=serve_command)
 
@@ -184,6 +193,7 @@ def _serve_on(
     from turnrl.errors import TurnrlInputError
     from turnrl.models.loader import ModelError, load_model
     from turnrl.rollout.hf import HFEngine
+    from turnrl.servers.connections import ConnectionLimits, Connections
     from turnrl.servers.inference.app import Limits, create_app
     from turnrl.servers.listen import serve_on, url_of
 
@@ -202,6 +212,9 @@ def _serve_on(
         raise TurnrlInputError(f"--max-batch-rows {args.max_batch_rows}: must be >= 1")
     if args.batch_wait_ms < 0:
         raise TurnrlInputError(f"--batch-wait-ms {args.batch_wait_ms}: must be >= 0")
+    if args.max_waiting < 1:
+        raise TurnrlInputError(f"--max-waiting {args.max_waiting}: must be >= 1")
+    connections = Connections(ConnectionLimits.from_args(args))
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -212,7 +225,7 @@ def _serve_on(
     max_len = getattr(model.config, "max_position_embeddings", None)
     model_id = args.served_model_name or args.model
     engine = HFEngine(model, tokenizer, args.batch_size)
-    limits = Limits(args.max_rows_per_request, args.max_tokens_per_request, args.max_body)
+    limits = Limits(args.max_rows_per_request, args.max_tokens_per_request, args.max_body, args.max_waiting)
     app = create_app(
         engine,
         model_id,
@@ -231,5 +244,5 @@ def _serve_on(
         file=sys.stderr,
         flush=True,
     )
-    serve_on(app, sock, log_level=args.log_level)
+    serve_on(app, sock, connections, log_level=args.log_level)
     return 0

@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.servers.guard import detail, wait_for_disconnect
-from turnrl.servers.inference.batcher import Batcher
+from turnrl.servers.inference.batcher import Batcher, Busy
 
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 """What `torch.Generator.manual_seed` accepts; beyond it, it raises."""
@@ -37,6 +37,9 @@ class Limits:
     and the result it may make the server hold."""
     max_body: int = 32 << 20
     """Bytes of one request body (--max-body), enforced by the guard while the body streams in."""
+    max_waiting: int = 64
+    """Generation requests waiting for the engine at once (--max-waiting); one more is answered
+    503 with Retry-After, so queued work (and the memory its prompts hold) stays bounded."""
 
 
 class BadRequest(ValueError):
@@ -129,7 +132,11 @@ async def generate_for(
     """Queue a generation and wait for it, or for the client to leave: then its work is dropped or
     stopped and a 499 comes back (nobody reads it). A failed batch is a one-line 500."""
     gone = threading.Event()
-    job = asyncio.wrap_future(batcher.submit(prompts, params, gone))
+    try:
+        submitted = batcher.submit(prompts, params, gone)
+    except Busy as err:
+        return detail(f"{err}; retry later", 503, {"Retry-After": "1"})
+    job = asyncio.wrap_future(submitted)
     left = asyncio.ensure_future(wait_for_disconnect(request))
     try:
         await asyncio.wait({job, left}, return_when=asyncio.FIRST_COMPLETED)

@@ -35,7 +35,7 @@ class Server:
         self.tokenizer = engine.tokenizer
         self.vocab_size = int(engine.model.get_input_embeddings().weight.shape[0])
         self.policy_version = 0
-        self.batcher = Batcher(engine, max_batch_rows, batch_wait_ms / 1000)
+        self.batcher = Batcher(engine, max_batch_rows, batch_wait_ms / 1000, self.limits.max_waiting)
         self.tool_calls_unparsed = 0  # /v1/chat/completions: <tool_call> blocks returned as content
 
     async def load(self, path: str, version: int | None) -> tuple[int, int]:

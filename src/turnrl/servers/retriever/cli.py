@@ -10,7 +10,10 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from turnrl.errors import TurnrlInputError
 from turnrl.keys import API_KEY_ENV, resolve_api_key
+from turnrl.servers.connections import ConnectionLimits
+from turnrl.servers.connections import add_arguments as add_connection_arguments
 from turnrl.servers.listen import port_arg, positive_int
 from turnrl.servers.retriever.errors import RetrieverError
 from turnrl.servers.retriever.limits import Limits
@@ -31,7 +34,7 @@ def _guarded(name: str, body: Callable[[argparse.Namespace], int]) -> Callable[[
     def run(args: argparse.Namespace) -> int:
         try:
             return body(args)
-        except RetrieverError as err:
+        except (RetrieverError, TurnrlInputError) as err:
             # Library messages (pyarrow, faiss) embedded in ours may span lines; keep it one line.
             print(f"turnrl retriever {name}: error: {' '.join(str(err).split())}", file=sys.stderr)
             return 1
@@ -66,6 +69,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_query_chars=args.max_query_chars,
         max_body=args.max_body,
     )
+    connections = ConnectionLimits.from_args(args)  # a bad value: one line before the index loads
     serve(
         args.index,
         host=args.host,
@@ -75,6 +79,7 @@ def _serve(args: argparse.Namespace) -> int:
         device=args.device,
         api_key=resolve_api_key(args.api_key),
         limits=limits,
+        connections=connections,
     )
     return 0
 
@@ -141,6 +146,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         default=defaults.max_body,
         help=f"request body bytes (default {defaults.max_body}, 8 MiB)",
     )
+    add_connection_arguments(srv)
     srv.add_argument("--device", default=None, help="dense: torch device for query embedding")
     srv.add_argument(
         "--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug")

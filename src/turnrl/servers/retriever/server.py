@@ -28,8 +28,9 @@ from starlette.concurrency import run_in_threadpool
 
 from turnrl.errors import TurnrlInputError
 from turnrl.keys import check_bind
+from turnrl.servers.connections import ConnectionLimits, Connections
 from turnrl.servers.guard import Guard
-from turnrl.servers.listen import bind, serve_on, url_of
+from turnrl.servers.listen import bind, connection_health, serve_on, url_of
 from turnrl.servers.retriever.errors import RetrieverError
 from turnrl.servers.retriever.index import LoadedIndex, load_index, turnrl_version
 from turnrl.servers.retriever.limits import Limits
@@ -127,8 +128,8 @@ def create_app(
     }
 
     @app.get("/health")
-    def _health() -> dict[str, Any]:
-        return health
+    def _health(request: Request) -> dict[str, Any]:
+        return {**health, "connections": connection_health(request.app)}
 
     def _answer(req: RetrieveRequest, topk: int) -> Response:
         positions, scores = index.searcher.search(req.queries, topk)
@@ -194,6 +195,7 @@ def serve(
     device: str | None = None,
     api_key: str = "",
     limits: Limits | None = None,
+    connections: ConnectionLimits | None = None,
 ) -> None:
     """Bind, load the index (raising IndexLoadError on any defect), then serve until interrupted."""
     limits = limits or Limits()
@@ -212,4 +214,4 @@ def serve(
         file=sys.stderr,
         flush=True,
     )
-    serve_on(app, sock, log_level=log_level)
+    serve_on(app, sock, Connections(connections), log_level=log_level)

@@ -26,6 +26,7 @@ from starlette.responses import Response
 
 from turnrl import __version__
 from turnrl.servers.guard import Guard, detail, finite_json, wait_for_disconnect
+from turnrl.servers.listen import connection_health
 from turnrl.servers.sandbox.cleanup import remove_tree
 from turnrl.servers.sandbox.config import SandboxConfig
 from turnrl.servers.sandbox.isolation import Isolation
@@ -151,12 +152,13 @@ def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
         return "pong"  # SandboxFusion's liveness probe, for tools written against it
 
     @app.get("/health")
-    async def health() -> Response:
+    async def health(request: Request) -> Response:
         gate = state["gate"]
         uid = iso.uid(0)
         return finite_json(
             {
                 "status": "ok",
+                "connections": connection_health(request.app),
                 "version": __version__,
                 "pid": os.getpid(),
                 "python": sys.version.split()[0],

@@ -13,6 +13,8 @@ import tempfile
 
 from turnrl.errors import TurnrlInputError
 from turnrl.keys import API_KEY_ENV, check_bind, resolve_api_key
+from turnrl.servers.connections import ConnectionLimits
+from turnrl.servers.connections import add_arguments as add_connection_arguments
 from turnrl.servers.listen import port_arg, positive_int
 from turnrl.servers.sandbox.cleanup import remove_tree
 from turnrl.servers.sandbox.config import SandboxConfig
@@ -121,6 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     serve.add_argument(
         "--python", default=defaults.python, help="interpreter for language python (default: this one)"
     )
+    add_connection_arguments(serve)
     serve.set_defaults(func=serve_command)
 
 
@@ -152,19 +155,21 @@ def serve_command(args: argparse.Namespace) -> int:
     )
     try:
         cfg.check()
-    except ValueError as err:
+        connections = ConnectionLimits.from_args(args)
+    except (ValueError, TurnrlInputError) as err:
         return _refuse(str(err))
     if not (os.path.isfile(cfg.python) and os.access(cfg.python, os.X_OK)):
         return _refuse(f"--python {cfg.python!r} is not an executable file")
     try:
-        return serve(cfg)
+        return serve(cfg, connections)
     except TurnrlInputError as err:
         return _refuse(str(err))
 
 
-def serve(cfg: SandboxConfig) -> int:
+def serve(cfg: SandboxConfig, connections: ConnectionLimits | None = None) -> int:
     """Bind, probe isolation, print both, serve until SIGINT/SIGTERM. Imports the server stack
     lazily. Raises TurnrlInputError (one line naming the flag) when it cannot listen as asked."""
+    from turnrl.servers.connections import Connections
     from turnrl.servers.listen import bind, serve_on, url_of
     from turnrl.servers.sandbox.app import create_app
     from turnrl.servers.sandbox.probe import probe_isolation
@@ -184,7 +189,7 @@ def serve(cfg: SandboxConfig) -> int:
                 f"queue {cfg.queue}; {key}; listening on {url_of(sock)}",
                 flush=True,
             )
-            serve_on(app, sock, log_level="warning", loop="asyncio", lifespan="on")
+            serve_on(app, sock, Connections(connections), log_level="warning", loop="asyncio", lifespan="on")
             return 0
         finally:
             iso.close()

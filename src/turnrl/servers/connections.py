@@ -1,0 +1,170 @@
+"""Bounds on connections, the same for every turnrl server: how many may be open, and how long a
+client may take to send a request's headers.
+
+    limits = ConnectionLimits.from_args(args)          # --max-connections, --header-timeout
+    serve_on(app, sock, connections=Connections(limits))  # listen.serve_on; /health reports them
+
+Without them, clients that open connections and never finish a request head hold a socket each
+for ever (uvicorn's keep-alive timer is reset by every byte that arrives, and a connection with no
+complete request runs no application code): a thousand such heads left a retriever out of file
+descriptors and its keyed clients timing out. Here:
+
+- a connection beyond `max_connections` open ones is answered `503` with `Retry-After` and
+  closed at once, before it reads anything (counted in `refused_connections`);
+- a connection that has not sent a complete request head `header_timeout_s` after it opened, or
+  after its previous response ended (keep-alive), is answered `408` and closed, however slowly
+  its bytes trickle in (counted in `header_timeouts`).
+
+Both are enforced in the HTTP protocol, below the application: `Limited` is uvicorn's h11
+protocol with a timer per connection. `/health` shows the limits and the counters under
+`"connections"` (`Connections.health`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from turnrl.errors import TurnrlInputError
+
+MAX_CONNECTIONS = 256
+HEADER_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """Each is an option of every turnrl server, reported by its /health."""
+
+    max_connections: int = MAX_CONNECTIONS
+    """Open connections at once (--max-connections); one more is answered 503 and closed."""
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    """Seconds a connection may take to send a complete request head (--header-timeout), from
+    when it opened or its previous response ended; then it is answered 408 and closed."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_connections, bool) or self.max_connections < 1:
+            raise TurnrlInputError(f"--max-connections {self.max_connections}: must be >= 1")
+        if not self.header_timeout_s >= 1.0:  # also NaN
+            raise TurnrlInputError(
+                f"--header-timeout {self.header_timeout_s:g}: must be >= 1 second (a slower client "
+                f"could not send a request head on a busy machine)"
+            )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ConnectionLimits:
+        return cls(args.max_connections, args.header_timeout)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """--max-connections and --header-timeout, on a server command's parser (checked when the
+    limits are built: a value out of range is one line naming the option)."""
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=MAX_CONNECTIONS,
+        help="open connections at once; one more is answered 503 with Retry-After (default %(default)s)",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=HEADER_TIMEOUT_S,
+        help="seconds a connection may take to send a request's headers; then 408 and closed "
+        "(default %(default)s, at least 1)",
+    )
+
+
+class Connections:
+    """One server's limits and its counters (updated on the server's event loop)."""
+
+    def __init__(self, limits: ConnectionLimits | None = None) -> None:
+        self.limits = limits or ConnectionLimits()
+        self.open = 0
+        self.refused_connections = 0
+        self.header_timeouts = 0
+
+    def health(self) -> dict[str, Any]:
+        return {
+            **asdict(self.limits),
+            "open": self.open,
+            "refused_connections": self.refused_connections,
+            "header_timeouts": self.header_timeouts,
+        }
+
+    def protocol(self) -> type:
+        """uvicorn's h11 protocol class bound to these limits (`uvicorn.Config(http=...)`)."""
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        connections = self
+
+        class Limited(H11Protocol):
+            _timer: asyncio.TimerHandle | None = None
+            _counted = False
+
+            def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+                super().connection_made(transport)
+                if connections.open >= connections.limits.max_connections:
+                    connections.refused_connections += 1
+                    transport.write(_raw(503, "too many open connections; retry", retry_after=True))
+                    transport.close()
+                    return
+                connections.open += 1
+                self._counted = True
+                self._arm()
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                self._disarm()
+                if self._counted:
+                    connections.open -= 1
+                    self._counted = False
+                super().connection_lost(exc)
+
+            def data_received(self, data: bytes) -> None:
+                super().data_received(data)
+                if self.cycle is not None and not self.cycle.response_complete:
+                    self._disarm()  # a complete head arrived: the application has the request
+
+            def on_response_complete(self) -> None:
+                super().on_response_complete()
+                if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+                    self._arm()  # keep-alive: the next head has the same time
+
+            def _arm(self) -> None:
+                self._disarm()
+                self._timer = self.loop.call_later(connections.limits.header_timeout_s, self._late)
+
+            def _disarm(self) -> None:
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+
+            def _late(self) -> None:
+                self._timer = None
+                if self.transport.is_closing() or not (self.cycle is None or self.cycle.response_complete):
+                    return
+                connections.header_timeouts += 1
+                limit = connections.limits.header_timeout_s
+                self.transport.write(
+                    _raw(408, f"request headers not complete within {limit:g}s (--header-timeout)")
+                )
+                self.transport.close()
+
+        return Limited
+
+
+def _raw(status: int, message: str, retry_after: bool = False) -> bytes:
+    """A whole HTTP/1.1 response in turnrl's one-line JSON shape, written straight to the socket
+    (no request cycle exists to answer through)."""
+    import orjson
+
+    body = orjson.dumps({"detail": message})
+    reason = {408: "Request Timeout", 503: "Service Unavailable"}[status]
+    head = [
+        f"HTTP/1.1 {status} {reason}",
+        "content-type: application/json",
+        f"content-length: {len(body)}",
+        "connection: close",
+        *(["retry-after: 1"] if retry_after else []),
+    ]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
