@@ -45,6 +45,7 @@ class AgentRollout:
     ):
         """`default_index`: see `ToolSet` (the run's assembly passes the search task's index)."""
         mt = cfg.rollout.multi_turn
+        self.engine = engine  # its counters (a server engine's restarts) reach the step's metrics
         self.cfg, self.pad_id, self.streaming = mt, pad_id, streaming
         self.toolset = ToolSet(mt, cache_root(cfg.model.cache_dir), default_index).start()
         self.sandbox_url: str | None = self.toolset.sandbox_url or None  # code rewards reuse it

@@ -15,6 +15,21 @@ server. A request that meets a connection error, a timeout or a 5xx is retried o
 Each response's `policy_version` must equal the last synced version: a server that lags would
 make the trainer learn from another policy's samples without knowing it.
 
+A server that fails is routed around and, where it is the engine's own child, brought back:
+
+- the run's own `turnrl serve` child (no `rollout.server.urls`) that died (SIGKILL, the OOM
+  killer) is started again on its port, loaded with the trainer's current weights, and what was in
+  flight is sent again: `restarts` counts it. A child that cannot start again stops the run with
+  its log's tail;
+- an external server that stops answering is marked down: requests go to the others, and a weight
+  sync it misses leaves it stale, so it serves nothing until it has loaded the current version
+  (tried again at each `generate`, at most every `DOWN_RETRY_S`). Only when every server is gone
+  does the run stop.
+
+Every generation row comes from exactly one answered request: a request is sent again only when
+no answer of it was read, so nothing is lost or sampled twice (`retried` counts the re-sends, and
+`counters()` reports them as `rollout/server/*` metrics).
+
 Every request carries the servers' key (`rollout.server.api_key`, else $TURNRL_API_KEY; the child
 server's own key for the child), and requests are cut to fit what each server's /health
 advertises under "limits" (rows and tokens per request), so training never trips them. turnrl
@@ -29,6 +44,7 @@ import contextlib
 import itertools
 import logging
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +61,7 @@ from turnrl.rollout.base import Generation, SamplingParams, row_limits
 from turnrl.rollout.server_wire import (
     Request,
     ServerError,
+    ServerUnreachable,
     as_version,
     choice_token_ids,
     finish_reason,
@@ -53,6 +70,9 @@ from turnrl.rollout.server_wire import (
 )
 
 log = logging.getLogger(__name__)
+
+DOWN_RETRY_S = 10.0
+"""How long an external server marked down is left alone before the engine tries it again."""
 
 
 class ServerEngine:
@@ -108,6 +128,14 @@ class ServerEngine:
         self.limits: dict[str, dict[str, int]] = {}  # url -> the "limits" its /health advertises
         self.offset = dict.fromkeys(self.urls, 0)
         """Per server: its version minus the trainer's (> 0 once a version was synced twice)."""
+        self.down: dict[str, float] = {}
+        """Servers that failed, and when: none is picked while any other is up."""
+        self.stale: set[str] = set()
+        """Servers that missed a weight sync: none serves until it loaded the current version."""
+        self.down_retry_s = DOWN_RETRY_S
+        self.restarts = 0  # the own child started again after it died
+        self.retried = 0  # requests sent again after a server failed them (their rows read once)
+        self._revive_lock = threading.Lock()
         try:
             for url, fut in [(u, self.pool.submit(self._connect, u, model_name)) for u in self.urls]:
                 self.served[url] = fut.result()
@@ -193,6 +221,8 @@ class ServerEngine:
         params: SamplingParams,
         max_new_tokens_per_row: list[int] | None = None,
     ) -> Generation:
+        if self.stale:
+            self._recover()
         limits = row_limits(prompt_ids, params, max_new_tokens_per_row)
         rows = len(limits)
         requests = plan_requests(
@@ -234,9 +264,17 @@ class ServerEngine:
         return min(versions.values(), default=self.version)
 
     def _pick(self, tried: list[str]) -> str:
-        """The least-loaded server not tried yet for this request (round-robin among equals)."""
+        """The least-loaded server not tried yet for this request (round-robin among equals), among
+        those up and current; ServerError when none is."""
         with self._lock:
-            fresh = [u for u in self.urls if u not in tried] or self.urls
+            usable = [u for u in self.urls if u not in self.stale and u not in self.down]
+            usable = usable or [u for u in self.urls if u not in self.stale]
+            if not usable:
+                raise ServerError(
+                    f"every inference server missed the weights of policy version {self.version} "
+                    f"({', '.join(self.urls)}): none can sample for the trainer"
+                )
+            fresh = [u for u in usable if u not in tried] or usable
             k = next(self._turn) % len(fresh)
             url = min(fresh[k:] + fresh[:k], key=lambda u: self.inflight[u])
             self.inflight[url] += 1
@@ -254,13 +292,18 @@ class ServerEngine:
                 r = self.client.post(f"{url}/v1/completions", json=self._body(url, req, params))
             except httpx.TransportError as err:  # refused, reset, timed out: try the next server
                 failures.append(f"{url} ({type(err).__name__})")
+                self._failed(url)
                 continue
             finally:
                 with self._lock:
                     self.inflight[url] -= 1
             if r.status_code >= 500:
                 failures.append(f"{url} (HTTP {r.status_code}: {response_detail(r)})")
+                self._failed(url)
                 continue
+            with self._lock:
+                self.down.pop(url, None)
+                self.retried += bool(failures)
             if r.status_code != 200:
                 raise ServerError(
                     f"{url} refused a completion request: HTTP {r.status_code}: {response_detail(r)}"
@@ -277,6 +320,87 @@ class ServerEngine:
             f"inference server unreachable after {len(failures)} attempts "
             f"(rollout.server.max_retries={self.cfg.max_retries}): {'; '.join(failures)}"
         )
+
+    # -- failures -----------------------------------------------------------------------------
+    def _failed(self, url: str) -> None:
+        """A request to `url` failed: start the own child again if it died, else mark it down."""
+        if self._revive(url):
+            return
+        with self._lock:
+            self.down.setdefault(url, time.monotonic())
+
+    def _revive(self, url: str) -> bool:
+        """If `url` is the engine's own child and its process has exited, start it again on its
+        port with the trainer's current weights; True once it serves again. One thread restarts,
+        the others that met the dead child wait for it."""
+        child = self.child
+        if child is None or url != self.urls[0]:
+            return False
+        if child.alive():
+            with contextlib.suppress(subprocess.TimeoutExpired):  # a killed child may still be exiting
+                child.process.wait(timeout=1.0)
+            if child.alive():
+                return True  # it answered badly, but it lives: the retry goes to it again
+        with self._revive_lock:
+            if child.alive():  # another thread brought it back meanwhile
+                return True
+            log.warning(
+                "the run's inference server %s exited (status %s); starting it again on its port",
+                url,
+                child.returncode,
+            )
+            try:
+                child.restart()
+            except Exception as err:
+                raise ServerError(
+                    f"the run's inference server {url} died and could not start again: "
+                    f"{' '.join(str(err).split())}"
+                ) from None
+            self.offset[url] = 0  # a fresh server, at its own version 0
+            if self.version:
+                self._load(url, self._current_weights(), self.version, revive=False)
+            with self._lock:
+                self.restarts += 1
+                self.down.pop(url, None)
+            return True
+
+    def _current_weights(self) -> Path:
+        """The directory of the trainer's current version, written again if it is gone."""
+        assert self.weights_dir is not None
+        path = self.weights_dir / f"v{self.version}"
+        if not (path / "model.safetensors").is_file():
+            from turnrl.models.weights_dir import write_weights_dir
+
+            assert self.weights is not None
+            path = write_weights_dir(self.weights(), path, self.model_config)
+        return path
+
+    def _recover(self) -> None:
+        """Stale servers whose down time is over: try to load the current weights into them."""
+        now = time.monotonic()
+        for url in sorted(self.stale):
+            if now - self.down.get(url, 0.0) < self.down_retry_s or not self.version:
+                continue
+            try:
+                self._load(url, self._current_weights(), self.version)
+            except ServerError as err:
+                with self._lock:
+                    self.down[url] = time.monotonic()
+                log.warning("inference server %s still cannot take the current weights: %s", url, err)
+                continue
+            with self._lock:
+                self.stale.discard(url)
+                self.down.pop(url, None)
+            log.warning("inference server %s is back, at policy version %d", url, self.version)
+
+    def counters(self) -> dict[str, float]:
+        """So far in the run (a step's count would blink): `rollout/server/<name>` metrics."""
+        with self._lock:
+            return {
+                "restarts": float(self.restarts),
+                "retried_requests": float(self.retried),
+                "servers_down": float(len(set(self.down) | self.stale)),
+            }
 
     def _body(self, url: str, req: Request, p: SamplingParams) -> dict[str, Any]:
         return {
@@ -335,14 +459,26 @@ class ServerEngine:
 
         path = write_weights_dir(self.weights(), self.weights_dir / f"v{version}", self.model_config)
         futures: list[Future[None]] = [self.pool.submit(self._load, u, path, version) for u in self.urls]
-        for fut in futures:
-            fut.result()
+        missed: dict[str, str] = {}
+        for url, fut in zip(self.urls, futures, strict=True):
+            try:
+                fut.result()
+            except ServerUnreachable as err:  # an external server gone: it misses this version
+                missed[url] = str(err)
+        if len(missed) == len(self.urls):
+            raise ServerError("; ".join(missed.values()))
+        with self._lock:
+            self.stale = set(missed)
+            for url in missed:
+                self.down.setdefault(url, time.monotonic())
+        for url, why in missed.items():
+            log.warning("inference server %s missed policy version %d; it serves nothing until it loads it: %s", url, version, why)  # fmt: skip
         self.version = version
         for old in self.weights_dir.glob("v*"):  # every server holds `path` in memory now
             if old != path and old.is_dir() and old.name[1:].isdigit():
                 shutil.rmtree(old, ignore_errors=True)
 
-    def _post_load(self, url: str, path: Path, version: int) -> httpx.Response:
+    def _post_load(self, url: str, path: Path, version: int, revive: bool = True) -> httpx.Response:
         # SGLang's field names only (turnrl serve reads them too): a stricter server could refuse others
         body = {"model_path": str(path.resolve()), "weight_version": str(version + self.offset[url])}
         last = "no attempt"
@@ -351,12 +487,21 @@ class ServerEngine:
                 return self.client.post(f"{url}/update_weights_from_disk", json=body)
             except httpx.TransportError as err:
                 last = type(err).__name__
-        raise ServerError(
-            f"inference server {url} unreachable while loading policy version {version}: {last}"
+                if revive and self.child is not None and url == self.urls[0] and not self.child.alive():
+                    # the own child died: start it again (it gets this version when it is current)
+                    self._revive(url)
+                    body["weight_version"] = str(version + self.offset[url])
+        tail = ""
+        if self.child is not None and url == self.urls[0]:
+            tail = f"; its log ends: {' | '.join(self.child.log_tail(3).splitlines())}"
+        raise ServerUnreachable(
+            f"inference server {url} unreachable while loading policy version {version}: {last} "
+            f"after {self.cfg.max_retries + 1} attempts of rollout.server.timeout_s={self.cfg.timeout_s:g}s{tail}"
         )
 
-    def _load(self, url: str, path: Path, version: int) -> None:
-        r = self._post_load(url, path, version)
+    def _load(self, url: str, path: Path, version: int, revive: bool = True) -> None:
+        """`revive`: start the own child again if it died meanwhile (not from within a restart)."""
+        r = self._post_load(url, path, version, revive)
         if r.status_code == 409:
             # turnrl serve takes only newer versions, and this server holds this one or a later one
             # already (a resume, an evaluation's version 0): load it as the server's next version,
@@ -364,7 +509,7 @@ class ServerEngine:
             held = self._server_version(url)
             if held is not None:
                 self.offset[url] = held + 1 - version
-                r = self._post_load(url, path, version)
+                r = self._post_load(url, path, version, revive)
         if r.status_code == 404:
             raise ServerError(
                 f"{url} has no /update_weights_from_disk, so it cannot take new weights "

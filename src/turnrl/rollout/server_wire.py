@@ -19,6 +19,10 @@ class ServerError(TurnrlInputError):
     """An inference server that cannot be reached or used; one line naming its URL."""
 
 
+class ServerUnreachable(ServerError):
+    """An inference server that did not answer at all (refused, reset, timed out) after its retries."""
+
+
 @dataclass
 class Request:
     """One /v1/completions request: `n` samples of each prompt, all with one token budget.

@@ -172,6 +172,9 @@ def generate_and_score(
     with clock("gen") as st:
         out, rollout_metrics = rollout.generate(gen_batch, params)
         st.batch = out
+    counters = getattr(getattr(rollout, "engine", None), "counters", None)
+    if counters is not None:  # a server engine's restarts and re-sent requests, so far in the run
+        rollout_metrics = {**rollout_metrics, **{f"rollout/server/{k}": v for k, v in counters().items()}}
     with clock("group") as st:
         batch = st.batch = group_and_merge(prompts, out, params.n)
     with clock("reward", batch):

@@ -106,6 +106,7 @@ class FunctionAgentRollout:
     """Stage 2 lends this rollout the rows' own fields (`trainer.stages.split_generation_input`)."""
 
     def __init__(self, engine: Any, tokenizer: Any, cfg: Config, pad_id: int) -> None:
+        self.engine = engine  # its counters (a server engine's restarts) reach the step's metrics
         ac = cfg.rollout.agent
         self.cfg, self.ac, self.pad_id = cfg, ac, pad_id
         self.agent: AgentFunction = load_env_agent(ac.env) if ac.env else load_agent(ac.entrypoint)
