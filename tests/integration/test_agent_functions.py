@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.agent_batches import chat_prompt, segments, unpadded
 from tests.support.agents.scripted import TOOLS
-from tests.support.chat_templates import FORGETFUL_TEMPLATE, TOOL_TEMPLATE
+from tests.support.chat_templates import FORGETFUL_TEMPLATE, NO_TOOLS_TEMPLATE, TOOL_TEMPLATE
 from turnrl.agent.functions.rollout import FunctionAgentRollout
 from turnrl.batch import Batch
 from turnrl.config import ConfigError, load_config
@@ -60,6 +60,7 @@ def tiny_tool(tiny, tmp_path_factory):
     model, tok = tiny
     path = tmp_path_factory.mktemp("templates") / "tools.jinja"
     path.write_text(TOOL_TEMPLATE)
+    path.with_name("no_tools.jinja").write_text(NO_TOOLS_TEMPLATE)
     tool_tok = copy.copy(tok)
     tool_tok.chat_template = TOOL_TEMPLATE
     return model, tok, tool_tok, str(path)
@@ -186,7 +187,8 @@ def test_async_agent_returns_messages_scored_by_the_rule(tiny_tool, tmp_path):
 def test_failures_score_zero_are_counted_and_stop_the_first_step(tiny_tool, agent, kind, said):
     _, tok, _, _ = tiny_tool
     start = time.monotonic()
-    extra = {"rollout.agent.chat_template": ""} if agent == "tools_refused" else {}  # renders no tools
+    no_tools = str(Path(tiny_tool[3]).with_name("no_tools.jinja"))
+    extra = {"rollout.agent.chat_template": no_tools} if agent == "tools_refused" else {}
     with make(tiny_tool, agent, **{"rollout.agent.timeout_s": 2, **extra}) as rollout:
         batch, metrics = run(rollout, tok, QUESTIONS[:1], n=2)
     assert time.monotonic() - start < 15  # a hung agent is left behind at its timeout
@@ -318,8 +320,9 @@ def test_gateway_refuses_in_one_line(tiny_tool):
             assert http.get(gw.base_url("e1") + "/models", headers=auth).json()["data"][0]["id"] == "policy"
         gw.close_episode("e1")
         gw.close_episode("e1b")
-    # tiny-random's own template renders no tools: a tool list is refused, not silently dropped
-    with make(tiny_tool, "one_call", **{"rollout.agent.chat_template": ""}) as rollout:
+    # a template that renders no tools: a tool list is refused, not silently dropped
+    no_tools = str(Path(tiny_tool[3]).with_name("no_tools.jinja"))
+    with make(tiny_tool, "one_call", **{"rollout.agent.chat_template": no_tools}) as rollout:
         gw = rollout.gateway
         e2 = gw.open("e2", SamplingParams(max_new_tokens=8))
         body = {**hello, "tools": TOOLS}

@@ -1,4 +1,5 @@
-"""A minimal chat template that renders tool lists and tool calls (SmolLM2's renders neither)."""
+"""Minimal chat templates: one that renders tool lists and tool calls, one that renders neither
+(SmolLM2's own; the embedded model and tiny-random are loaded with a version that renders tools)."""
 
 TOOL_TEMPLATE = (
     "{% if tools %}{{ '<|im_start|>system\\nTools: ' + (tools | map(attribute='function') "
@@ -16,3 +17,9 @@ FORGETFUL_TEMPLATE = TOOL_TEMPLATE.replace(
 """TOOL_TEMPLATE, but an assistant message's content is shown only while it is the last message (as
 templates that drop earlier turns' reasoning do): rendering more messages rewrites earlier ones."""
 assert FORGETFUL_TEMPLATE != TOOL_TEMPLATE
+
+NO_TOOLS_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+"""ChatML without tools: a tool list sent with it is refused, not silently dropped."""

