@@ -1,4 +1,4 @@
-"""Sync vs async training (`trainer.mode=async`, max_staleness 1 and 2), side by side.
+"""Sync vs async training (`trainer.mode=async`, one and two steps ahead), side by side.
 
     python benchmarks/async_speedup.py                          # embedded model, default task + search agent
     python benchmarks/async_speedup.py --tasks default --steps 6
@@ -37,9 +37,16 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = {"sync": ["trainer.mode=sync"]} | {
-    f"async k={k}": ["trainer.mode=async", f"trainer.max_staleness={k}"] for k in (1, 2)
-}
+UPDATES_PER_STEP = {"default": 2, "search": 1}
+"""Optimizer updates per step (train batch / mini-batch): `trainer.max_staleness` counts them."""
+
+
+def modes(task: str) -> dict[str, list[str]]:
+    """sync, and async one and two steps ahead (`trainer.max_staleness` = steps x updates per step)."""
+    u = UPDATES_PER_STEP[task]
+    return {"sync": ["trainer.mode=sync"]} | {
+        f"async k={k}": ["trainer.mode=async", f"trainer.max_staleness={k * u}"] for k in (1, 2)
+    }
 
 
 def task_overrides(task: str, search_url: str, topk: int = 3) -> list[str]:
@@ -171,7 +178,7 @@ def main() -> None:
             with slow_retriever(args.latency_ms / 1000) if task == "search" else _nothing() as url:
                 results = {
                     name: run(f"{task} {name}", common + task_overrides(task, url, args.topk) + extra, out)
-                    for name, extra in MODES.items()
+                    for name, extra in modes(task).items()
                 }
             base = results["sync"]
             label = f"{task}" + (

@@ -52,7 +52,7 @@ def test_staleness_zero_is_the_synchronous_run(tmp_path, server_run):
 
 @pytest.mark.timeout(600)
 def test_overlap_within_the_bound_and_resume_loses_and_repeats_nothing(tmp_path):
-    extra = {"trainer.mode": "async", "trainer.max_staleness": 1, "trainer.save_freq": 1}
+    extra = {"trainer.mode": "async", "trainer.max_staleness": 2, "trainer.save_freq": 1}  # 2 updates a step
     whole = run(tmp_path, "whole", **extra)
     steps = steps_of(whole)
     for s in steps:  # within the bound, nothing dropped
@@ -60,6 +60,7 @@ def test_overlap_within_the_bound_and_resume_loses_and_repeats_nothing(tmp_path)
         assert s["async/dropped_stale"] == 0
     # step 2's batch was sampled by version 0 while step 1 trained (version 0 -> 1): one behind
     assert steps[1]["rollout/policy_version/max"] == 0.0 and steps[1]["async/staleness/max"] == 1.0
+    assert steps[1]["async/staleness_updates/max"] == 2.0  # one step of 2 mini-batch updates
     # the engine's log-probs are still compared with the trainer's: the gap is the staleness
     assert steps[1]["rollout_corr/abs_diff_max"] > 0.0
     # the same run, stopped right after the checkpoint of step 1: its later checkpoints and logs removed
@@ -87,7 +88,7 @@ def test_agent_episodes_stream_in_async_mode(tmp_path):
         "model.path": "tiny-random",
         "rollout.engine": "server",
         "trainer.mode": "async",
-        "trainer.max_staleness": 1,
+        "trainer.max_staleness": 2,  # one step of 2 mini-batches
         "data.train_batch_size": 2,
         "data.max_response_length": 24,
         "rollout.n": 2,

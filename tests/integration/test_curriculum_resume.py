@@ -90,7 +90,7 @@ def test_async_mode_draws_and_observes_in_the_producer_thread(tmp_path):
     async_run = {
         **SERVER_RUN,
         "trainer.mode": "async",
-        "trainer.max_staleness": 1,
+        "trainer.max_staleness": 2,  # optimizer updates: one step of 2 mini-batches
         "trainer.rollout_dump_freq": 0,
     }
     trainer = make(tmp_path / "run", 6, **async_run)

@@ -51,7 +51,7 @@ def test_async_with_a_learning_rate_of_zero_keeps_them_equal(tmp_path):
     extra = {
         "rollout.engine": "server",
         "trainer.mode": "async",
-        "trainer.max_staleness": 1,
+        "trainer.max_staleness": 2,
         "actor.optim.lr": 1e-12,
     }
     trainer = Trainer(load_config(None, tiny_overrides(tmp_path, **LORA, **extra)))

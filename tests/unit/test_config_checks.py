@@ -153,7 +153,30 @@ RULES = [
         {"trainer__mode": "async", "rollout__engine": "server", "trainer__n_gpus_per_node": 2},
         r"'trainer\.mode=async' runs the trainer in one process",
     ),
+    # staleness counts optimizer updates: 2 epochs x 8 / 4 = 4 a step, so 3 allows no overlap
+    (
+        {
+            "trainer__mode": "async",
+            "rollout__engine": "server",
+            "trainer__max_staleness": 3,
+            "actor__ppo_epochs": 2,
+        },
+        r"'trainer\.max_staleness=3' counts optimizer updates, and one step makes 4 \(actor\.ppo_epochs=2 x "
+        r"data\.train_batch_size=8 / actor\.ppo_mini_batch_size=4\): .* set it to 0 \(no overlap\) or >= 4",
+    ),
 ]
+
+
+def test_staleness_in_updates_becomes_whole_steps_ahead():
+    from turnrl.config.checks import staleness_lead, updates_per_step
+
+    cfg = config_with(trainer__mode="async", rollout__engine="server", actor__ppo_epochs=2)
+    assert updates_per_step(cfg) == 4  # 2 epochs x (8 prompts / mini-batches of 4)
+    for k, lead in [(0, 0), (4, 1), (7, 1), (8, 2)]:
+        cfg.trainer.max_staleness = k
+        assert staleness_lead(cfg) == lead, k
+    cfg.trainer.mode = "sync"
+    assert staleness_lead(cfg) == 0  # sync mode never runs ahead
 
 
 def _rule_id(rule: tuple[dict[str, Any], str]) -> str:

@@ -164,13 +164,37 @@ def _check_async(cfg: Config) -> None:
             "'trainer.mode=async' runs the trainer in one process for now: set trainer.nnodes=1 and "
             "trainer.n_gpus_per_node=1 (the inference servers may live anywhere)"
         )
+    updates = updates_per_step(cfg)
+    if 0 < t.max_staleness < updates:
+        raise ConfigError(
+            f"'trainer.max_staleness={t.max_staleness}' counts optimizer updates, and one step makes "
+            f"{updates} (actor.ppo_epochs={cfg.actor.ppo_epochs} x data.train_batch_size="
+            f"{cfg.data.train_batch_size} / actor.ppo_mini_batch_size={cfg.actor.ppo_mini_batch_size}): "
+            f"a batch one step old is {updates} updates old; set it to 0 (no overlap) or >= {updates}"
+        )
     from turnrl.algorithms.rollout_corr import bypass_choice
 
     if bypass_choice(cfg.algorithm.rollout_correction.bypass) == "true" and t.max_staleness > 0:
         raise ConfigError(
             "'algorithm.rollout_correction.bypass=true' is exact only on-policy; async samples may be "
-            f"{t.max_staleness} versions old: use mode=tis or mis instead"
+            f"{t.max_staleness} optimizer updates old: use mode=tis or mis instead"
         )
+
+
+def updates_per_step(cfg: Config) -> int:
+    """Actor optimizer updates one training step makes: `ppo_epochs` passes over
+    `train_batch_size / ppo_mini_batch_size` mini-batches (the policy moves once per update, so
+    staleness is counted in them). Worked example: 8 prompts, mini-batches of 4, 2 epochs: 4."""
+    a = cfg.actor
+    return a.ppo_epochs * max(1, -(-cfg.data.train_batch_size // max(1, a.ppo_mini_batch_size)))
+
+
+def staleness_lead(cfg: Config) -> int:
+    """How many steps the async producer may run ahead: `trainer.max_staleness` optimizer updates,
+    in whole steps (0 in sync mode). A batch sampled that many steps ahead is trained at most
+    `max_staleness` updates after the policy that sampled it."""
+    t = cfg.trainer
+    return t.max_staleness // updates_per_step(cfg) if t.mode == "async" else 0
 
 
 def _check_rollout_correction(cfg: Config) -> None:

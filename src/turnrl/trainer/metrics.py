@@ -55,17 +55,24 @@ def version_metrics(batch: Batch, trained_at: int) -> dict[str, float]:
 
 
 def async_metrics(
-    batch: Batch, trained_at: int, trainer_idle_s: float, rollout_idle_s: float, queue_depth: int
+    batch: Batch,
+    trained_at: int,
+    trainer_idle_s: float,
+    rollout_idle_s: float,
+    queue_depth: int,
+    updates_per_step: int = 1,
 ) -> dict[str, float]:
     """Async mode's accounting: how old the trained samples are (versions behind the trainer; per
-    sample by its oldest token, and per model token), who waited for whom, and how many rollouts
-    were ready behind this one."""
+    sample by its oldest token, and per model token; and in optimizer updates, the unit of
+    `trainer.max_staleness`: versions x `updates_per_step`), who waited for whom, and how many
+    rollouts were ready behind this one."""
     lag = (trained_at - batch["rollout_policy_version"]).float()
     mask = batch["response_mask"] > 0
     token_lag = (trained_at - batch["rollout_token_versions"]).float()[mask]
     return {
         "async/staleness/mean": lag.mean().item(),
         "async/staleness/max": lag.max().item(),
+        "async/staleness_updates/max": lag.max().item() * updates_per_step,
         "async/token_staleness/mean": token_lag.mean().item() if token_lag.numel() else 0.0,
         "async/trainer_idle_s": trainer_idle_s,
         "async/rollout_idle_s": rollout_idle_s,

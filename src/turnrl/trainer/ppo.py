@@ -5,7 +5,7 @@ The driver holds no model and no optimizer: it calls each role through its handl
 
 One path in both modes: the producer (`producer.py`) runs stages 1-6 of a step (`produce`), and
 `step` runs stages 7-13 on what it made. A synchronous run is the producer with no lead (k = 0): it
-produces inline when `step` asks. Async mode lets it run up to `trainer.max_staleness` steps ahead
+produces inline when `step` asks. Async mode lets it run up to `trainer.max_staleness` optimizer updates (in whole steps) ahead
 in a thread. Whatever watches the stages (timing, the step inspector) is a hook of the stage clock.
 """
 
@@ -22,6 +22,7 @@ from typing import Any
 from turnrl.algorithms.kl import make_kl_controller
 from turnrl.batch import Batch
 from turnrl.config import Config, ConfigError, check_config, to_yaml
+from turnrl.config.checks import staleness_lead, updates_per_step
 from turnrl.data.curriculum import GroupWatch, make_loader
 from turnrl.rewards.scorer import RuleReward
 from turnrl.rollout.base import Rollout
@@ -71,8 +72,10 @@ class Trainer:
         t, kc = cfg.trainer, cfg.algorithm.kl_ctrl
         self.actor, self.ref, self.critic = self.roles.actor, self.roles.ref, self.roles.critic
         self.reward_model = self.roles.reward_model
-        # the producer's lead: how many versions a response may be behind when it is trained
-        self.lag = t.max_staleness if t.mode == "async" else 0
+        # the producer's lead: how many versions (steps) a response may be behind when it is trained,
+        # `trainer.max_staleness` optimizer updates in whole steps
+        self.lag = staleness_lead(cfg)
+        self.updates_per_step = updates_per_step(cfg)
         self.engine = self.actor.rollout_engine()
         self.engine.max_lag = self.lag  # a response may start before a weight update and end after it
         # agent mode starts and health-checks tool servers here: before any disk write. With a lead,
@@ -187,7 +190,9 @@ class Trainer:
         batch, metrics, version = item.batch, dict(item.metrics), self.state.policy_version
         if self.cfg.trainer.mode == "async":
             batch, dropped = stages.drop_stale(batch, version, self.lag)
-            metrics.update(async_metrics(batch, version, idle_s, item.gate_wait_s, depth))
+            metrics.update(
+                async_metrics(batch, version, idle_s, item.gate_wait_s, depth, self.updates_per_step)
+            )
             metrics["async/dropped_stale"] = dropped
         if self.state.buffered_rollouts:  # buffered when the checkpoint we resumed from was written
             metrics["async/regenerated_on_resume"] = self.state.buffered_rollouts
