@@ -115,3 +115,51 @@ def test_an_external_server_gone_is_routed_around_and_rejoins_at_the_current_ver
         a.stop()
         b.stop()
     assert torch.isfinite(torch.tensor(gen.log_probs[0])).all()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_fault_soak_twenty_steps_with_the_server_killed_three_times(tmp_path):
+    """The run's own `turnrl serve` child killed with SIGKILL at random moments (during generation,
+    a weight sync or between them), three times in a 20-step run: the run ends, every step dumped
+    all its rows, every step was sampled at the trainer's version, and three restarts are counted."""
+    import random
+
+    from turnrl.config import load_config
+    from turnrl.trainer.ppo import Trainer
+
+    steps_total = 20
+    overrides = tiny_overrides(
+        tmp_path,
+        **{
+            "rollout.engine": "server",
+            "trainer.total_training_steps": steps_total,
+            "trainer.rollout_dump_freq": 1,
+        },
+    )
+    trainer = Trainer(load_config(None, overrides))
+    child, run = trainer.engine.child, trainer.run_dir
+    rng = random.Random(7)
+    at = sorted(rng.sample(range(2, steps_total - 1), 3))  # after these steps, plus a random delay
+    kills: list[int] = []
+
+    def killer() -> None:
+        for step in at:
+            while len(steps_of(run)) < step:
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0.0, 1.5))  # somewhere in the next step's generation or sync
+            if child.process is not None and child.alive():
+                child.process.send_signal(signal.SIGKILL)
+                kills.append(step)
+
+    threading.Thread(target=killer, daemon=True).start()
+    trainer.fit()
+    steps = steps_of(run)
+    assert len(steps) == steps_total and len(kills) == 3
+    assert [s["rollout/policy_version/max"] for s in steps] == [float(v) for v in range(steps_total)]
+    assert steps[-1]["rollout/server/restarts"] == 3.0
+    rows = trainer.cfg.data.train_batch_size * trainer.cfg.rollout.n
+    for step in range(1, steps_total + 1):
+        assert len((run / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()) == rows, step
+    for s in steps:
+        assert s["rollout_corr/abs_diff_max"] < 1e-4, (s["step"], s["rollout_corr/abs_diff_max"])
