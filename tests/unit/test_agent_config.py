@@ -114,3 +114,33 @@ def test_tools_sharing_a_tag_or_the_answer_tag_are_refused(tiny, tmp_path):
         )
         with pytest.raises(ValueError, match=message):
             AgentRollout(HFEngine(model, tokenizer), tokenizer, cfg, tokenizer.pad_token_id)
+
+
+def test_a_new_builtin_tool_is_a_builder_and_a_table_line(tmp_path, monkeypatch):
+    """Tools are dispatched by the `TOOLS` table: a toy tool added there is built by `ToolSet`,
+    with its own config section, and no other file changes."""
+    from turnrl.agent.tools import toolset
+    from turnrl.agent.tools.calculator import Calculator
+
+    class Abacus(Calculator):
+        name = "abacus"
+
+    def build_abacus(tools):
+        return Abacus("abacus", tools.cfg.calculator.obs_tag)  # a calculator under another name and tag
+
+    monkeypatch.setitem(toolset.TOOLS, "abacus", toolset.ToolSpec("calculator", build_abacus, "a toy tool"))
+    with ToolSet(MultiTurnConfig(tools=["abacus"]), tmp_path) as tools:
+        assert list(tools.tools) == ["abacus"] and tools.tools["abacus"].tag == "abacus"
+
+
+def test_an_unknown_tool_stops_the_run_before_the_model_loads():
+    from turnrl.trainer.setup import check_plugins
+
+    cfg = load_config(
+        None, ["rollout.multi_turn.enable=true", "rollout.multi_turn.tools=[calculator,browser]"]
+    )
+    with pytest.raises(
+        ToolError,
+        match=r"rollout\.multi_turn\.tools: unknown tool 'browser'; built-in: calculator, python, search",
+    ):
+        check_plugins(cfg)  # the first thing build_data and turnrl eval do: before any tokenizer or model

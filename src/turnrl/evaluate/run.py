@@ -37,7 +37,7 @@ from turnrl.rollout.base import SamplingParams
 from turnrl.runtime import seed_everything
 from turnrl.trainer import checkpoint
 from turnrl.trainer.run_dirs import resolve_model_path
-from turnrl.trainer.setup import build_reward, build_rollout, check_scorers, pick_device
+from turnrl.trainer.setup import build_reward, build_rollout, check_plugins, check_scorers, pick_device
 from turnrl.trainer.stages import Scored
 from turnrl.trainer.validation import scored_batches
 from turnrl.workers.engines import build_engine
@@ -81,6 +81,7 @@ def evaluate(cfg: Config, out_dir: Path, run: Path | None = None, progress: bool
     `samples.jsonl` and returns the summary. `run`: the training run the config came from."""
     start = time.perf_counter()
     check_out_dir(out_dir)
+    check_plugins(cfg)  # an unknown tool: one line before the model loads
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)
     seed_everything(cfg.trainer.seed, cfg.trainer.deterministic)

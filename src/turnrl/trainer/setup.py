@@ -75,11 +75,21 @@ class Data:
     val_examples: list[Example]
 
 
+def check_plugins(cfg: Config) -> None:
+    """Plugin names against their tables, here where the run is assembled (the config knows no
+    plugin): the built-in tools (`data.task` is checked when its rows are written, next)."""
+    if cfg.rollout.multi_turn.enable:
+        from turnrl.agent.tools.toolset import check_tool_names
+
+        check_tool_names(cfg.rollout.multi_turn.tools)
+
+
 def build_data(cfg: Config) -> Data:
     """Seeds, the tokenizer and both data splits, checked before any model loads."""
     if cfg.trainer.num_threads:
         torch.set_num_threads(cfg.trainer.num_threads)
     seed_everything(cfg.trainer.seed, cfg.trainer.deterministic)
+    check_plugins(cfg)
     resolve_data_files(cfg)
     for f in [*cfg.data.train_files, *cfg.data.val_files]:
         if not Path(f).is_file():  # fail before the minute-long model load

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,6 @@ from turnrl.agent.tools.supervisor import ServerSupervisor
 from turnrl.config.agent_schema import MultiTurnConfig
 
 log = logging.getLogger(__name__)
-
-BUILTIN_TOOLS = ("calculator", "python", "search")
 
 
 class ToolSet:
@@ -50,13 +49,9 @@ class ToolSet:
 
     def start(self) -> ToolSet:
         try:
+            check_tool_names(self.cfg.tools)
             for name in self.cfg.tools:
-                if name not in BUILTIN_TOOLS:
-                    raise ToolError(
-                        f"rollout.multi_turn.tools: unknown tool '{name}'; built-in: {', '.join(BUILTIN_TOOLS)} "
-                        "(add your own with rollout.multi_turn.custom_tools)"
-                    )
-                self._add(getattr(self, f"_{name}")(), "the built-in tool")
+                self._add(TOOLS[name].build(self), "the built-in tool")
             for spec in self.cfg.custom_tools:
                 self._add(load_custom_tool(spec), f"the custom tool '{spec}'")
             if self.cfg.mcp_servers:
@@ -85,16 +80,12 @@ class ToolSet:
                 )
             self._add(tool, f"MCP server {server}")
 
-    def _calculator(self) -> Any:
-        c = self.cfg.calculator
-        return Calculator(c.tag, c.obs_tag)
-
     @property
     def restarts(self) -> int:
         """Child servers restarted so far in this run."""
         return sum(s.restarts for s in self.supervisors)
 
-    def _server(
+    def server(
         self, key: str, url: str, check: Any, errors: tuple[type[Exception], ...], child: Any, what: str
     ) -> tuple[str, ServerSupervisor | None]:
         """A configured server's URL after a health check, or the URL of our own child server and its
@@ -115,60 +106,7 @@ class ToolSet:
         self.supervisors.append(supervisor)
         return child.url, supervisor
 
-    def _python(self) -> Any:
-        from turnrl.agent.tools.python import PythonTool
-        from turnrl.servers.sandbox import SandboxError, SandboxProcess, check_server
-
-        p = self.cfg.python
-        child = None if p.url else SandboxProcess(workers=p.workers or None)
-
-        def check(url: str) -> dict[str, Any]:
-            return check_server(url, api_key=p.api_key)
-
-        url, supervisor = self._server(
-            "rollout.multi_turn.python",
-            p.url,
-            check,
-            (SandboxError, ValueError),
-            child,
-            "code sandbox",
-        )
-        # our own child has a key of its own (fresh per child); someone else's server takes the configured one
-        self.sandbox_url, self.sandbox_api_key = url, child.api_key if child is not None else p.api_key
-        return PythonTool(
-            url,
-            p.run_timeout,
-            p.memory_limit_mb,
-            p.tag,
-            p.obs_tag,
-            server=supervisor,
-            api_key=self.sandbox_api_key,
-        )
-
-    def _search(self) -> Any:
-        from turnrl.agent.tools.search import SearchTool
-        from turnrl.servers.retriever.client import check_server
-        from turnrl.servers.retriever.errors import RetrieverError
-        from turnrl.servers.retriever.launcher import LocalRetriever
-
-        s = self.cfg.search
-        child = None
-        if not s.url:
-            child = LocalRetriever(self._search_index(s.index), topk=s.topk)
-
-        def check(url: str) -> dict[str, Any]:
-            return check_server(url, api_key=s.api_key)
-
-        url, supervisor = self._server(
-            "rollout.multi_turn.search", s.url, check, (RetrieverError, ValueError), child, "retriever"
-        )
-        # our own child has a key of its own (fresh per child); someone else's server takes the configured one
-        api_key = child.api_key if child is not None else s.api_key
-        return SearchTool(
-            url, s.topk, s.tag, s.obs_tag, timeout=self.cfg.tool_timeout, server=supervisor, api_key=api_key
-        )
-
-    def _search_index(self, index: str) -> Path:
+    def search_index(self, index: str) -> Path:
         if index:
             return Path(index)
         if self.default_index is None:
@@ -197,3 +135,93 @@ class ToolSet:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# -- the built-in tools: one builder each, and the table ToolSet dispatches by ----------------------
+
+
+def build_calculator(tools: ToolSet) -> Any:
+    c = tools.cfg.calculator
+    return Calculator(c.tag, c.obs_tag)
+
+
+def build_python(tools: ToolSet) -> Any:
+    """The python tool over a sandbox: `python.url`'s, else a child sandbox of the run's own (whose
+    URL and key the code rewards reuse: `tools.sandbox_url`, `tools.sandbox_api_key`)."""
+    from turnrl.agent.tools.python import PythonTool
+    from turnrl.servers.sandbox import SandboxError, SandboxProcess, check_server
+
+    p = tools.cfg.python
+    child = None if p.url else SandboxProcess(workers=p.workers or None)
+
+    def check(url: str) -> dict[str, Any]:
+        return check_server(url, api_key=p.api_key)
+
+    url, supervisor = tools.server(
+        "rollout.multi_turn.python", p.url, check, (SandboxError, ValueError), child, "code sandbox"
+    )
+    # our own child has a key of its own (fresh per child); someone else's server takes the configured one
+    tools.sandbox_url, tools.sandbox_api_key = url, child.api_key if child is not None else p.api_key
+    return PythonTool(
+        url,
+        p.run_timeout,
+        p.memory_limit_mb,
+        p.tag,
+        p.obs_tag,
+        server=supervisor,
+        api_key=tools.sandbox_api_key,
+    )
+
+
+def build_search(tools: ToolSet) -> Any:
+    """The search tool over a retriever: `search.url`'s, else a child retriever of the run's own
+    over `search.index` (or the index `default_index` builds)."""
+    from turnrl.agent.tools.search import SearchTool
+    from turnrl.servers.retriever.client import check_server
+    from turnrl.servers.retriever.errors import RetrieverError
+    from turnrl.servers.retriever.launcher import LocalRetriever
+
+    s = tools.cfg.search
+    child = None if s.url else LocalRetriever(tools.search_index(s.index), topk=s.topk)
+
+    def check(url: str) -> dict[str, Any]:
+        return check_server(url, api_key=s.api_key)
+
+    url, supervisor = tools.server(
+        "rollout.multi_turn.search", s.url, check, (RetrieverError, ValueError), child, "retriever"
+    )
+    # our own child has a key of its own (fresh per child); someone else's server takes the configured one
+    api_key = child.api_key if child is not None else s.api_key
+    return SearchTool(
+        url, s.topk, s.tag, s.obs_tag, timeout=tools.cfg.tool_timeout, server=supervisor, api_key=api_key
+    )
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A built-in tool: its config section and what builds it (starting the server it needs)."""
+
+    section: str
+    """Its settings: `rollout.multi_turn.<section>`."""
+    build: Callable[[ToolSet], Any]
+    """The tool, from the set (its config, and `server` to start or check what it needs)."""
+    summary: str
+
+
+TOOLS: dict[str, ToolSpec] = {
+    "calculator": ToolSpec("calculator", build_calculator, "exact arithmetic in Python, no server"),
+    "python": ToolSpec("python", build_python, "runs code in the sandbox (a child of the run's, or python.url)"),
+    "search": ToolSpec("search", build_search, "searches a retriever (a child of the run's, or search.url)"),
+}  # fmt: skip
+"""The built-in tools by name: a new one is a builder and a line here."""
+
+
+def check_tool_names(names: list[str]) -> None:
+    """Every name in `rollout.multi_turn.tools` is a built-in tool: checked where the run is
+    assembled, before any model loads."""
+    for name in names:
+        if name not in TOOLS:
+            raise ToolError(
+                f"rollout.multi_turn.tools: unknown tool '{name}'; built-in: {', '.join(TOOLS)} "
+                "(add your own with rollout.multi_turn.custom_tools)"
+            )
