@@ -69,8 +69,9 @@ def test_python_runs_in_the_sandbox(tools):
 def test_code_reward_runs_hidden_tests_in_the_same_sandbox(tools):
     toolset, _ = tools
     # RuleReward(sandbox_url=..., sandbox_api_key=...)'s table: the tool's child sandbox and its key
-    assert toolset.sandbox_api_key == toolset.tools["python"].server.child.api_key != ""
-    table = registered(toolset.sandbox_url, scorers(), toolset.sandbox_api_key)
+    sandbox = toolset.services.sandbox
+    assert sandbox.api_key == toolset.tools["python"].server.child.api_key != ""
+    table = registered(sandbox.url, scorers(), sandbox.api_key)
     truth = {"inputs": ["abc\n", "hello\n"], "outputs": ["cba\n", "olleh\n"]}
     good = "<answer>\n```python\nprint(input()[::-1])\n```\n</answer>"
     half = "<answer>\n```python\ns = input()\nprint('cba' if s == 'abc' else s)\n```\n</answer>"

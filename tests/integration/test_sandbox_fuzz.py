@@ -433,7 +433,10 @@ def test_the_python_tool_sends_the_configured_key(server: SandboxProcess, tmp_pa
     )
     cfg.python.api_key = server.api_key
     with ToolSet(cfg, tmp_path) as toolset:
-        assert (toolset.sandbox_url, toolset.sandbox_api_key) == (server.url, server.api_key)
+        assert (toolset.services.sandbox.url, toolset.services.sandbox.api_key) == (
+            server.url,
+            server.api_key,
+        )
         executor = ToolExecutor(toolset.tools, timeout=30)
         try:
             (out,) = executor.run([ToolCall("python", {"code": "print(6*7)"})])

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 
 class AgentRollout:
+    wants_rows = False
+
     def __init__(
         self,
         engine: RolloutEngine,
@@ -48,8 +50,7 @@ class AgentRollout:
         self.engine = engine  # its counters (a server engine's restarts) reach the step's metrics
         self.cfg, self.pad_id, self.streaming = mt, pad_id, streaming
         self.toolset = ToolSet(mt, cache_root(cfg.model.cache_dir), default_index).start()
-        self.sandbox_url: str | None = self.toolset.sandbox_url or None  # code rewards reuse it
-        self.sandbox_api_key: str | None = self.toolset.sandbox_api_key or None  # and its key
+        self.services = self.toolset.services  # code rewards reuse its sandbox
         self.executor: ToolExecutor | None = None
         try:
             self.executor = ToolExecutor(self.toolset.tools, mt.tool_timeout, mt.max_concurrent_calls)

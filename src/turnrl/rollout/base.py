@@ -99,11 +99,35 @@ class RolloutEngine(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """A server a rollout's tools use, that rewards may use too: its URL and key ('' = none)."""
+
+    url: str
+    api_key: str = ""
+
+
+@dataclass(frozen=True)
+class Services:
+    """The servers a rollout started or checked for its tools, handed to whatever else needs them
+    where the run is assembled (code rewards run programs in the python tool's sandbox)."""
+
+    sandbox: Endpoint | None = None
+    retriever: Endpoint | None = None
+
+
 class Rollout(Protocol):
     """Stage 3: sample `params.n` responses per prompt of a generation batch (single-turn or agent).
 
     Returns the fields of `assemble` (responses, masks, `rollout_log_probs`,
     `rollout_policy_version`, ...) and the rollout's metrics."""
+
+    engine: RolloutEngine
+    """What samples (a server engine's `counters()` reach the step's metrics)."""
+    services: Services
+    """The tool servers it runs or uses."""
+    wants_rows: bool
+    """Stage 2 lends it the rows' own fields (an agent function reads its row)."""
 
     def generate(self, gen_batch: Batch, params: SamplingParams) -> tuple[Batch, dict[str, float]]: ...
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from turnrl.batch import Batch
-from turnrl.rollout.base import RolloutEngine, SamplingParams, assemble
+from turnrl.rollout.base import RolloutEngine, SamplingParams, Services, assemble
 
 
 class SingleTurnRollout:
+    services = Services()  # no tools
+    wants_rows = False
+
     def __init__(self, engine: RolloutEngine, pad_id: int):
         self.engine = engine
         self.pad_id = pad_id

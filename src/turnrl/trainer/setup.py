@@ -166,8 +166,8 @@ def build_reward(cfg: Config, tokenizer: Any, rollout: Rollout) -> RuleReward:
             cfg.reward.custom_function.path,
             cfg.reward.custom_function.name,
             missing_ok=cfg.reward_model.enable or jc.enable,
-            sandbox_url=getattr(rollout, "sandbox_url", None),
-            sandbox_api_key=getattr(rollout, "sandbox_api_key", None),
+            sandbox_url=rollout.services.sandbox.url if rollout.services.sandbox else None,
+            sandbox_api_key=rollout.services.sandbox.api_key or None if rollout.services.sandbox else None,
             on_error=cfg.reward.on_error,
             timeout_s=cfg.reward.timeout_s,
             scorers=scorers(),  # the built-in tasks' data sources

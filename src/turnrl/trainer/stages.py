@@ -168,11 +168,11 @@ def generate_and_score(
     same prompts again)."""
     prompts = prompts.select(prompts.keys())
     with clock("gen_batch") as st:
-        gen_batch = st.batch = split_generation_input(prompts, getattr(rollout, "wants_rows", False))
+        gen_batch = st.batch = split_generation_input(prompts, rollout.wants_rows)
     with clock("gen") as st:
         out, rollout_metrics = rollout.generate(gen_batch, params)
         st.batch = out
-    counters = getattr(getattr(rollout, "engine", None), "counters", None)
+    counters = getattr(rollout.engine, "counters", None)  # engines that count (a server engine)
     if counters is not None:  # a server engine's restarts and re-sent requests, so far in the run
         rollout_metrics = {**rollout_metrics, **{f"rollout/server/{k}": v for k, v in counters().items()}}
     with clock("group") as st:

@@ -55,7 +55,7 @@ from turnrl.agent.gateway.trajectory import EpisodeLimits
 from turnrl.batch import Batch
 from turnrl.config.checks import ConfigError
 from turnrl.config.schema import Config
-from turnrl.rollout.base import SamplingParams
+from turnrl.rollout.base import SamplingParams, Services
 from turnrl.servers.chat.template import ChatTemplate, ChatTemplateError
 from turnrl.tensors import left_pad
 
@@ -103,6 +103,7 @@ class FunctionAgentRollout:
     """See the module docstring."""
 
     wants_rows = True
+    services = Services()  # its tools are the agent's own
     """Stage 2 lends this rollout the rows' own fields (`trainer.stages.split_generation_input`)."""
 
     def __init__(self, engine: Any, tokenizer: Any, cfg: Config, pad_id: int) -> None:

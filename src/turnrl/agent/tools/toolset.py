@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from turnrl.agent.tools.calculator import Calculator
 from turnrl.agent.tools.custom import load_custom_tool
 from turnrl.agent.tools.supervisor import ServerSupervisor
 from turnrl.config.agent_schema import MultiTurnConfig
+from turnrl.rollout.base import Endpoint, Services
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,9 @@ class ToolSet:
         """The MCP servers' clients (`mcp_tools.McpClients`) while they run."""
         self._children: list[Any] = []
         self.supervisors: list[ServerSupervisor] = []
-        self.sandbox_url = ""
-        self.sandbox_api_key = ""
-        """The key of `sandbox_url` ('' = $TURNRL_API_KEY's): code rewards reusing it send it too."""
+        self.services = Services()
+        """The servers the tools run on (URL and key; a key '' = $TURNRL_API_KEY's): code rewards
+        reuse the sandbox, and send its key."""
 
     def start(self) -> ToolSet:
         try:
@@ -147,7 +148,7 @@ def build_calculator(tools: ToolSet) -> Any:
 
 def build_python(tools: ToolSet) -> Any:
     """The python tool over a sandbox: `python.url`'s, else a child sandbox of the run's own (whose
-    URL and key the code rewards reuse: `tools.sandbox_url`, `tools.sandbox_api_key`)."""
+    URL and key the code rewards reuse: `tools.services.sandbox`)."""
     from turnrl.agent.tools.python import PythonTool
     from turnrl.servers.sandbox import SandboxError, SandboxProcess, check_server
 
@@ -161,7 +162,8 @@ def build_python(tools: ToolSet) -> Any:
         "rollout.multi_turn.python", p.url, check, (SandboxError, ValueError), child, "code sandbox"
     )
     # our own child has a key of its own (fresh per child); someone else's server takes the configured one
-    tools.sandbox_url, tools.sandbox_api_key = url, child.api_key if child is not None else p.api_key
+    api_key = child.api_key if child is not None else p.api_key
+    tools.services = replace(tools.services, sandbox=Endpoint(url, api_key))
     return PythonTool(
         url,
         p.run_timeout,
@@ -169,7 +171,7 @@ def build_python(tools: ToolSet) -> Any:
         p.tag,
         p.obs_tag,
         server=supervisor,
-        api_key=tools.sandbox_api_key,
+        api_key=api_key,
     )
 
 
@@ -192,6 +194,7 @@ def build_search(tools: ToolSet) -> Any:
     )
     # our own child has a key of its own (fresh per child); someone else's server takes the configured one
     api_key = child.api_key if child is not None else s.api_key
+    tools.services = replace(tools.services, retriever=Endpoint(url, api_key))
     return SearchTool(
         url, s.topk, s.tag, s.obs_tag, timeout=tools.cfg.tool_timeout, server=supervisor, api_key=api_key
     )
