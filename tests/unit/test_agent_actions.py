@@ -100,3 +100,20 @@ def test_non_prefix_preserving_template_is_detected(tok):
     none = copy.copy(tok)
     none.chat_template = None
     assert ToolMessages.probe(none) == "the tokenizer has no chat template"
+
+
+def test_appended_text_is_the_templates_difference_after_the_models_own_end():
+    """The one template-delta rule of every episode path (hand-worked, ChatML, end "<|im_end|>\\n")."""
+    from turnrl.agent.chat_template import appended_text
+
+    before = "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\nhi<|im_end|>\n"
+    new = "<|im_start|>tool\n2<|im_end|>\n<|im_start|>assistant\n"
+    end = "<|im_end|>\n"
+    # the model wrote its <|im_end|> token: only the newline after it is added
+    assert appended_text(before, before + new, end, "<|im_end|>") == "\n" + new
+    # it stopped without one (a length cut): the whole end is added
+    assert appended_text(before, before + new, end, "") == end + new
+    # an EOS text the end does not start with (another stop token) adds the whole end too
+    assert appended_text(before, before + new, end, "</s>") == end + new
+    # a template that rewrites what came before gives nothing to append
+    assert appended_text(before, before.replace("hi", "") + new, end, "<|im_end|>") is None

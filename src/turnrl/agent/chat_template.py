@@ -56,12 +56,31 @@ class ToolMessages:
         assistant = {"role": "assistant", "content": _SENTINEL}
         before = _render(self.tokenizer, [*_BASE, assistant], False)
         after = _render(self.tokenizer, [*_BASE, assistant, *(_tool(r) for r in results)], True)
-        if not after.startswith(before):
+        text = appended_text(before, after, self.message_end, eos_text)
+        if text is None:
             raise ValueError("chat template is not prefix-preserving for these tool messages")
-        end = self.message_end
-        if eos_text and end.startswith(eos_text):
-            end = end[len(eos_text) :]
-        return end + after[len(before) :]
+        return text
+
+
+def appended_text(before: str, after: str, message_end: str, eos_text: str = "") -> str | None:
+    """What follows an assistant message already in the context, as ids the model generated: the
+    template's rendering `after` new messages minus its rendering `before` them (ending with that
+    assistant message), preceded by the message's end, less the part the model wrote itself as its
+    EOS token. None when the template is not prefix-preserving there (`after` rewrites `before`).
+    Every episode path appends through here: the built-in loop's tool messages, the gateway's
+    deltas between an agent's calls.
+
+    Worked example (ChatML, end `<|im_end|>\\n`), the model ended with its `<|im_end|>` token:
+        before = "...<|im_start|>assistant\\nhi<|im_end|>\\n"
+        after  = before + "<|im_start|>tool\\n2<|im_end|>\\n<|im_start|>assistant\\n"
+        ->  "\\n" + "<|im_start|>tool\\n2<|im_end|>\\n<|im_start|>assistant\\n"
+    """
+    if not after.startswith(before):
+        return None
+    end = message_end
+    if eos_text and end.startswith(eos_text):
+        end = end[len(eos_text) :]  # the model wrote the message's end itself: its token stays
+    return end + after[len(before) :]
 
 
 def _tool(content: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from turnrl.agent.chat_template import appended_text
 from turnrl.agent.episode import Episode
 from turnrl.servers.chat.template import NOT_JSON, ChatTemplate, json_value, text_of
 
@@ -233,14 +234,12 @@ class Trajectory:
             return self._drifted("the messages do not extend the previous call's and its answer")
         before = self.template.render(messages[:n], tools, add_generation_prompt=False, variables=variables)
         after = self.template.render(messages, tools, variables=variables)
-        if not after.startswith(before):
-            return self._drifted("the chat template rewrites earlier messages (it is not prefix-preserving)")
         if not before.endswith(self.end):
             return self._drifted("the chat template ends this assistant message unlike its others")
-        end = self.end
-        if self.eos_text and end.startswith(self.eos_text):
-            end = end[len(self.eos_text) :]  # the model wrote the message's end itself: its token stays
-        return end + after[len(before) :]
+        text = appended_text(before, after, self.end, self.eos_text)
+        if text is None:
+            return self._drifted("the chat template rewrites earlier messages (it is not prefix-preserving)")
+        return text
 
     def _drifted(self, why: str) -> None:
         self.drift = why
