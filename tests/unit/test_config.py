@@ -97,3 +97,14 @@ def test_a_task_swapped_on_the_command_line_drops_the_recipes_task_args():
     assert swapped.data.task == "reasoning_gym:basic_arithmetic"
     assert swapped.data.task_args == {"size": 50}  # the command line's own, given before the task
     assert load_config("gym_chain_sum", ["data.task=addition"]).data.task_args == {}
+
+
+def test_list_keys_shows_each_keys_declared_range():
+    """`turnrl train --list-keys`: the range declared on the field, its sentinel's meaning, the
+    docstring; a key without a range (a string) shows none."""
+    from turnrl.config import key_listing
+
+    lines = {line.split()[0]: line for line in key_listing()}
+    assert "[>= 0; 0 = off] Top-k sampling" in lines["rollout.top_k"]
+    assert "[> 0] Peak learning rate" in lines["actor.optim.lr"]
+    assert "[" not in lines["data.task"].split("Built-in")[0]

@@ -31,7 +31,7 @@ def agent(**settings: Any) -> dict[str, Any]:
 
 
 RULES = [
-    # every size must be positive (config.ranges.RANGES; tests/unit/test_config_ranges.py has the table)
+    # every size must be positive (declared on the fields; tests/unit/test_config_ranges.py checks them)
     *(
         ({key.replace(".", "__"): 0}, rf"'{re.escape(key)}' must be >= 1, got 0")
         for key in (

@@ -1,5 +1,5 @@
-"""The range of every numeric setting (`turnrl.config.ranges.RANGES`): decided for every field of
-every schema, refusing NaN and infinities, and reported in one line naming the key."""
+"""The range of every numeric setting (declared on its field: `turnrl.config.rules.ranged`): decided
+for every field of every schema, refusing NaN and infinities, and reported in one line naming the key."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import pytest
 from turnrl.config import ConfigError, check_config, load_config
 from turnrl.config.checks import check_ranges
 from turnrl.config.loader import builtin_recipes
-from turnrl.config.ranges import RANGES, accepts, rule_of
+from turnrl.config.ranges import accepts, rule_of
+from turnrl.config.rules import RANGE
 from turnrl.config.schema import Config
 from turnrl.config.supervised_schema import RMConfig, SFTConfig
 from turnrl.supervised.checks import check_rm, check_sft
@@ -23,7 +24,7 @@ SCHEMAS = (Config, SFTConfig, RMConfig)
 NUMERIC = (int, float, list[int], list[float])
 
 # The only fields that may take a negative value, each for its documented reason. A new field that
-# should join them is a decision to write down here and in RANGES, not a default.
+# should join them is a decision to write down here and on its field, not a default.
 MAY_BE_NEGATIVE = {
     "ActorConfig.entropy_coeff",  # negative: an entropy penalty
     "CurriculumConfig.pass_threshold",  # reward scores may be negative
@@ -55,10 +56,10 @@ def all_numeric_fields() -> list[tuple[type, str]]:
 
 
 def test_every_numeric_field_has_a_decided_rule():
-    """Add a numeric field to a schema and this fails until RANGES says what values it takes (its
-    docstring's sentinels: `0 = off`, `-1 = default`, ...)."""
+    """Add a numeric field to a schema and this fails until its `ranged(...)` says what values it
+    takes (its docstring's sentinels: `0 = off`, `-1 = default`, ...)."""
     missing = [f"{cls.__name__}.{name}" for cls, name in all_numeric_fields() if rule_of(cls, name) is None]
-    assert missing == [], f"add a rule to turnrl.config.ranges.RANGES for: {', '.join(missing)}"
+    assert missing == [], f"declare a range (rules.ranged) on: {', '.join(missing)}"
 
 
 def test_only_the_listed_fields_may_be_negative():
@@ -70,17 +71,32 @@ def test_only_the_listed_fields_may_be_negative():
     assert negative == MAY_BE_NEGATIVE
 
 
-def test_the_table_names_only_numeric_fields_that_exist():
-    for cls, rules in RANGES.items():
+def declared() -> Iterator[tuple[type, dataclasses.Field]]:
+    """Every field of every schema that declares a range."""
+    seen: set[type] = set()
+    todo: list[type] = list(SCHEMAS)
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
         hints = typing.get_type_hints(cls)
-        for name in rules:
-            assert name in hints and hints[name] in NUMERIC, f"RANGES: {cls.__name__}.{name} is not a number"
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(hints[f.name]):
+                todo.append(hints[f.name])
+            elif RANGE in f.metadata:
+                yield cls, f
+
+
+def test_ranges_are_declared_only_on_numeric_fields():
+    for cls, f in declared():
+        hint = typing.get_type_hints(cls)[f.name]
+        assert hint in NUMERIC, f"{cls.__name__}.{f.name} declares a range but is not a number"
 
 
 def test_every_rule_is_readable():
-    for rules in RANGES.values():
-        for spec, _ in rules.values():
-            accepts(spec)(0.5)  # raises on a spec it cannot read
+    for _, f in declared():
+        accepts(f.metadata[RANGE].spec)(0.5)  # raises on a spec it cannot read
     with pytest.raises(ValueError, match="unreadable range rule"):
         accepts("at least 3")
 

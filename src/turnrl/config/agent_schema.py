@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from turnrl.config.rules import ranged
+
 DEFAULT_INVALID = (
     "\nMy previous action is invalid. To use a tool, put its input between the tool's tags, "
     "e.g. <{tool_tag}> ... </{tool_tag}>. To answer, put the answer between <{answer_tag}> and "
@@ -24,7 +26,7 @@ class SearchToolConfig:
     api_key: str = ""
     """Key of `url`'s retriever, sent as `Authorization: Bearer`. Empty = $TURNRL_API_KEY (prefer it:
     a key here is saved with the run's config). turnrl's own child retriever gets a fresh key by itself."""
-    topk: int = 3
+    topk: int = ranged(3, ">= 1")
     """Passages per query."""
     tag: str = "search"
     """XML action tag: the model writes `<search>query</search>`."""
@@ -40,11 +42,11 @@ class PythonToolConfig:
     """Key of `url`'s sandbox, sent as `Authorization: Bearer`. Empty = $TURNRL_API_KEY (prefer it:
     a key here is saved with the run's config). turnrl's own child sandbox gets a fresh key by itself,
     which the tool and the code rewards that reuse the sandbox send."""
-    run_timeout: float = 5.0
+    run_timeout: float = ranged(5.0, "> 0")
     """Wall-clock seconds one program may run in the sandbox."""
-    memory_limit_mb: int = -1
+    memory_limit_mb: int = ranged(-1, ">= 1 or -1", "-1 = the server's default")
     """Memory limit per run in MB (-1 = the server's default)."""
-    workers: int = 0
+    workers: int = ranged(0, ">= 0", "0 = one per CPU core")
     """Concurrent runs of the child sandbox (0 = one per CPU core); ignored with `url`."""
     tag: str = "code"
     """XML action tag: the model writes `<code>program</code>`."""
@@ -64,7 +66,7 @@ class CalculatorToolConfig:
 class MultiTurnConfig:
     enable: bool = False
     """Run episodes of generate -> tool call -> observation -> generate instead of one response."""
-    max_turns: int = 4
+    max_turns: int = ranged(4, ">= 0")
     """Tool-using turns per episode; after the last one the model answers without tools."""
     tools: list[str] = field(default_factory=lambda: ["search"])
     """Built-in tools the model may call: any of calculator, python, search."""
@@ -75,22 +77,22 @@ class MultiTurnConfig:
     started as a child process and spoken to over stdio, e.g. `["python my_server.py", "npx -y
     @modelcontextprotocol/server-filesystem /data"]`. Each server's tools (name, description, input
     schema) join the tool set; a name another tool has stops the run. Needs `pip install -e ".[agents]"`."""
-    mcp_startup_timeout_s: float = 60.0
+    mcp_startup_timeout_s: float = ranged(60.0, "> 0")
     """Seconds an MCP server may take to start, initialise and list its tools (`npx`/`uvx` may download
     the server first); one that has not answered by then stops the run in one line."""
     format: str = "xml"
     """`xml`: `<tag>input</tag>` actions (Search-R1, Code-R1); `json`: `<tool_call>{"name", "arguments"}</tool_call>` in the chat template."""
     answer_tag: str = "answer"
     """XML tag of the final answer; `<answer>...</answer>` ends the episode."""
-    max_obs_length: int = 512
+    max_obs_length: int = ranged(512, ">= 1")
     """Tokens of one tool output shown to the model; longer outputs are cut and end with `obs_truncation_marker`."""
     obs_truncation_marker: str = "...[truncated]"
     """Text appended to a cut observation, so the model can see it was cut."""
-    max_tokens_per_turn: int = 0
+    max_tokens_per_turn: int = ranged(0, ">= 0", "0 = up to the remaining response budget")
     """Model tokens one turn may generate (0 = up to the remaining response budget)."""
-    tool_timeout: float = 30.0
+    tool_timeout: float = ranged(30.0, "> 0")
     """Seconds one tool call may take; a late call becomes an error observation and the episode goes on."""
-    max_concurrent_calls: int = 64
+    max_concurrent_calls: int = ranged(64, ">= 1")
     """Tool calls in flight at once across the batch (they run concurrently within a turn)."""
     invalid_action_observation: str = DEFAULT_INVALID
     """Shown after an unusable action (`{tool_tag}`, `{answer_tag}` are filled in); empty = end the episode instead."""
@@ -115,11 +117,11 @@ class FunctionAgentConfig:
     """An environment as the agent, instead of an entrypoint: `verifiers:<taskset id>` or
     `verifiers:path/to/file.py:load` (a verifiers v1 `Env`; pip install -e ".[verifiers]"). Its own
     rollout runs against the episode's client and its rubric's reward is the episode's (docs/agent.md)."""
-    max_concurrency: int = 64
+    max_concurrency: int = ranged(64, ">= 1")
     """Episodes running at once (each one agent call with its own client)."""
-    timeout_s: float = 300.0
+    timeout_s: float = ranged(300.0, "> 0")
     """Wall-clock seconds one episode may take; a late episode scores 0 (`agent/errors/timeout`)."""
-    max_calls: int = 32
+    max_calls: int = ranged(32, ">= 1")
     """Model calls one episode may make; the next one is refused and the episode ends truncated."""
     chat_template: str = ""
     """A Jinja chat template file used instead of the tokenizer's, for models whose own template

@@ -1,7 +1,8 @@
 """Every rule of the config, in one place: `check_config(cfg)`.
 
 The range of every numeric setting, in every schema (`turnrl train` / `eval` / `trace`, `turnrl sft`
-/ `rm`), is one table, `RANGES`, checked by `check_ranges`; the cross-field rules follow it.
+/ `rm`), is declared on its field (`rules.ranged`) and checked by `check_ranges`; the cross-field
+rules follow it.
 `load_config` runs the checks on what it builds and the Trainer runs them again, so a Config made in
 code is checked too. They only read the config (idempotent) and import nothing heavy (cheap).
 """
@@ -16,14 +17,13 @@ from typing import Any
 from turnrl.config.agent_schema import (
     MultiTurnConfig,
 )
-from turnrl.config.ranges import (  # noqa: F401  (the table's readers, imported from here too)
+from turnrl.config.ranges import (  # noqa: F401  (the ranges' readers, imported from here too)
     DEFAULT_RULE,
-    RANGES,
-    Rule,
     accepts,
     numeric_settings,
     rule_of,
 )
+from turnrl.config.rules import Rule  # noqa: F401
 from turnrl.config.schema import (
     Config,
     JudgeConfig,
@@ -54,7 +54,7 @@ class ConfigError(TurnrlInputError):
 
 
 def check_ranges(cfg: Any) -> None:
-    """Raise ConfigError naming the first numeric setting outside its `RANGES` rule, or NaN/inf:
+    """Raise ConfigError naming the first numeric setting outside its declared rule, or NaN/inf:
     `'trainer.total_training_steps' must be >= 0 (0 = run trainer.total_epochs), got -1`."""
     for key, value, (spec, note) in numeric_settings(cfg):
         finite = math.isfinite(value)
@@ -209,7 +209,7 @@ def _check_rollout_correction(cfg: Config) -> None:
     key = "algorithm.rollout_correction"
     _one_of(f"{key}.mode", rc.mode, CORRECTION_MODES)
     _one_of(f"{key}.level", rc.level, CORRECTION_LEVELS)
-    if not rc.mis_low < rc.mis_high:  # each one's range is in RANGES
+    if not rc.mis_low < rc.mis_high:  # each one's range is on its field
         raise ConfigError(f"'{key}' needs 0 <= mis_low < mis_high, got [{rc.mis_low}, {rc.mis_high}]")
     bypass = bypass_choice(rc.bypass)
     _one_of(f"{key}.bypass", bypass, BYPASS_CHOICES)
@@ -226,7 +226,7 @@ def _one_of(key: str, value: str, valid: tuple[str, ...]) -> None:
 
 
 def _check_sizes_and_sampling(cfg: Config) -> None:
-    d, a = cfg.data, cfg.actor  # every size is >= 1 (RANGES)
+    d, a = cfg.data, cfg.actor  # every size is >= 1 (declared on the fields)
     if d.train_batch_size % a.ppo_mini_batch_size:
         raise ConfigError(
             f"'data.train_batch_size'={d.train_batch_size} prompts does not divide into "
@@ -426,7 +426,7 @@ def _check_data(cfg: Config) -> None:
 
 def _check_multi_turn(mt: MultiTurnConfig) -> None:
     """`rollout.multi_turn` with `enable=true`: checked before any tool server starts (its numbers'
-    ranges are in RANGES)."""
+    ranges are on the fields)."""
     key = "rollout.multi_turn"
     if mt.format not in MULTI_TURN_FORMATS:
         raise ConfigError(f"'{key}.format' must be xml or json, got '{mt.format}'")

@@ -243,3 +243,20 @@ def field_docs(root: type = Config) -> dict[str, str]:
         out[key] = next((d for d in docs if d), "")
         del cls
     return out
+
+
+def key_listing(root: type = Config) -> list[str]:
+    """`turnrl train --list-keys` (and `sft`/`rm`): one line per key, its range where it declares
+    one (`rules.ranged`: the spec, then what its sentinel means), then its docstring."""
+    from turnrl.config.ranges import rule_of
+
+    lines = []
+    for key, doc in field_docs(root).items():
+        parent = root
+        parts = key.split(".")
+        for part in parts[:-1]:
+            parent = _schema_keys(parent)[part]
+        rule = rule_of(parent, parts[-1]) if dataclasses.is_dataclass(parent) else None
+        shown = f"[{rule.spec}{'; ' + rule.note if rule.note else ''}]" if rule else ""
+        lines.append(f"{key:40s} {shown + ' ' if shown else ''}{doc}")
+    return lines

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from turnrl.config.agent_schema import FunctionAgentConfig, MultiTurnConfig
+from turnrl.config.rules import ranged
 
 
 @dataclass
@@ -16,11 +17,11 @@ class ServerConfig:
     urls: list[str] = field(default_factory=list)
     """Inference servers (`turnrl serve`, vLLM or SGLang OpenAI-compatible), e.g. `http://10.0.0.2:8000`.
     Empty = start one `turnrl serve` child process for the run on this machine."""
-    timeout_s: float = 600.0
+    timeout_s: float = ranged(600.0, "> 0")
     """Seconds one completion request may take before it counts as failed."""
-    max_retries: int = 3
+    max_retries: int = ranged(3, ">= 0")
     """Retries of a request after a connection error (on the next server), before the run stops."""
-    startup_timeout_s: float = 300.0
+    startup_timeout_s: float = ranged(300.0, "> 0")
     """Seconds to wait for a server (or the child server) to answer `/health` at start-up."""
     weights_dir: str = ""
     """Where the trainer writes each synced policy version for the servers to load (must be visible to
@@ -40,22 +41,22 @@ class RolloutConfig:
     `rollout.server`) or `vllm` (in-process vLLM, `pip install turnrl[vllm]`)."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """Inference servers for `rollout.engine=server`."""
-    n: int = 8
+    n: int = ranged(8, ">= 1")
     """Samples per prompt: the group size for GRPO-style estimators."""
-    temperature: float = 1.0
+    temperature: float = ranged(1.0, "> 0")
     """Sampling temperature; old log-probs are computed at this temperature too."""
-    top_p: float = 1.0
+    top_p: float = ranged(1.0, "in (0, 1]")
     """Nucleus sampling threshold (1.0 = off)."""
-    top_k: int = 0
+    top_k: int = ranged(0, ">= 0", "0 = off")
     """Top-k sampling (0 = off)."""
     stop: list[str] = field(default_factory=list)
     """Extra stop strings; generation always stops at the tokenizer's EOS unless `ignore_eos`."""
     ignore_eos: bool = False
     """Generate every response to the full budget, never stopping at EOS (for benchmarks: every
     step then does the same work). EOS tokens are still sampled and kept; rewards see them."""
-    generation_batch_size: int = 64
+    generation_batch_size: int = ranged(64, ">= 1")
     """Responses generated per forward batch (bounds rollout memory)."""
-    sync_every: int = 0
+    sync_every: int = ranged(0, ">= 0", "0 = by device")
     """`hf` engine: decode steps between host syncs (stop checks, dropping finished rows); 0 = 1 on CPU,
     16 on CUDA, where a sync per token would stall the GPU."""
     kv_cache: str = "preallocated"
@@ -76,9 +77,9 @@ class RolloutConfig:
     bfloat16 instructions twice the arithmetic rate: a decode step 1.9-2.1x faster on the 2-core
     AVX512-BF16 machine (docs/rollout.md). The trainer keeps `model.dtype`; the gap between the two policies shows in
     `rollout_corr/*` and is corrected like any engine's (`algorithm.rollout_correction`)."""
-    val_temperature: float = 0.0
+    val_temperature: float = ranged(0.0, ">= 0", "0 = greedy")
     """Temperature for validation; 0 = greedy."""
-    val_n: int = 1
+    val_n: int = ranged(1, ">= 1")
     """Samples per validation prompt."""
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     """Agent mode: multi-turn episodes with tools."""

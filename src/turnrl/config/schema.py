@@ -12,18 +12,19 @@ from typing import Any
 
 from turnrl.config.rollout_schema import RolloutConfig
 from turnrl.config.rollout_schema import ServerConfig as ServerConfig  # its importers read it here too
+from turnrl.config.rules import ranged
 
 
 @dataclass
 class CurriculumConfig:
-    window: int = 2
+    window: int = ranged(2, ">= 1")
     """`data.sampler=curriculum`: how many recent groups of a prompt are remembered. A prompt whose last
     `window` groups were all flat (every sample scored the same: all right or all wrong, so zero GRPO
     advantage) is skipped when its turn comes."""
-    revisit_prob: float = 0.1
+    revisit_prob: float = ranged(0.1, "in [0, 1]", "0 = never, 1 = no skipping")
     """Probability that a skipped prompt is drawn anyway when its turn comes (a seeded coin per slot of
     the epoch's order): a prompt solved or failed once may have changed since. 0 = never, 1 = no skipping."""
-    pass_threshold: float = 1.0
+    pass_threshold: float = ranged(1.0, "finite")
     """A sample counts as right when its score is >= this: it tells a flat group all right (mastered)
     from all wrong, for `data/curriculum/mastered`; skipping depends on flatness alone."""
 
@@ -42,13 +43,13 @@ class DataConfig:
     take is an error. reasoning-gym tasks take `size`, `val_size`, `format_credit`, `worked_example`
     and the dataset's own parameters (docs/data.md). A recipe's `task_args` go with its `task`: an
     override naming another task drops them, so only the `data.task_args.*` overrides apply."""
-    train_batch_size: int = 8
+    train_batch_size: int = ranged(8, ">= 1")
     """Prompts per training step (each is sampled `rollout.n` times)."""
-    val_batch_size: int = 64
+    val_batch_size: int = ranged(64, ">= 1")
     """Prompts per generation call during validation."""
-    max_prompt_length: int = 256
+    max_prompt_length: int = ranged(256, ">= 1")
     """Prompts longer than this many tokens are dropped (and counted) at load time."""
-    max_response_length: int = 24
+    max_response_length: int = ranged(24, ">= 1")
     """Budget of response tokens per sample (the whole multi-turn response in agent mode)."""
     shuffle: bool = True
     """Shuffle the training rows each epoch (seeded by `trainer.seed` and the epoch)."""
@@ -77,9 +78,9 @@ class ModelConfig:
     float32 parameters (`model.dtype=float32`: float32 master weights, bfloat16 compute)."""
     cache_dir: str = ""
     """Where converted models are cached. Empty = `$TURNRL_CACHE` or `~/.cache/turnrl`."""
-    lora_rank: int = 0
+    lora_rank: int = ranged(0, ">= 0", "0 = full fine-tuning")
     """LoRA rank; 0 = full fine-tuning."""
-    lora_alpha: int = 16
+    lora_alpha: int = ranged(16, ">= 1")
     """LoRA scaling numerator (scale = alpha / rank)."""
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     """Module names that get LoRA adapters."""
@@ -93,11 +94,11 @@ class ModelConfig:
 class KLControlConfig:
     type: str = "fixed"
     """`fixed` or `adaptive` (Ziegler et al. 2019: the coefficient tracks `target_kl`)."""
-    kl_coef: float = 0.001
+    kl_coef: float = ranged(0.001, ">= 0")
     """Initial (or fixed) KL penalty coefficient beta."""
-    target_kl: float = 0.1
+    target_kl: float = ranged(0.1, "> 0")
     """Adaptive controller: the per-token KL it steers towards."""
-    horizon: int = 10000
+    horizon: int = ranged(10000, ">= 1")
     """Adaptive controller: responses over which the coefficient may change by about 20 %."""
 
 
@@ -105,7 +106,7 @@ class KLControlConfig:
 class FilterGroupsConfig:
     enable: bool = False
     """DAPO dynamic sampling: drop groups whose scores are all equal, sample more prompts until the batch is full."""
-    max_num_gen_batches: int = 4
+    max_num_gen_batches: int = ranged(4, ">= 1")
     """At most this many generation rounds per step; then train on what was kept (counted in metrics)."""
     refill: str = "fresh"
     """What an extra round samples: `fresh` (DAPO: new prompts from the loader) or `same` (the step's
@@ -120,9 +121,9 @@ class GiGPOConfig:
     comparing the turns that acted from the same observation (Feng et al. 2025, arXiv 2505.10978;
     the maths: turnrl/algorithms/turn_credit.py)."""
 
-    step_weight: float = 1.0
+    step_weight: float = ranged(1.0, ">= 0", "0 = GRPO")
     """omega: the step-level advantage's weight beside the episode's (0 = GRPO)."""
-    gamma: float = 0.95
+    gamma: float = ranged(0.95, "in (0, 1]")
     """The per-turn discount of the episode's score: turn k of K gets gamma^(K-1-k) * score."""
 
 
@@ -136,11 +137,11 @@ class RolloutCorrectionConfig:
     weight rho, tokens or sequences whose rho leaves [mis_low, mis_high] are dropped from the loss)."""
     level: str = "token"
     """`token` (rho per token), `sequence` (product over the response) or `geometric` (its geometric mean)."""
-    tis_cap: float = 2.0
+    tis_cap: float = ranged(2.0, "> 0")
     """TIS: importance weights are capped at this value."""
-    mis_low: float = 0.5
+    mis_low: float = ranged(0.5, ">= 0")
     """MIS: lower bound of the kept ratio range."""
-    mis_high: float = 2.0
+    mis_high: float = ranged(2.0, "> 0")
     """MIS: upper bound of the kept ratio range."""
     bypass: str = "auto"
     """Use the rollout's log-probs as the old log-probs and skip the trainer's `old_log_prob` pass:
@@ -159,9 +160,9 @@ class AlgorithmConfig:
     `path/to/file.py:fn` (`fn(x: AdvantageInputs)` -> advantages, or (advantages, returns))."""
     norm_adv_by_std_in_grpo: bool = True
     """Divide GRPO advantages by the group std; false gives Dr. GRPO."""
-    gamma: float = 1.0
+    gamma: float = ranged(1.0, "in [0, 1]")
     """Discount factor (GAE, REINFORCE++)."""
-    lam: float = 1.0
+    lam: float = ranged(1.0, "in [0, 1]")
     """GAE lambda."""
     use_kl_in_reward: bool = False
     """Subtract beta * KL(policy || reference) from the token rewards (needs the reference)."""
@@ -175,7 +176,7 @@ class AlgorithmConfig:
     """`adv_estimator=gigpo`'s step-level credit."""
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     """Off-policy correction between the rollout engine and the trainer (TIS / MIS / bypass)."""
-    distill_coef: float = 0.0
+    distill_coef: float = ranged(0.0, ">= 0", "0 = off")
     """On-policy distillation as a bonus to another estimator: c > 0 adds c * (log p_teacher - log p_student)
     per model token to its advantages (needs `teacher.model.path`); 0 = off. Not with `adv_estimator=opd`."""
 
@@ -184,15 +185,15 @@ class AlgorithmConfig:
 class OptimConfig:
     """AdamW with linear warm-up, then a constant rate: the actor's and the critic's optimizer."""
 
-    lr: float = 2e-5
+    lr: float = ranged(2e-5, "> 0")
     """Peak learning rate (actor default 2e-5 suits the embedded 135M model; larger models want ~1e-6)."""
-    lr_warmup_steps: int = 0
+    lr_warmup_steps: int = ranged(0, ">= 0")
     """Linear warm-up over this many optimizer steps; then constant."""
-    weight_decay: float = 0.0
+    weight_decay: float = ranged(0.0, ">= 0")
     """AdamW weight decay."""
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    betas: list[float] = ranged(spec="in [0, 1)", default_factory=lambda: [0.9, 0.999])
     """AdamW betas."""
-    grad_clip: float = 1.0
+    grad_clip: float = ranged(1.0, ">= 0", "0 = off")
     """Clip the global gradient norm to this value (0 = off)."""
 
 
@@ -200,23 +201,23 @@ class OptimConfig:
 class ActorConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     """The actor's optimizer."""
-    ppo_mini_batch_size: int = 4
+    ppo_mini_batch_size: int = ranged(4, ">= 1")
     """Prompts per optimizer step (times `rollout.n` responses); must divide `data.train_batch_size`."""
-    ppo_micro_batch_size: int = 16
+    ppo_micro_batch_size: int = ranged(16, ">= 1")
     """Responses per forward/backward pass (gradient accumulation inside a mini-batch)."""
-    log_prob_micro_batch_size: int = 32
+    log_prob_micro_batch_size: int = ranged(32, ">= 1")
     """Responses per forward pass when computing log-probs without gradients."""
-    ppo_epochs: int = 1
+    ppo_epochs: int = ranged(1, ">= 1")
     """Passes over each batch."""
-    clip_ratio_low: float = 0.2
+    clip_ratio_low: float = ranged(0.2, ">= 0")
     """PPO clip: ratio lower bound is 1 - clip_ratio_low."""
-    clip_ratio_high: float = 0.2
+    clip_ratio_high: float = ranged(0.2, ">= 0")
     """PPO clip: ratio upper bound is 1 + clip_ratio_high (DAPO clip-higher sets it above low)."""
-    clip_ratio_c: float = 3.0
+    clip_ratio_c: float = ranged(3.0, "> 1", "dual-clip")
     """Dual-clip constant for negative advantages (Ye et al. 2020); must be > 1."""
     loss_agg_mode: str = "token-mean"
     """token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm."""
-    entropy_coeff: float = 0.0
+    entropy_coeff: float = ranged(0.0, "finite")
     """Entropy bonus coefficient."""
     policy_loss_mode: str = "vanilla"
     """`vanilla` (token-level PPO ratio; clip-higher, DAPO, Yu et al. 2025; dual clip, Ye et al. 2020),
@@ -226,41 +227,41 @@ class ActorConfig:
     clip ratios in log space, the paper uses 0.4), `clip_cov` or `kl_cov` (PPO clip plus covariance-based
     entropy control, Cui et al. 2025, arXiv 2505.22617), or a loss of your own, `path/to/file.py:fn`
     (`fn(x: LossInputs)` -> the (B, T) per-token loss). Formulas: docs/algorithms.md."""
-    sapo_tau_pos: float = 1.0
+    sapo_tau_pos: float = ranged(1.0, "> 0")
     """`sapo`: gate temperature for tokens with advantage > 0 (the paper's 1.0)."""
-    sapo_tau_neg: float = 1.05
+    sapo_tau_neg: float = ranged(1.05, "> 0")
     """`sapo`: gate temperature for tokens with advantage <= 0 (the paper's 1.05; larger = the gradient
     fades faster off-policy)."""
-    clip_cov_ratio: float = 2e-4
+    clip_cov_ratio: float = ranged(2e-4, "in [0, 1]", "0 = detach nothing")
     """`clip_cov`: fraction of a micro-batch's model tokens whose gradient is detached, drawn at random
     among those with clip_cov_lb <= covariance <= clip_cov_ub (the paper's 2e-4)."""
-    clip_cov_lb: float = 1.0
+    clip_cov_lb: float = ranged(1.0, ">= 0")
     """`clip_cov`: lower bound of the centred covariance (log pi - mean) * (A - mean) of a token that may
     be detached (the paper's 1.0)."""
-    clip_cov_ub: float = 5.0
+    clip_cov_ub: float = ranged(5.0, ">= 0")
     """`clip_cov`: upper bound of that covariance (the paper's 5.0); must be >= clip_cov_lb."""
-    kl_cov_ratio: float = 2e-3
+    kl_cov_ratio: float = ranged(2e-3, "in [0, 1]", "0 = penalise nothing")
     """`kl_cov`: fraction of a micro-batch's model tokens, those of largest covariance, that get the
     |log r| penalty instead of the clip (the paper's 2e-3 for 7B models; 2e-4 for 32B)."""
-    kl_cov_coef: float = 1.0
+    kl_cov_coef: float = ranged(1.0, ">= 0")
     """`kl_cov`: weight of the |log r| penalty on those tokens (the paper's 1.0)."""
     use_kl_loss: bool = False
     """Add kl_loss_coef * KL(policy || reference) to the actor loss (GRPO's form; needs the reference)."""
-    kl_loss_coef: float = 0.001
+    kl_loss_coef: float = ranged(0.001, ">= 0")
     """Weight of the KL loss."""
     kl_loss_type: str = "k3"
     """KL estimator of the loss: k1 (kl), abs, k2 (mse), k3 (low_var_kl)."""
-    logprob_chunk_size: int = 1024
+    logprob_chunk_size: int = ranged(1024, ">= 1")
     """Tokens per chunk when turning hidden states into log-probs (bounds the vocab-sized buffer)."""
     use_dynamic_bsz: bool = False
     """Micro-batches by a token budget instead of a row count: rows sorted by length, so rows of
     similar length share a pass and little compute goes to padding. Replaces
     `ppo_micro_batch_size` and `log_prob_micro_batch_size`; the loss is the same (its denominators
     are the mini-batch's)."""
-    ppo_max_token_len_per_gpu: int = 8192
+    ppo_max_token_len_per_gpu: int = ranged(8192, ">= 1")
     """With `use_dynamic_bsz`: padded tokens (rows x longest prompt + response) per update pass on
     one rank. Bounds activation memory; must hold the longest sequence."""
-    log_prob_max_token_len_per_gpu: int = 16384
+    log_prob_max_token_len_per_gpu: int = ranged(16384, ">= 1")
     """With `use_dynamic_bsz`: padded tokens per log-prob pass (no gradients, so it can be larger)."""
 
 
@@ -278,19 +279,19 @@ class CriticConfig:
     """Where the critic's backbone comes from."""
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
     """The critic's optimizer (default lr 1e-5)."""
-    ppo_epochs: int = 1
+    ppo_epochs: int = ranged(1, ">= 1")
     """Passes of the critic over each batch."""
-    ppo_mini_batch_size: int = 8
+    ppo_mini_batch_size: int = ranged(8, ">= 1")
     """Prompts per critic optimizer step (times `rollout.n` responses)."""
-    ppo_micro_batch_size: int = 16
+    ppo_micro_batch_size: int = ranged(16, ">= 1")
     """Responses per critic forward/backward pass."""
     use_dynamic_bsz: bool = False
     """Micro-batches by a token budget instead of `ppo_micro_batch_size` rows (as `actor.use_dynamic_bsz`)."""
-    ppo_max_token_len_per_gpu: int = 8192
+    ppo_max_token_len_per_gpu: int = ranged(8192, ">= 1")
     """With `use_dynamic_bsz`: padded tokens per critic update pass on one rank."""
-    forward_max_token_len_per_gpu: int = 16384
+    forward_max_token_len_per_gpu: int = ranged(16384, ">= 1")
     """With `use_dynamic_bsz`: padded tokens per value pass without gradients."""
-    cliprange_value: float = 0.5
+    cliprange_value: float = ranged(0.5, ">= 0", "0 = no clipping")
     """Value clipping range around the old values (PPO2); 0 = no clipping."""
     loss_agg_mode: str = "token-mean"
     """Aggregation of the value loss (as `actor.loss_agg_mode`)."""
@@ -300,13 +301,13 @@ class CriticConfig:
 class RefConfig:
     enable: bool = True
     """Allow a reference policy (built only when a KL term needs it; with LoRA it is the actor without adapters)."""
-    log_prob_micro_batch_size: int = 32
+    log_prob_micro_batch_size: int = ranged(32, ">= 1")
     """Responses per reference forward pass."""
-    logprob_chunk_size: int = 1024
+    logprob_chunk_size: int = ranged(1024, ">= 1")
     """Tokens per chunk when turning hidden states into log-probs (bounds the vocab-sized buffer)."""
     log_prob_use_dynamic_bsz: bool = False
     """Reference passes by a token budget instead of a row count (as `actor.use_dynamic_bsz`)."""
-    log_prob_max_token_len_per_gpu: int = 16384
+    log_prob_max_token_len_per_gpu: int = ranged(16384, ">= 1")
     """With `log_prob_use_dynamic_bsz`: padded tokens per reference pass on one rank."""
 
 
@@ -321,13 +322,13 @@ class TeacherModelConfig:
 class TeacherConfig:
     model: TeacherModelConfig = field(default_factory=TeacherModelConfig)
     """The teacher model (loaded frozen, in `model.dtype`, sharded like the reference on N ranks)."""
-    log_prob_micro_batch_size: int = 32
+    log_prob_micro_batch_size: int = ranged(32, ">= 1")
     """Responses per teacher forward pass."""
-    logprob_chunk_size: int = 1024
+    logprob_chunk_size: int = ranged(1024, ">= 1")
     """Tokens per chunk when turning hidden states into log-probs (bounds the vocab-sized buffer)."""
     log_prob_use_dynamic_bsz: bool = False
     """Teacher passes by a token budget instead of a row count (as `actor.use_dynamic_bsz`)."""
-    log_prob_max_token_len_per_gpu: int = 16384
+    log_prob_max_token_len_per_gpu: int = ranged(16384, ">= 1")
     """With `log_prob_use_dynamic_bsz`: padded tokens per teacher pass on one rank."""
 
 
@@ -343,9 +344,9 @@ class RewardModelConfig:
     """Score responses with a reward model (added to rule scores where a rule exists)."""
     model: RewardModelSubConfig = field(default_factory=RewardModelSubConfig)
     """The reward model."""
-    coef: float = 1.0
+    coef: float = ranged(1.0, ">= 0")
     """Weight of the reward-model score in the total score."""
-    micro_batch_size: int = 32
+    micro_batch_size: int = ranged(32, ">= 1")
     """Responses per reward-model forward pass."""
 
 
@@ -353,9 +354,9 @@ class RewardModelConfig:
 class OverlongBufferConfig:
     enable: bool = False
     """DAPO overlong shaping: penalise responses that enter the last `len` tokens of the budget."""
-    len: int = 4
+    len: int = ranged(4, ">= 1")
     """Buffer length in tokens (model tokens only: observations do not count)."""
-    penalty_factor: float = 1.0
+    penalty_factor: float = ranged(1.0, ">= 0")
     """Penalty at the full budget; it grows linearly across the buffer."""
 
 
@@ -413,29 +414,29 @@ class JudgeConfig:
     """A regex with exactly one group: its last match in the judge's reply, read as a number, is
     the score. No match, a group that is not a number, or one outside [0, max_score] is an
     unparsed reply, a failure handled by `reward.on_error`."""
-    max_score: float = 10.0
+    max_score: float = ranged(10.0, "> 0")
     """The judge's score is divided by this into [0, 1]."""
-    coef: float = 1.0
+    coef: float = ranged(1.0, ">= 0")
     """Weight of the judge's score: reward = rule + coef * judge."""
-    temperature: float = 0.0
+    temperature: float = ranged(0.0, ">= 0", "0 = greedy")
     """The judge's sampling temperature (0 = greedy: the same reply for the same request)."""
-    max_tokens: int = 256
+    max_tokens: int = ranged(256, ">= 1")
     """The longest reply the judge may write, in tokens."""
-    concurrency: int = 8
+    concurrency: int = ranged(8, ">= 1")
     """Requests in flight at once."""
-    timeout_s: float = 60.0
+    timeout_s: float = ranged(60.0, "> 0")
     """Seconds one request may take before it is abandoned (and retried)."""
-    max_retries: int = 2
+    max_retries: int = ranged(2, ">= 0")
     """Retries of a request that timed out, could not connect or got HTTP 408, 409, 429 or 5xx,
     with exponential back-off; then it is a failure handled by `reward.on_error`."""
-    cache_size: int = 10000
+    cache_size: int = ranged(10000, ">= 0", "0 = no cache")
     """Replies remembered (least recently used dropped first), keyed by the judge's model and
     the filled-in rubric (so by prompt, response and ground truth): a repeated response costs no
     request. 0 = no cache."""
     cache_file: str = ""
     """A JSONL file the cache is read from at start and appended to: replies kept across runs.
     Empty = in memory only."""
-    startup_timeout_s: float = 300.0
+    startup_timeout_s: float = ranged(300.0, "> 0")
     """Seconds the child judge may take to load its model and answer /health."""
 
 
@@ -450,7 +451,7 @@ class RewardConfig:
     or a judge call that fails (no answer after its retries, a reply without a score): `fail` stops the run naming the row's index and data_source; `zero` scores the row 0 and counts
     it in the `reward/errors` metric; `fail_first_step` stops during validation before training and
     the first training step (where a broken function shows), then counts as `zero`."""
-    timeout_s: float = 60.0
+    timeout_s: float = ranged(60.0, ">= 0", "0 = no limit")
     """Seconds one reward call may take. > 0: reward functions run in a child process that is killed
     and restarted when a call overruns (a hang cannot stall training); 0: in the trainer's process,
     without a limit."""
@@ -460,19 +461,19 @@ class RewardConfig:
 
 @dataclass
 class TrainerConfig:
-    total_epochs: int = 1
+    total_epochs: int = ranged(1, ">= 0")
     """Passes over the training data (bounded by `total_training_steps`)."""
-    total_training_steps: int = 0
+    total_training_steps: int = ranged(0, ">= 0", "0 = run trainer.total_epochs")
     """Stop after this many steps; 0 = run `total_epochs` epochs."""
-    critic_warmup: int = 0
+    critic_warmup: int = ranged(0, ">= 0")
     """Steps during which only the critic is trained (the actor is held back)."""
-    test_freq: int = 10
+    test_freq: int = ranged(10, ">= 0", "0 = only before and after training")
     """Validate every this many steps (0 = only before and after training)."""
     val_before_train: bool = True
     """Validate once before the first step."""
-    save_freq: int = 0
+    save_freq: int = ranged(0, ">= 0", "0 = only at the end")
     """Checkpoint every this many steps (0 = only at the end)."""
-    max_checkpoints_to_keep: int = 0
+    max_checkpoints_to_keep: int = ranged(0, ">= 0", "0 = keep all")
     """Keep only the newest this many checkpoints (0 = keep all)."""
     default_local_dir: str = ""
     """Run directory. Empty = `runs/<experiment_name>-<timestamp>`."""
@@ -482,9 +483,9 @@ class TrainerConfig:
     """Metric sinks: console, jsonl, tensorboard, wandb (the last two when installed)."""
     project_name: str = "turnrl"
     """Project name for loggers that group runs (wandb)."""
-    rollout_dump_freq: int = 0
+    rollout_dump_freq: int = ranged(0, ">= 0", "0 = off")
     """Write the step's samples (prompt, response, score) to `<run>/rollouts/` every this many steps (0 = off)."""
-    seed: int = 1
+    seed: int = ranged(1, "in [0, 4294967295]", "numpy's seed range")
     """Seeds data order, sampling and initialisation."""
     deterministic: bool = False
     """GPU: deterministic kernels (`torch.use_deterministic_algorithms`, cuDNN deterministic,
@@ -495,21 +496,21 @@ class TrainerConfig:
     """Resume from the latest checkpoint in the run directory if there is one."""
     device: str = "auto"
     """`auto`, `cpu` or `cuda`."""
-    nnodes: int = 1
+    nnodes: int = ranged(1, ">= 1")
     """Machines in the Ray cluster the run uses (data-parallel ranks = nnodes x n_gpus_per_node)."""
-    n_gpus_per_node: int = 1
+    n_gpus_per_node: int = ranged(1, ">= 1")
     """Ranks per machine: one per GPU; with `trainer.device=cpu`, CPU processes (2 on a 2-core laptop).
     1 rank in all = the single-process trainer, which never imports Ray."""
     ray_address: str = ""
     """Ray cluster to join (`ray start --head` prints it, e.g. `10.0.0.1:6379`); empty = start one on this machine."""
     balance_batch: bool = True
     """Split each batch over ranks by tokens (whole uid groups); false = contiguous groups."""
-    num_threads: int = 0
+    num_threads: int = ranged(0, ">= 0", "0 = torch's default")
     """torch CPU threads (0 = torch's default)."""
     mode: str = "sync"
     """`sync`: rollout, then train, then the next rollout. `async`: the inference servers
     (`rollout.engine=server`) generate the next batches while the trainer updates (docs/async.md)."""
-    max_staleness: int = 2
+    max_staleness: int = ranged(2, ">= 0", "0 = no overlap")
     """Async mode: how many actor optimizer updates the policy may make between sampling a batch
     and training on it, counted in updates, not steps (a step makes `actor.ppo_epochs` x
     `data.train_batch_size / actor.ppo_mini_batch_size` of them; the default 8/4 x 1 = 2, so 2 =
@@ -526,21 +527,21 @@ class EvalConfig:
     files: list[str] = field(default_factory=list)
     """Data files to evaluate on (verl-format parquet or JSONL). Empty = `data.val_files`, or the
     validation split of `data.task` when those are empty too: what training validates on."""
-    max_prompts: int = 0
+    max_prompts: int = ranged(0, ">= 0", "0 = all")
     """Evaluate only the first this many prompts (0 = all)."""
     greedy: bool = True
     """Run the greedy pass: one response per prompt at temperature 0 (training's `val/test_score`
     when `rollout.val_temperature=0` and `rollout.val_n=1`, the defaults)."""
-    n: int = 8
+    n: int = ranged(8, ">= 0", "0 = no sampled pass")
     """Responses per prompt in the sampled pass (0 = no sampled pass); pass@k is reported for
     k = 1, 2, 4, ... up to n, and for n itself."""
-    temperature: float = 1.0
+    temperature: float = ranged(1.0, ">= 0")
     """Sampling temperature of the sampled pass (> 0)."""
-    top_p: float = 1.0
+    top_p: float = ranged(1.0, "in (0, 1]")
     """Nucleus sampling threshold of the sampled pass (1.0 = off)."""
-    top_k: int = 0
+    top_k: int = ranged(0, ">= 0", "0 = off")
     """Top-k of the sampled pass (0 = off)."""
-    success_threshold: float = 1.0
+    success_threshold: float = ranged(1.0, "finite")
     """pass@k: a response solves its prompt when its score is at least this."""
 
 

@@ -15,6 +15,7 @@ from turnrl.config.agent_schema import (
     PythonToolConfig,
     SearchToolConfig,
 )
+from turnrl.config.rules import ranged
 from turnrl.config.schema import ModelConfig, OptimConfig
 
 
@@ -24,14 +25,14 @@ class SupervisedDataConfig:
     """Training rows: JSONL or parquet files (required)."""
     val_files: list[str] = field(default_factory=list)
     """Validation rows, same format; empty = no validation."""
-    max_length: int = 1024
+    max_length: int = ranged(1024, ">= 1")
     """Tokens per example (SFT: the whole conversation; RM: prompt + one response)."""
     truncation: str = "drop"
     """An example longer than `max_length`: `drop` it, or cut it on the `right` (SFT only; the
     loss then covers the assistant tokens that fit). Either way it is counted and reported."""
     shuffle: bool = True
     """Shuffle the training rows each epoch (seeded by `trainer.seed` and the epoch)."""
-    length_window: int = 4
+    length_window: int = ranged(4, ">= 0", "0 = no sorting")
     """Length grouping: the shuffled rows are sorted by length within windows of this many batches,
     cut into batches (their order within the window shuffled again), and each batch is sorted too, so
     a micro-batch holds rows of similar length and is padded only to its own longest row.
@@ -74,7 +75,7 @@ class SFTDataConfig(SupervisedDataConfig):
     """Episode rows: the strings the agent loop stops a model turn at (its tools' and answer's closing
     tags, and any `rollout.stop`). A turn ending in one ends there, as generation does; any other turn
     ends with EOS, the only other way a model ends a turn. A turn holding one before its end is refused."""
-    max_obs_length: int = MultiTurnConfig.max_obs_length
+    max_obs_length: int = ranged(MultiTurnConfig.max_obs_length, ">= 1")
     """Episode rows: tokens of one tool output; longer ones are cut as `rollout.multi_turn.max_obs_length`
     cuts them (set both alike)."""
     obs_truncation_marker: str = MultiTurnConfig.obs_truncation_marker
@@ -93,19 +94,19 @@ class RMDataConfig(SupervisedDataConfig):
 
 @dataclass
 class SupervisedTrainerConfig:
-    total_epochs: int = 1
+    total_epochs: int = ranged(1, ">= 0")
     """Passes over the training rows (bounded by `total_training_steps`)."""
-    total_training_steps: int = 0
+    total_training_steps: int = ranged(0, ">= 0", "0 = run trainer.total_epochs")
     """Stop after this many optimizer steps; 0 = run `total_epochs` epochs."""
-    train_batch_size: int = 16
+    train_batch_size: int = ranged(16, ">= 1")
     """Examples (conversations or preference pairs) per optimizer step."""
-    micro_batch_size: int = 4
+    micro_batch_size: int = ranged(4, ">= 1")
     """Examples per forward/backward pass; gradients accumulate over a step's micro-batches."""
-    test_freq: int = 0
+    test_freq: int = ranged(0, ">= 0", "0 = only at the end")
     """Validate every this many steps (0 = only at the end, when `data.val_files` are given)."""
-    save_freq: int = 0
+    save_freq: int = ranged(0, ">= 0", "0 = only at the end")
     """Checkpoint every this many steps (0 = only at the end)."""
-    max_checkpoints_to_keep: int = 0
+    max_checkpoints_to_keep: int = ranged(0, ">= 0", "0 = keep all")
     """Keep only the newest this many checkpoints (0 = keep all)."""
     default_local_dir: str = ""
     """Run directory. Empty = `runs/<experiment_name>-<timestamp>`."""
@@ -115,15 +116,15 @@ class SupervisedTrainerConfig:
     """Metric sinks: console, jsonl, tensorboard, wandb (the last two when installed)."""
     project_name: str = "turnrl"
     """Project name for loggers that group runs (wandb)."""
-    seed: int = 1
+    seed: int = ranged(1, "in [0, 4294967295]", "numpy's seed range")
     """Seeds data order and initialisation."""
     resume: bool = True
     """Resume from the newest checkpoint in the run directory, if any."""
     device: str = "auto"
     """`auto` (cuda when available), `cpu` or `cuda`."""
-    num_threads: int = 0
+    num_threads: int = ranged(0, ">= 0", "0 = torch's default")
     """torch CPU threads (0 = torch's default)."""
-    logprob_chunk_size: int = 1024
+    logprob_chunk_size: int = ranged(1024, ">= 1")
     """SFT: tokens per chunk of the vocabulary head; peak memory is one chunk's float32 logits."""
 
 

@@ -55,7 +55,7 @@ def eval_config(recipe: str | None, overrides: list[str]) -> tuple[Config, Path 
 
 def check_eval(cfg: Config) -> None:
     e = cfg.eval
-    # each setting's range is checked with the rest of the config (config.ranges.RANGES)
+    # each setting's range is checked with the rest of the config (declared on the schema's fields)
     if not e.greedy and e.n == 0:
         raise ConfigError("nothing to evaluate: eval.greedy=false and eval.n=0; enable one of the passes")
     if e.n > 0 and e.temperature <= 0:

@@ -27,7 +27,7 @@ def check_rm(cfg: RMConfig) -> None:
 
 
 def _check_common(cfg: SFTConfig | RMConfig, rows: str) -> None:
-    check_ranges(cfg)  # every number's range: config.ranges.RANGES, shared with `turnrl train`
+    check_ranges(cfg)  # every number's range: declared on the schema's fields, as for `turnrl train`
     d, t = cfg.data, cfg.trainer
     if not d.train_files:
         raise ConfigError(f"'data.train_files' is empty: give JSONL or parquet files of {rows}")

@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(command: str, ns: argparse.Namespace) -> int:
-    from turnrl.config import field_docs, load_config, to_yaml
+    from turnrl.config import key_listing, load_config, to_yaml
     from turnrl.config.supervised_schema import RMConfig, SFTConfig
     from turnrl.supervised.checks import check_rm, check_sft
     from turnrl.trainer.cli import end_progress_bars, split_args
@@ -33,8 +33,7 @@ def run(command: str, ns: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     schema, check = (SFTConfig, check_sft) if command == "sft" else (RMConfig, check_rm)
     if ns.list_keys:
-        for key, doc in field_docs(schema).items():
-            print(f"{key:40s} {doc}")
+        print("\n".join(key_listing(schema)))
         return 0
     # bad input (config, data, model, template) is one line; anything else is a bug: keep its traceback
     try:

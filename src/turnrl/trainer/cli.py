@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from turnrl.config import field_docs, load_config, to_yaml
+from turnrl.config import key_listing, load_config, to_yaml
 from turnrl.config.loader import builtin_recipes, recipe_summary
 from turnrl.errors import TurnrlInputError
 
@@ -54,8 +54,7 @@ def run(ns: argparse.Namespace) -> int:
             print(f"{name:20s} {recipe_summary(path)}")
         return 0
     if ns.list_keys:
-        for key, doc in field_docs().items():
-            print(f"{key:40s} {doc}")
+        print("\n".join(key_listing()))
         return 0
     try:
         recipe, overrides = split_args(ns.args)
