@@ -16,10 +16,19 @@ from turnrl.keys import API_KEY_ENV, check_bind, resolve_api_key
 from turnrl.servers.connections import ConnectionLimits
 from turnrl.servers.connections import add_arguments as add_connection_arguments
 from turnrl.servers.listen import port_arg, positive_int
+from turnrl.servers.options import add_options, values_of
 from turnrl.servers.sandbox.cleanup import remove_tree
 from turnrl.servers.sandbox.config import SandboxConfig
 
 COMMAND = "turnrl sandbox serve"
+
+
+OPTIONS = (
+    "host", "port", "workers", "queue", "isolation", "cgroup", "rootfs", "seccomp", "zygote",
+    "max_run_timeout", "max_output", "max_body", "max_code", "max_stdin", "max_files",
+    "max_files_bytes", "python",
+)  # fmt: skip
+"""The SandboxConfig fields `turnrl sandbox serve` takes as options (`servers.options`)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -27,101 +36,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
     cmds = parser.add_subparsers(dest="sandbox_command", metavar="COMMAND")
     serve = cmds.add_parser("serve", help="serve POST /run_code and GET /health")
-    defaults = SandboxConfig()
-    serve.add_argument(
-        "--host",
-        default=defaults.host,
-        help="interface to bind (default %(default)s); any other needs a key",
+    positive = dict.fromkeys(("max_output", "max_body", "max_code", "max_stdin", "max_files", "max_files_bytes"), positive_int)  # fmt: skip
+    add_options(
+        serve,
+        SandboxConfig,
+        OPTIONS,
+        types={"port": port_arg, **positive},
+        choices={"isolation": ("auto", "basic")},
     )
-    serve.add_argument("--port", type=port_arg, default=defaults.port, help="TCP port (default %(default)s)")
     serve.add_argument(
         "--api-key",
         default=None,
         help=f"key every request must send as 'Authorization: Bearer KEY' or 'X-API-Key: KEY' "
         f"(default ${API_KEY_ENV}; prefer it: a flag shows in ps); required beyond loopback",
-    )
-    serve.add_argument(
-        "--workers",
-        type=int,
-        default=defaults.workers,
-        help="runs at the same time (default: CPU count, %(default)s)",
-    )
-    serve.add_argument(
-        "--queue",
-        type=int,
-        default=defaults.queue,
-        help="requests that may wait; beyond: 503 (default %(default)s)",
-    )
-    serve.add_argument(
-        "--isolation",
-        choices=["auto", "basic"],
-        default=defaults.isolation,
-        help="auto: every layer the host supports; basic: no namespaces/uid/cgroup (default %(default)s)",
-    )
-    serve.add_argument(
-        "--no-cgroup",
-        action="store_true",
-        help="skip the per-run cgroup (total memory/process cap)",
-    )
-    serve.add_argument(
-        "--no-rootfs",
-        action="store_true",
-        help="let programs see the host's files (read-only) instead of a minimal root",
-    )
-    serve.add_argument(
-        "--no-seccomp",
-        action="store_true",
-        help="skip the seccomp filter",
-    )
-    serve.add_argument(
-        "--no-zygote",
-        action="store_true",
-        help="fork and set up each run from the server while its request waits (slower)",
-    )
-    serve.add_argument(
-        "--max-run-timeout",
-        type=float,
-        default=defaults.max_run_timeout,
-        help="largest run_timeout a request may ask for, seconds (default %(default)s)",
-    )
-    serve.add_argument(
-        "--max-output",
-        type=positive_int,
-        default=defaults.max_output,
-        help="bytes of stdout and of stderr kept per run (default %(default)s)",
-    )
-    serve.add_argument(
-        "--max-body",
-        type=positive_int,
-        default=defaults.max_body,
-        help="largest request body in bytes, counted as it streams in (default %(default)s)",
-    )
-    serve.add_argument(
-        "--max-code",
-        type=positive_int,
-        default=defaults.max_code,
-        help="largest `code` in bytes (default %(default)s)",
-    )
-    serve.add_argument(
-        "--max-stdin",
-        type=positive_int,
-        default=defaults.max_stdin,
-        help="largest `stdin` in bytes (default %(default)s)",
-    )
-    serve.add_argument(
-        "--max-files",
-        type=positive_int,
-        default=defaults.max_files,
-        help="most entries in `files`, and in `fetch_files` (default %(default)s)",
-    )
-    serve.add_argument(
-        "--max-files-bytes",
-        type=positive_int,
-        default=defaults.max_files_bytes,
-        help="largest total decoded size of `files` in bytes (default %(default)s)",
-    )
-    serve.add_argument(
-        "--python", default=defaults.python, help="interpreter for language python (default: this one)"
     )
     add_connection_arguments(serve)
     serve.set_defaults(func=serve_command)
@@ -133,26 +60,7 @@ def _refuse(message: str) -> int:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    cfg = SandboxConfig(
-        host=args.host,
-        port=args.port,
-        api_key=resolve_api_key(args.api_key),
-        workers=args.workers,
-        queue=args.queue,
-        isolation=args.isolation,
-        cgroup=not args.no_cgroup,
-        rootfs=not args.no_rootfs,
-        seccomp=not args.no_seccomp,
-        zygote=not args.no_zygote,
-        max_run_timeout=args.max_run_timeout,
-        max_output=args.max_output,
-        max_body=args.max_body,
-        max_code=args.max_code,
-        max_stdin=args.max_stdin,
-        max_files=args.max_files,
-        max_files_bytes=args.max_files_bytes,
-        python=args.python,
-    )
+    cfg = SandboxConfig(**values_of(args, SandboxConfig, OPTIONS), api_key=resolve_api_key(args.api_key))
     try:
         cfg.check()
         connections = ConnectionLimits.from_args(args)

@@ -1,0 +1,85 @@
+"""A server's command-line options, made from its config dataclass: one place per setting.
+
+    add_options(serve, SandboxConfig, ("workers", "queue", "cgroup", "max_body"))
+    cfg = SandboxConfig(**values_of(args, SandboxConfig, ("workers", ...)))
+
+Each field becomes `--field-name` (underscores to dashes): its type from the annotation (int, float
+or str), its default from the dataclass, its help from the docstring written under the field
+(first sentence) and the default. A bool field that is true by default becomes `--no-field-name`
+(switching it off); one false by default, `--field-name`. `types` overrides the argparse type of a
+field (`port_arg`, `positive_int`), `choices` restricts one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import itertools
+import re
+from collections.abc import Callable, Sequence
+from functools import cache
+from typing import Any
+
+
+@cache
+def field_help(cls: type) -> dict[str, str]:
+    """The docstring under each field of dataclass `cls`, its first sentence, on one line."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef)).body
+    out = {}
+    for stmt, nxt in itertools.pairwise(body):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            text = " ".join(nxt.value.value.split())
+            out[stmt.target.id] = re.split(r"(?<=[.;])\s", text, maxsplit=1)[0].rstrip(".;")
+    return out
+
+
+def flag(name: str, on_by_default: bool = False) -> str:
+    return ("--no-" if on_by_default else "--") + name.replace("_", "-")
+
+
+def add_options(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    names: Sequence[str],
+    types: dict[str, Callable[[str], Any]] | None = None,
+    choices: dict[str, Sequence[str]] | None = None,
+) -> None:
+    """`--name` options for the fields `names` of dataclass `cls` (see the module docstring)."""
+    defaults = cls()
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    helps = field_help(cls)
+    for name in names:
+        default = getattr(defaults, name)
+        help_text = helps.get(name, "").replace("%", "%%")
+        if isinstance(default, bool):
+            parser.add_argument(
+                flag(name, default),
+                dest=name,
+                action="store_false" if default else "store_true",
+                help=f"switch off (on by default): {help_text}" if default else help_text,
+            )
+            continue
+        kind = (types or {}).get(name) or {"int": int, "float": float}.get(str(fields[name].type), str)
+        parser.add_argument(
+            flag(name),
+            dest=name,
+            type=kind,
+            default=default,
+            choices=(choices or {}).get(name),
+            help=f"{help_text} (default {default})",
+        )
+
+
+def values_of(args: argparse.Namespace, cls: type, names: Sequence[str]) -> dict[str, Any]:
+    """The parsed values of the options `add_options` made, as keyword arguments of `cls`."""
+    del cls
+    return {name: getattr(args, name) for name in names}
