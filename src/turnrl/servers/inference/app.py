@@ -38,18 +38,20 @@ import uuid
 from dataclasses import asdict
 from typing import Any
 
-from fastapi import FastAPI, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from fastapi import APIRouter, FastAPI, Request
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from turnrl.models.weights_dir import WeightsError, WeightsOutsideRoot
 from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.rollout.hf import HFEngine
 from turnrl.servers.guard import Guard, detail, finite_json
-from turnrl.servers.inference.chat_route import add_chat_route
+from turnrl.servers.inference.chat_route import router as chat_router
 from turnrl.servers.inference.common import (  # shared with chat_route, so defined below both
+    PARSE_IN_THREAD,
     BadRequest,
     Limits,
+    body_of,
     check_size,
     generate_for,
     sampling,
@@ -58,12 +60,8 @@ from turnrl.servers.inference.common import one_line as _one_line
 from turnrl.servers.inference.common import short as _short
 from turnrl.servers.inference.server import MAX_VERSION, Server
 from turnrl.servers.listen import connection_health
-from turnrl.servers.validation import describe_validation_error
 
 log = logging.getLogger("turnrl.serve")
-
-PARSE_IN_THREAD = 1 << 20
-"""Bodies larger than this are parsed on a worker thread, so /health does not wait for them."""
 
 
 # OpenAI / vLLM / SGLang fields whose effect this server does not implement: a non-default value is
@@ -279,28 +277,25 @@ def create_app(
     """`max_batch_rows`: output rows (prompts x n) of one merged engine call; `batch_wait_ms`: how
     long a lone mergeable request waits for others (see turnrl.servers.inference.batcher).
     `api_key`: '' = none asked (loopback only: the CLI refuses otherwise); `weights_root`: the
-    directory weight updates may load from (realpath), None = updates are off."""
+    directory weight updates may load from (realpath), None = updates are off. The routes are
+    module-level (`router`, `chat_route.router`) and find the server at `app.state.server`."""
     from turnrl import __version__
 
     limits = limits or Limits()
     app = FastAPI(title="turnrl serve", version=__version__)
     # outermost: the key and the body size are checked before routing and before any parsing
     app.add_middleware(Guard, api_key=api_key, max_body=limits.max_body)
-    server = Server(engine, model_id, max_model_len, max_batch_rows, batch_wait_ms, limits, weights_root)
-    app.state.server = server
+    app.state.server = Server(
+        engine, model_id, max_model_len, max_batch_rows, batch_wait_ms, limits, weights_root
+    )
+    add_error_handlers(app)
+    app.include_router(router)
+    app.include_router(chat_router)
+    return app
 
-    async def body_of(request: Request, model: type[BaseModel], example: str) -> Any:
-        body = await request.body()
-        if not body.strip():
-            raise BadRequest(describe_validation_error([{"type": "missing", "loc": ("body",)}], [], example))
-        try:
-            if len(body) > PARSE_IN_THREAD:
-                return await asyncio.to_thread(model.model_validate_json, body)
-            return model.model_validate_json(body)
-        except ValidationError as err:
-            raise BadRequest(
-                describe_validation_error(list(err.errors()), list(model.model_fields), example)
-            ) from None
+
+def add_error_handlers(app: FastAPI) -> None:
+    """A client's fault is its one-line `detail` and status; anything else a one-line 500."""
 
     @app.exception_handler(BadRequest)
     async def _bad_request(_request: Request, err: BadRequest) -> Response:
@@ -311,98 +306,108 @@ def create_app(
         # a bug, not the client's input: one line here, the traceback in the server's log (Starlette re-raises)
         return detail(f"internal error: {_one_line(err)}", 500)
 
-    @app.get("/health")
-    async def _health(request: Request) -> Response:
-        return finite_json(
-            {
-                "connections": connection_health(request.app),
-                "status": "ok",
-                "model": server.model_id,
-                "vocab_size": server.vocab_size,
-                "policy_version": server.policy_version,
-                "max_model_len": server.max_model_len,
-                "limits": asdict(server.limits),
-                **server.batcher.stats(),
-                "tool_calls_unparsed": server.tool_calls_unparsed,
-            }
-        )
 
-    @app.get("/v1/models")
-    async def _models() -> Response:
-        card = {
-            "id": server.model_id,
-            "object": "model",
-            "created": 0,
-            "owned_by": "turnrl",
-            "root": server.model_id,
-            "max_model_len": server.max_model_len,
+router = APIRouter()
+
+
+def server_of(request: Request) -> Server:
+    return request.app.state.server
+
+
+@router.get("/health")
+async def health(request: Request) -> Response:
+    server = server_of(request)
+    return finite_json(
+        {
+            "connections": connection_health(request.app),
+            "status": "ok",
+            "model": server.model_id,
             "vocab_size": server.vocab_size,
+            "policy_version": server.policy_version,
+            "max_model_len": server.max_model_len,
+            "limits": asdict(server.limits),
+            **server.batcher.stats(),
+            "tool_calls_unparsed": server.tool_calls_unparsed,
         }
-        return finite_json({"object": "list", "data": [card]})
+    )
 
-    def checked(req: CompletionRequest) -> tuple[list[list[int]], SamplingParams]:
-        prompts = parse_prompts(req.prompt, server.vocab_size)
-        params = sampling_params(req)
-        check_size(prompts, params, server.limits)
-        if server.max_model_len:
-            for i, p in enumerate(prompts):
-                if len(p) + params.max_new_tokens > server.max_model_len:
-                    raise BadRequest(
-                        f"prompt[{i}]: {len(p)} tokens + max_tokens {params.max_new_tokens} exceed "
-                        f"max_model_len {server.max_model_len}"
-                    )
-        return prompts, params
 
-    @app.post("/v1/completions")
-    async def _completions(request: Request) -> Response:
-        req = await body_of(request, CompletionRequest, '{"prompt": [[1, 2, 3]], "max_tokens": 16}')
-        if req.model not in (None, "", server.model_id):
-            return detail(
-                f"model: {_short(req.model)} is not served here; this server serves {server.model_id!r}", 404
-            )
-        # a long prompt list is checked token by token: off the event loop, as its parsing was
-        large = len(await request.body()) > PARSE_IN_THREAD  # read once, cached by the request
-        prompts, params = await asyncio.to_thread(checked, req) if large else checked(req)
-        gen = await generate_for(request, server.batcher, prompts, params)
-        if isinstance(gen, Response):  # the client left (499), or the batch failed (500)
-            return gen
-        # decoding the text of many long choices is real work: off the event loop
-        content = await asyncio.to_thread(completion_response, server, req, prompts, params, gen)
-        return finite_json(content)
+@router.get("/v1/models")
+async def models(request: Request) -> Response:
+    server = server_of(request)
+    card = {
+        "id": server.model_id,
+        "object": "model",
+        "created": 0,
+        "owned_by": "turnrl",
+        "root": server.model_id,
+        "max_model_len": server.max_model_len,
+        "vocab_size": server.vocab_size,
+    }
+    return finite_json({"object": "list", "data": [card]})
 
-    add_chat_route(app, server, body_of)
 
-    @app.post("/update_weights_from_disk")
-    async def _update(request: Request) -> Response:
-        def refused(message: str, status: int) -> Response:
-            body = {"detail": message, "success": False, "message": message}
-            return finite_json({**body, "policy_version": server.policy_version}, status)
-
-        if server.weights_root is None:
-            return refused("weight updates are off; start turnrl serve with --weights-root DIR", 403)
-        req = await body_of(
-            request, UpdateWeightsRequest, '{"model_path": "/runs/x/v1", "policy_version": 1}'
-        )
-        try:
-            if req.load_format not in (None, "auto", "safetensors"):
+def checked(server: Server, req: CompletionRequest) -> tuple[list[list[int]], SamplingParams]:
+    """The request's prompts and sampling parameters, within the server's limits, or BadRequest."""
+    prompts = parse_prompts(req.prompt, server.vocab_size)
+    params = sampling_params(req)
+    check_size(prompts, params, server.limits)
+    if server.max_model_len:
+        for i, p in enumerate(prompts):
+            if len(p) + params.max_new_tokens > server.max_model_len:
                 raise BadRequest(
-                    f"load_format: {_short(req.load_format)} is not supported (safetensors only)"
+                    f"prompt[{i}]: {len(p)} tokens + max_tokens {params.max_new_tokens} exceed "
+                    f"max_model_len {server.max_model_len}"
                 )
-            count, version = await server.load(req.model_path, _version(req))
-        except WeightsOutsideRoot as err:
-            return refused(str(err), 403)
-        except WeightsError as err:
-            return refused(str(err), 400)
-        except BadRequest as err:
-            return refused(str(err), err.status)
-        log.warning("loaded %d tensors from %s: policy version %d", count, req.model_path, version)
-        return finite_json(
-            {
-                "success": True,
-                "message": f"loaded {count} tensors from {req.model_path}",
-                "policy_version": version,
-                "weight_version": str(version),
-            }
-        )
+    return prompts, params
 
-    return app
+
+@router.post("/v1/completions")
+async def completions(request: Request) -> Response:
+    server = server_of(request)
+    req = await body_of(request, CompletionRequest, '{"prompt": [[1, 2, 3]], "max_tokens": 16}')
+    if req.model not in (None, "", server.model_id):
+        return detail(
+            f"model: {_short(req.model)} is not served here; this server serves {server.model_id!r}", 404
+        )
+    # a long prompt list is checked token by token: off the event loop, as its parsing was
+    large = len(await request.body()) > PARSE_IN_THREAD  # read once, cached by the request
+    prompts, params = await asyncio.to_thread(checked, server, req) if large else checked(server, req)
+    gen = await generate_for(request, server.batcher, prompts, params)
+    if isinstance(gen, Response):  # the client left (499), or the batch failed (500)
+        return gen
+    # decoding the text of many long choices is real work: off the event loop
+    content = await asyncio.to_thread(completion_response, server, req, prompts, params, gen)
+    return finite_json(content)
+
+
+@router.post("/update_weights_from_disk")
+async def update_weights(request: Request) -> Response:
+    server = server_of(request)
+
+    def refused(message: str, status: int) -> Response:
+        body = {"detail": message, "success": False, "message": message}
+        return finite_json({**body, "policy_version": server.policy_version}, status)
+
+    if server.weights_root is None:
+        return refused("weight updates are off; start turnrl serve with --weights-root DIR", 403)
+    req = await body_of(request, UpdateWeightsRequest, '{"model_path": "/runs/x/v1", "policy_version": 1}')
+    try:
+        if req.load_format not in (None, "auto", "safetensors"):
+            raise BadRequest(f"load_format: {_short(req.load_format)} is not supported (safetensors only)")
+        count, version = await server.load(req.model_path, _version(req))
+    except WeightsOutsideRoot as err:
+        return refused(str(err), 403)
+    except WeightsError as err:
+        return refused(str(err), 400)
+    except BadRequest as err:
+        return refused(str(err), err.status)
+    log.warning("loaded %d tensors from %s: policy version %d", count, req.model_path, version)
+    return finite_json(
+        {
+            "success": True,
+            "message": f"loaded {count} tensors from {req.model_path}",
+            "policy_version": version,
+            "weight_version": str(version),
+        }
+    )

@@ -19,12 +19,9 @@ worker thread (`top_logprobs`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
-from fastapi import FastAPI
-from pydantic import BaseModel
+from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -41,12 +38,17 @@ from turnrl.servers.chat.schema import (
 )
 from turnrl.servers.chat.template import ChatTemplate
 from turnrl.servers.guard import detail, finite_json
-from turnrl.servers.inference.common import BadRequest, check_size, generate_for, one_line, sampling, short
+from turnrl.servers.inference.common import (
+    BadRequest,
+    body_of,
+    check_size,
+    generate_for,
+    one_line,
+    sampling,
+    short,
+)
 from turnrl.servers.inference.server import Server
 from turnrl.servers.inference.top_logprobs import top_logprobs
-
-BodyOf = Callable[[Request, type[BaseModel], str], Awaitable[Any]]
-"""The app's body parser: the body as `model`, or a one-line 400 (missing, not JSON, a bad field)."""
 
 EXAMPLE = '{"messages": [{"role": "user", "content": "Hello"}], "max_completion_tokens": 16}'
 NO_MODEL_LEN_MAX_TOKENS = 16
@@ -124,30 +126,32 @@ def alternatives(server: Server, prepared: Prepared, gen: Generation, k: int) ->
     ]
 
 
-def add_chat_route(app: FastAPI, server: Server, body_of: BodyOf) -> None:
-    """Register `POST /v1/chat/completions` for `server` (the app's key and body guard apply)."""
+router = APIRouter()
 
-    @app.post("/v1/chat/completions")
-    async def _chat_completions(request: Request) -> Response:
-        req = await body_of(request, ChatRequest, EXAMPLE)
-        if req.model not in (None, "", server.model_id):
-            return detail(
-                f"model: {short(req.model)} is not served here; this server serves {server.model_id!r}", 404
-            )
-        prepared = await asyncio.to_thread(prepare, server, req)
-        gen = await generate_for(request, server.batcher, [prepared.prompt_ids], prepared.params)
-        if isinstance(gen, Response):  # the client left (499), or the batch failed (500)
-            return gen
-        if req.logprobs and req.top_logprobs:
-            k = req.top_logprobs
-            job = server.batcher.call(lambda: alternatives(server, prepared, gen, k))
-            try:
-                prepared.output.top_logprobs = await asyncio.wrap_future(job)
-            except Exception as err:  # out of memory, say: the server's fault, one line
-                return detail(f"top_logprobs: computing the alternatives failed: {one_line(err)}", 500)
-        # decoding many long choices (and every alternative's text) is real work: off the event loop
-        body, unparsed = await asyncio.to_thread(
-            chat_completion, server.tokenizer, server.model_id, prepared.prompt_ids, gen, prepared.output
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    """OpenAI's chat API for the app's server (`app.state.server`; the app's key and body guard apply)."""
+    server: Server = request.app.state.server
+    req = await body_of(request, ChatRequest, EXAMPLE)
+    if req.model not in (None, "", server.model_id):
+        return detail(
+            f"model: {short(req.model)} is not served here; this server serves {server.model_id!r}", 404
         )
-        server.tool_calls_unparsed += unparsed  # counted on the event loop: one writer, no lock
-        return finite_json(body)
+    prepared = await asyncio.to_thread(prepare, server, req)
+    gen = await generate_for(request, server.batcher, [prepared.prompt_ids], prepared.params)
+    if isinstance(gen, Response):  # the client left (499), or the batch failed (500)
+        return gen
+    if req.logprobs and req.top_logprobs:
+        k = req.top_logprobs
+        job = server.batcher.call(lambda: alternatives(server, prepared, gen, k))
+        try:
+            prepared.output.top_logprobs = await asyncio.wrap_future(job)
+        except Exception as err:  # out of memory, say: the server's fault, one line
+            return detail(f"top_logprobs: computing the alternatives failed: {one_line(err)}", 500)
+    # decoding many long choices (and every alternative's text) is real work: off the event loop
+    body, unparsed = await asyncio.to_thread(
+        chat_completion, server.tokenizer, server.model_id, prepared.prompt_ids, gen, prepared.output
+    )
+    server.tool_calls_unparsed += unparsed  # counted on the event loop: one writer, no lock
+    return finite_json(body)

@@ -13,17 +13,38 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.servers.guard import detail, wait_for_disconnect
 from turnrl.servers.inference.batcher import Batcher, Busy
+from turnrl.servers.validation import describe_validation_error
 
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 """What `torch.Generator.manual_seed` accepts; beyond it, it raises."""
 MIN_TEMPERATURE = 1e-6
 """Below it (but above 0, greedy) logits / temperature overflow float32 to inf and sampling fails."""
+
+
+PARSE_IN_THREAD = 1 << 20
+"""Bodies larger than this are parsed on a worker thread, so /health does not wait for them."""
+
+
+async def body_of(request: Request, model: type[BaseModel], example: str) -> Any:
+    """The request's JSON body as `model`, or BadRequest naming the field (with `example`)."""
+    body = await request.body()
+    if not body.strip():
+        raise BadRequest(describe_validation_error([{"type": "missing", "loc": ("body",)}], [], example))
+    try:
+        if len(body) > PARSE_IN_THREAD:
+            return await asyncio.to_thread(model.model_validate_json, body)
+        return model.model_validate_json(body)
+    except ValidationError as err:
+        raise BadRequest(
+            describe_validation_error(list(err.errors()), list(model.model_fields), example)
+        ) from None
 
 
 @dataclass(frozen=True)
