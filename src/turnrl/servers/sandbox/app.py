@@ -20,7 +20,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import PlainTextResponse
 from starlette.responses import Response
 
@@ -78,33 +78,20 @@ class Gate:
         self.free.put_nowait(slot)
 
 
-def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
-    """The app; it owns `iso` and `work_root` and releases both at shutdown."""
-    languages = cfg.languages()
-    runner = Runner(cfg, iso, work_root)
-    state: dict[str, Gate] = {}
+class Sandbox:
+    """What the routes serve from (`app.state.sandbox`): the settings, the isolation, the runner and,
+    once the app is serving, the gate of worker slots (asyncio objects belong to the serving loop)."""
 
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        state["gate"] = Gate(cfg.workers, cfg.queue)  # asyncio objects belong to the serving loop
-        await runner.start()
-        if runner.spawner_note:
-            iso.notes.append(runner.spawner_note)
-        try:
-            yield
-        finally:
-            await runner.kill_all()
-            runner.close()
-            iso.close()
-            remove_tree(work_root)
+    def __init__(self, cfg: SandboxConfig, iso: Isolation, work_root: str) -> None:
+        self.cfg, self.iso, self.work_root = cfg, iso, work_root
+        self.languages = cfg.languages()
+        self.runner = Runner(cfg, iso, work_root)
+        self.gate: Gate | None = None
 
-    app = FastAPI(title="turnrl sandbox", version=__version__, lifespan=lifespan)
-    # outermost: the key and the body limit come before routing and before any body is parsed
-    app.add_middleware(Guard, api_key=cfg.api_key, max_body=cfg.max_body)
-
-    async def answer(spec: RunSpec) -> Response:
+    async def answer(self, spec: RunSpec) -> Response:
         """Wait for a worker slot, run, free the slot: the answer to one checked request."""
-        gate = state["gate"]
+        gate = self.gate
+        assert gate is not None
         try:
             slot = await gate.acquire()
         except Overloaded:
@@ -112,7 +99,7 @@ def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
             body = {"detail": msg, "status": "SandboxError", "message": msg}
             return finite_json(body, 503, {"Retry-After": "1"})
         try:
-            result = await runner.run(spec, slot)
+            result = await self.runner.run(spec, slot)
         except BadRequest as err:  # the request's own files could not be written
             return detail(str(err), err.status)
         except Exception as err:  # a bug here must still answer in SandboxFusion's shape
@@ -124,79 +111,118 @@ def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
             gate.release(slot)
         return finite_json(result)
 
-    @app.post("/run_code")
-    async def run_code(request: Request) -> Response:
+
+def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
+    """The app; it owns `iso` and `work_root` and releases both at shutdown. The routes are
+    module-level (`router`) and serve `app.state.sandbox`."""
+    sandbox = Sandbox(cfg, iso, work_root)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        sandbox.gate = Gate(cfg.workers, cfg.queue)
+        await sandbox.runner.start()
+        if sandbox.runner.spawner_note:
+            iso.notes.append(sandbox.runner.spawner_note)
         try:
-            spec = check_request(parse_request(await request.body()), cfg, languages)
-        except BadRequest as err:
-            return detail(str(err), err.status)
-        work = asyncio.ensure_future(answer(spec))
-        gone = asyncio.ensure_future(wait_for_disconnect(request))
-        try:
-            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:  # the server is stopping: the run stops with it
-            work.cancel()
-            raise
+            yield
         finally:
-            gone.cancel()
-        if not work.done():
-            # the client has gone and nobody will read the answer: kill the run now, which frees
-            # its slot and removes its work dir, rather than let it hold both until its timeout
-            work.cancel()
-            await asyncio.wait({work})  # its clean-up (wait never cancels what it waits for)
-            return detail("client: disconnected before the run finished; the run was stopped", 499)
-        return work.result()
+            await sandbox.runner.kill_all()
+            sandbox.runner.close()
+            iso.close()
+            remove_tree(work_root)
 
-    @app.get("/v1/ping", response_class=PlainTextResponse)
-    async def ping() -> str:
-        return "pong"  # SandboxFusion's liveness probe, for tools written against it
-
-    @app.get("/health")
-    async def health(request: Request) -> Response:
-        gate = state["gate"]
-        uid = iso.uid(0)
-        return finite_json(
-            {
-                "status": "ok",
-                "connections": connection_health(request.app),
-                "version": __version__,
-                "pid": os.getpid(),
-                "python": sys.version.split()[0],
-                "languages": sorted(languages),
-                "isolation": {
-                    "mode": iso.mode,
-                    "server_is_root": os.geteuid() == 0,
-                    "layers": iso.layers(),
-                    "network_isolated": iso.net_ns,
-                    "uids": None if uid is None else [uid, uid + cfg.workers - 1],
-                    "notes": iso.notes,
-                },
-                "capacity": {
-                    "workers": cfg.workers,
-                    "queue": cfg.queue,
-                    "running": gate.running,
-                    "queued": gate.waiting,
-                    "completed": gate.completed,
-                    "rejected": gate.rejected,
-                },
-                "limits": {
-                    "default_run_timeout": cfg.default_run_timeout,
-                    "max_run_timeout": cfg.max_run_timeout,
-                    "default_memory_MB": cfg.default_memory_MB,
-                    "max_memory_MB": cfg.max_memory_MB,
-                    "max_processes": cfg.max_processes,
-                    "max_output_bytes": cfg.max_output,
-                    "max_code_bytes": cfg.max_code,
-                    "max_stdin_bytes": cfg.max_stdin,
-                    "max_files": cfg.max_files,
-                    "max_files_bytes": cfg.max_files_bytes,
-                    "max_fetch_bytes": cfg.max_fetch,
-                    "max_body_bytes": cfg.max_body,
-                },
-                "api_key": bool(cfg.api_key),  # whether one is required, never the key
-                "work_root": work_root,
-                "zygote": None if runner.zygote is None else runner.zygote.describe(),
-            }
-        )
-
+    app = FastAPI(title="turnrl sandbox", version=__version__, lifespan=lifespan)
+    # outermost: the key and the body limit come before routing and before any body is parsed
+    app.add_middleware(Guard, api_key=cfg.api_key, max_body=cfg.max_body)
+    app.state.sandbox = sandbox
+    app.include_router(router)
     return app
+
+
+router = APIRouter()
+
+
+@router.post("/run_code")
+async def run_code(request: Request) -> Response:
+    sandbox: Sandbox = request.app.state.sandbox
+    try:
+        spec = check_request(parse_request(await request.body()), sandbox.cfg, sandbox.languages)
+    except BadRequest as err:
+        return detail(str(err), err.status)
+    work = asyncio.ensure_future(sandbox.answer(spec))
+    gone = asyncio.ensure_future(wait_for_disconnect(request))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the server is stopping: the run stops with it
+        work.cancel()
+        raise
+    finally:
+        gone.cancel()
+    if not work.done():
+        # the client has gone and nobody will read the answer: kill the run now, which frees
+        # its slot and removes its work dir, rather than let it hold both until its timeout
+        work.cancel()
+        await asyncio.wait({work})  # its clean-up (wait never cancels what it waits for)
+        return detail("client: disconnected before the run finished; the run was stopped", 499)
+    return work.result()
+
+
+@router.get("/v1/ping", response_class=PlainTextResponse)
+async def ping() -> str:
+    return "pong"  # SandboxFusion's liveness probe, for tools written against it
+
+
+@router.get("/health")
+async def health(request: Request) -> Response:
+    sandbox: Sandbox = request.app.state.sandbox
+    cfg, iso, gate = sandbox.cfg, sandbox.iso, sandbox.gate
+    assert gate is not None
+    uid = iso.uid(0)
+    return finite_json(
+        {
+            "status": "ok",
+            "connections": connection_health(request.app),
+            "version": __version__,
+            "pid": os.getpid(),
+            "python": sys.version.split()[0],
+            "languages": sorted(sandbox.languages),
+            "isolation": {
+                "mode": iso.mode,
+                "server_is_root": os.geteuid() == 0,
+                "layers": iso.layers(),
+                "network_isolated": iso.net_ns,
+                "uids": None if uid is None else [uid, uid + cfg.workers - 1],
+                "notes": iso.notes,
+            },
+            "capacity": {
+                "workers": cfg.workers,
+                "queue": cfg.queue,
+                "running": gate.running,
+                "queued": gate.waiting,
+                "completed": gate.completed,
+                "rejected": gate.rejected,
+            },
+            "limits": limits_of(cfg),
+            "api_key": bool(cfg.api_key),  # whether one is required, never the key
+            "work_root": sandbox.work_root,
+            "zygote": None if sandbox.runner.zygote is None else sandbox.runner.zygote.describe(),
+        }
+    )
+
+
+def limits_of(cfg: SandboxConfig) -> dict[str, float | int]:
+    """The per-run limits /health advertises (its clients split and size their requests by them)."""
+    return {
+        "default_run_timeout": cfg.default_run_timeout,
+        "max_run_timeout": cfg.max_run_timeout,
+        "default_memory_MB": cfg.default_memory_MB,
+        "max_memory_MB": cfg.max_memory_MB,
+        "max_processes": cfg.max_processes,
+        "max_output_bytes": cfg.max_output,
+        "max_code_bytes": cfg.max_code,
+        "max_stdin_bytes": cfg.max_stdin,
+        "max_files": cfg.max_files,
+        "max_files_bytes": cfg.max_files_bytes,
+        "max_fetch_bytes": cfg.max_fetch,
+        "max_body_bytes": cfg.max_body,
+    }
