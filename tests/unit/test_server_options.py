@@ -15,7 +15,7 @@ class Toy:
     workers: int = 4
     """Runs at once. More words after the first sentence."""
     timeout: float = 2.5
-    """Seconds a run may take; then it is stopped."""
+    """Seconds a run may take. Then it is stopped."""
     name: str = "toy"
     """What it is called."""
     zygote: bool = True

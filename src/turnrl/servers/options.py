@@ -38,7 +38,7 @@ def field_help(cls: type) -> dict[str, str]:
             and isinstance(nxt.value.value, str)
         ):
             text = " ".join(nxt.value.value.split())
-            out[stmt.target.id] = re.split(r"(?<=[.;])\s", text, maxsplit=1)[0].rstrip(".;")
+            out[stmt.target.id] = re.split(r"(?<=\.)\s", text, maxsplit=1)[0].rstrip(".")
     return out
 
 
@@ -52,8 +52,10 @@ def add_options(
     names: Sequence[str],
     types: dict[str, Callable[[str], Any]] | None = None,
     choices: dict[str, Sequence[str]] | None = None,
+    required: Sequence[str] = (),
 ) -> None:
-    """`--name` options for the fields `names` of dataclass `cls` (see the module docstring)."""
+    """`--name` options for the fields `names` of dataclass `cls` (see the module docstring);
+    `required`: options that must be given (their dataclass default is only a placeholder)."""
     defaults = cls()
     fields = {f.name: f for f in dataclasses.fields(cls)}
     helps = field_help(cls)
@@ -69,13 +71,18 @@ def add_options(
             )
             continue
         kind = (types or {}).get(name) or {"int": int, "float": float}.get(str(fields[name].type), str)
+        if name in required:
+            parser.add_argument(flag(name), dest=name, type=kind, required=True, help=help_text)
+            continue
         parser.add_argument(
             flag(name),
             dest=name,
             type=kind,
             default=default,
             choices=(choices or {}).get(name),
-            help=f"{help_text} (default {default})",
+            help=f"{help_text} (default {default!r})"
+            if isinstance(default, str)
+            else f"{help_text} (default {default})",
         )
 
 

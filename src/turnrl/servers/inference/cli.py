@@ -7,12 +7,17 @@ when the command runs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 import sys
 
 from turnrl.servers.connections import add_arguments as add_connection_arguments
+from turnrl.servers.inference.options import ServeOptions
 from turnrl.servers.listen import port_arg, positive_int
+from turnrl.servers.options import add_options
+
+POSITIVE = ("max_rows_per_request", "max_tokens_per_request", "max_body")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -21,100 +26,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="inference server: OpenAI-style /v1/completions over token ids, /v1/chat/completions, "
         "/update_weights_from_disk",
     )
-    parser.add_argument(
-        "--model",
-        required=True,
-        help="a Hugging Face model directory, a .gguf file, 'smollm2-135m-instruct' or 'tiny-random'",
-    )
-    parser.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="interface to bind (default %(default)s); any other than loopback needs a key",
-    )
-    parser.add_argument("--port", type=port_arg, default=8000, help="TCP port (default %(default)s)")
+    names = [f.name for f in dataclasses.fields(ServeOptions)]
+    add_options(parser, ServeOptions, names, types={"port": port_arg, **dict.fromkeys(POSITIVE, positive_int)}, required=("model",))  # fmt: skip
     parser.add_argument(
         "--api-key",
         default=None,
         help="key every request must send as 'Authorization: Bearer KEY' (default: $TURNRL_API_KEY; "
         "none on loopback without either)",
     )
-    parser.add_argument(
-        "--weights-root",
-        default="",
-        help="the only directory /update_weights_from_disk may load from (symlinks followed); "
-        "without it, weight updates are refused",
-    )
-    parser.add_argument(
-        "--max-rows-per-request",
-        type=positive_int,
-        default=1024,
-        help="output rows (prompts x n) one request may ask for (default %(default)s)",
-    )
-    parser.add_argument(
-        "--max-tokens-per-request",
-        type=positive_int,
-        default=4 << 20,
-        help="prompt tokens + rows x max_tokens one request may ask for (default %(default)s)",
-    )
-    parser.add_argument(
-        "--max-body",
-        type=positive_int,
-        default=32 << 20,
-        help="bytes of one request body (default %(default)s, 32 MiB)",
-    )
-    parser.add_argument(
-        "--device", default="auto", help="auto (cuda if available), cpu, cuda or cuda:N (default %(default)s)"
-    )
-    parser.add_argument(
-        "--dtype", default="auto", help="auto (bf16 on cuda, fp32 on cpu), float32, bfloat16, float16"
-    )
-    parser.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="initial weights of 'tiny-random' (a training run's trainer.seed)",
-    )
-    parser.add_argument("--cache-dir", default="", help="where converted GGUF models are cached")
-    parser.add_argument(
-        "--served-model-name", default="", help="the model id clients see (default: the --model value)"
-    )
-    parser.add_argument(
-        "--chat-template",
-        default="",
-        help="a Jinja chat template file (or the template text) for /v1/chat/completions, in place of "
-        "the model's own (as vLLM's option)",
-    )
-    parser.add_argument(
-        "--batch-size", type=int, default=64, help="responses per forward batch (default %(default)s)"
-    )
-    parser.add_argument(
-        "--max-batch-rows",
-        type=int,
-        default=256,
-        help="output rows (prompts x n) of one merged engine call when concurrent requests are "
-        "batched together (default %(default)s)",
-    )
-    parser.add_argument(
-        "--batch-wait-ms",
-        type=float,
-        default=5.0,
-        help="how long a lone unseeded request waits for others to batch with (default %(default)s)",
-    )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=0,
-        help="CPU threads for torch (0 = torch's default); 1 suits small models on a shared CPU",
-    )
-    parser.add_argument(
-        "--max-waiting",
-        type=int,
-        default=64,
-        help="generation requests waiting for the engine at once; one more is answered 503 with "
-        "Retry-After (default %(default)s)",
-    )
     add_connection_arguments(parser)
-    parser.add_argument("--log-level", default="warning", help="uvicorn log level (default %(default)s)")
     parser.set_defaults(func=serve_command)
 
 
