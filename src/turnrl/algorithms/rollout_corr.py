@@ -54,6 +54,43 @@ class Correction:
     metrics: dict[str, float]
 
 
+def _check_arguments(
+    old_log_probs: Tensor,
+    rollout_log_probs: Tensor,
+    response_mask: Tensor,
+    mode: str,
+    level: str,
+    tis_cap: float,
+    mis_low: float,
+    mis_high: float,
+) -> None:
+    """ValueError naming the first argument `rollout_correction` cannot take."""
+    if mode not in CORRECTION_MODES:
+        raise ValueError(
+            f"unknown rollout correction mode {mode!r}; valid modes: {', '.join(CORRECTION_MODES)}"
+        )
+    if level not in CORRECTION_LEVELS:
+        raise ValueError(
+            f"unknown rollout correction level {level!r}; valid levels: {', '.join(CORRECTION_LEVELS)}"
+        )
+    if tis_cap <= 0:
+        raise ValueError(f"rollout_correction: tis_cap must be > 0, got {tis_cap}")
+    if not 0 <= mis_low < mis_high:
+        raise ValueError(f"rollout_correction: needs 0 <= mis_low < mis_high, got [{mis_low}, {mis_high}]")
+    check_same_shape(
+        {
+            "old_log_probs": old_log_probs,
+            "rollout_log_probs": rollout_log_probs,
+            "response_mask": response_mask,
+        },
+        "rollout_correction",
+    )
+    if old_log_probs.dim() != 2:
+        raise ValueError(
+            f"rollout_correction: expects (B, T) tensors, got shape {tuple(old_log_probs.shape)}"
+        )
+
+
 def rollout_correction(
     old_log_probs: Tensor,
     rollout_log_probs: Tensor,
@@ -80,30 +117,7 @@ def rollout_correction(
     rows with at least one token of the per-sequence log-ratio sum_t d_t: ``seq_log_ratio_std``
     (population), ``_max``, ``_min``.
     """
-    if mode not in CORRECTION_MODES:
-        raise ValueError(
-            f"unknown rollout correction mode {mode!r}; valid modes: {', '.join(CORRECTION_MODES)}"
-        )
-    if level not in CORRECTION_LEVELS:
-        raise ValueError(
-            f"unknown rollout correction level {level!r}; valid levels: {', '.join(CORRECTION_LEVELS)}"
-        )
-    if tis_cap <= 0:
-        raise ValueError(f"rollout_correction: tis_cap must be > 0, got {tis_cap}")
-    if not 0 <= mis_low < mis_high:
-        raise ValueError(f"rollout_correction: needs 0 <= mis_low < mis_high, got [{mis_low}, {mis_high}]")
-    check_same_shape(
-        {
-            "old_log_probs": old_log_probs,
-            "rollout_log_probs": rollout_log_probs,
-            "response_mask": response_mask,
-        },
-        "rollout_correction",
-    )
-    if old_log_probs.dim() != 2:
-        raise ValueError(
-            f"rollout_correction: expects (B, T) tensors, got shape {tuple(old_log_probs.shape)}"
-        )
+    _check_arguments(old_log_probs, rollout_log_probs, response_mask, mode, level, tis_cap, mis_low, mis_high)
 
     with torch.no_grad():
         mask = response_mask != 0
