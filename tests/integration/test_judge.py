@@ -34,6 +34,7 @@ from turnrl.rewards.guard import ERRORS_KEY
 from turnrl.rewards.judge import Judge, JudgeInput
 from turnrl.rewards.registry import RewardError
 from turnrl.rewards.scorer import RewardFunctionError, RuleReward
+from turnrl.rollout.base import Services
 from turnrl.runtime import free_port
 from turnrl.tasks import scorers
 from turnrl.trainer.ppo import Trainer
@@ -395,7 +396,7 @@ def test_the_runs_reward_starts_and_stops_a_child_judge(tokenizer):
             "trainer.num_threads=1",  # the judge child's torch threads too
         ],
     )
-    reward = build_reward(cfg, tokenizer, rollout=None)
+    reward = build_reward(cfg, tokenizer, Services())
     try:
         child = reward.judge.child
         assert child is not None and child.alive() and child.api_key  # a fresh key of its own

@@ -82,7 +82,7 @@ def test_health_and_models(servers):
             "max_waiting": 64,
         },
         "connections": {  # --max-connections, --header-timeout and what they refused
-            "max_connections": 256,
+            "max_connections": 1024,
             "header_timeout_s": 10.0,
             "refused_connections": 0,
             "header_timeouts": 0,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.chat_templates import NO_TOOLS_TEMPLATE
 from turnrl.cli import main
 
 
@@ -34,7 +35,7 @@ CALL = {"type": "function", "function": {"name": "calculator", "arguments": '{"e
         ([{"messages": [{"role": "user", "content": "x" * 400}, {"role": "assistant", "content": "y"}]}],
          ["data.max_length=32"], "every conversation in"),
         ([CHAT, {"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": None, "tool_calls": [CALL]}]}],
-         [], "row 1: the chat template does not render tool calls"),
+         [f"data.chat_template={NO_TOOLS_TEMPLATE}"], "row 1: the chat template does not render tool calls"),
     ],
     ids=["no-assistant-turn", "no-messages", "all-too-long", "template-without-tool-calls"],
 )  # fmt: skip

@@ -92,7 +92,6 @@ RULES = [
         {"reward__overlong_buffer__enable": True, "reward__overlong_buffer__len": 24},
         r"'reward\.overlong_buffer\.len' must be in \(0, data\.max_response_length\), got 24",
     ),
-    ({"data__task": "chess"}, r"unknown 'data\.task' 'chess'; valid: addition, calculator, code, search"),
     # rollout.multi_turn, once enabled
     (agent(format="yaml"), r"'rollout\.multi_turn\.format' must be xml or json, got 'yaml'"),
     (agent(max_turns=-1), r"'rollout\.multi_turn\.max_turns' must be >= 0, got -1"),
@@ -213,11 +212,14 @@ def test_multi_turn_rules_only_bind_an_enabled_agent():
 
 
 def test_given_data_files_make_the_task_irrelevant():
+    from turnrl.trainer.setup import check_plugins
+
     cfg = config_with(data__task="chess", data__train_files=["t.jsonl"], data__val_files=["v.jsonl"])
     check_config(cfg)
+    check_plugins(cfg)
     cfg.data.val_files = []  # the validation split would come from the (unknown) task
     with pytest.raises(ConfigError, match=r"'data\.task'"):
-        check_config(cfg)
+        check_plugins(cfg)
 
 
 def test_defaults_pass_and_checking_is_idempotent():
@@ -244,9 +246,14 @@ def test_fsdp_offload_needs_ranks_on_gpus():
         load_config(None, ["model.fsdp_offload=true"])  # one rank: nothing is sharded
 
 
-def test_the_config_names_exactly_the_built_in_tasks():
-    """`data.task` is checked against names the config declares: they are the registry's names."""
-    from turnrl.config.checks import BUILT_IN_TASKS
-    from turnrl.tasks import TASKS
+def test_an_unknown_task_is_checked_against_the_table_before_the_model_loads():
+    """`data.task` against `TASKS`, where the run is assembled (`check_plugins`, the first step of
+    `build_data` and of `turnrl eval`): the config holds no copy of the tasks' names."""
+    from turnrl.trainer.setup import check_plugins
 
-    assert tuple(sorted(TASKS)) == BUILT_IN_TASKS
+    message = (
+        r"unknown 'data\.task' 'chess'; valid: addition, calculator, code, search, or reasoning_gym:<dataset>"
+    )
+    with pytest.raises(ConfigError, match=message):
+        check_plugins(config_with(data__task="chess"))
+    check_plugins(config_with(data__task="reasoning_gym:chain_sum"))  # named where its rows are made

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.support.chat_templates import TOOL_TEMPLATE
+from tests.support.chat_templates import NO_TOOLS_TEMPLATE, TOOL_TEMPLATE
 from turnrl.agent.actions import JsonActions
 from turnrl.config.supervised_schema import SFTDataConfig
 from turnrl.models.loader import load_tokenizer
@@ -102,7 +102,7 @@ def test_inline_tool_calls_for_a_template_without_tool_support(tok):
 
 
 def test_a_template_that_drops_tool_calls_fails_naming_the_row_and_the_setting(tok):
-    tok.chat_template = load_tokenizer("tiny-random").chat_template
+    tok.chat_template = NO_TOOLS_TEMPLATE  # SmolLM2's own renders neither tools nor tool calls
     row = {k: v for k, v in ROW.items() if k != "tools"}
     messages, tools = conversation(row, SFTDataConfig(), "chat.jsonl row 7")
     with pytest.raises(ChatTemplateError) as err:
@@ -113,7 +113,7 @@ def test_a_template_that_drops_tool_calls_fails_naming_the_row_and_the_setting(t
 
 
 def test_a_template_that_drops_tool_schemas_fails(tok):
-    tok.chat_template = load_tokenizer("tiny-random").chat_template
+    tok.chat_template = NO_TOOLS_TEMPLATE
     messages, tools = conversation(ROW, SFTDataConfig(tool_calls="inline"), "chat.jsonl row 2")
     with pytest.raises(ChatTemplateError, match=r"chat.jsonl row 2: .*tool schemas \('calc' is missing\)"):
         tokenize_conversation(tok, messages, tools, {tok.eos_token_id}, "chat.jsonl row 2")

@@ -38,15 +38,10 @@ MULTI_TURN_FORMATS = ("xml", "json")
 ENGINES = ("hf", "server", "vllm")
 ON_ERROR_MODES = ("fail", "zero", "fail_first_step")
 """`reward.on_error`: what a failing reward function does (the reward scorer reads it)."""
-BUILT_IN_TASKS = ("addition", "calculator", "code", "search")
-"""`data.task`: the built-in tasks' names; the task registry holds one writer per name (a test keeps
-the two equal), declared here so that checking a config needs no task code."""
 SAMPLERS = ("plain", "curriculum")
 """`data.sampler`: the training prompts' order (`turnrl.data.curriculum.make_loader`)."""
 REFILLS = ("fresh", "same")
 """`algorithm.filter_groups.refill`: what dynamic sampling's extra rounds sample (`trainer.sampling`)."""
-REASONING_GYM = "reasoning_gym:"
-"""`data.task` prefix of a reasoning-gym dataset (`turnrl.tasks.gym.PREFIX`)."""
 
 
 class ConfigError(TurnrlInputError):
@@ -412,16 +407,8 @@ def _check_data(cfg: Config) -> None:
             "'data.sampler=curriculum' skips prompts whose groups scored all alike; with rollout.n=1 every "
             "group does: set rollout.n >= 2"
         )
-    if d.train_files and d.val_files:
-        return  # the built-in task is only written when a split has no files
-    # a reasoning-gym dataset's name is checked where its rows are made: that needs the package
-    if d.task.startswith(REASONING_GYM) and d.task != REASONING_GYM:
-        return
-    if d.task not in BUILT_IN_TASKS:
-        raise ConfigError(
-            f"unknown 'data.task' '{d.task}'; valid: {', '.join(BUILT_IN_TASKS)}, or "
-            f"{REASONING_GYM}<dataset> (e.g. {REASONING_GYM}chain_sum)"
-        )
+    # `data.task` is checked against the tasks' table where the run is assembled
+    # (`trainer.setup.check_plugins`): the config knows no task
 
 
 def _check_multi_turn(mt: MultiTurnConfig) -> None:

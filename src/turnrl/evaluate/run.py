@@ -119,7 +119,7 @@ def evaluate(cfg: Config, out_dir: Path, run: Path | None = None, progress: bool
             pad_id = int(tokenizer.pad_token_id)
             rollout = build_rollout(cfg, engine, tokenizer, pad_id)  # starts the tools' servers
             stack.callback(rollout.close)
-            reward = build_reward(cfg, tokenizer, rollout)
+            reward = build_reward(cfg, tokenizer, rollout.services)
             stack.callback(reward.close)
             reward.check({e.data_source for e in examples})
 

@@ -9,8 +9,11 @@ for ever (uvicorn's keep-alive timer is reset by every byte that arrives, and a 
 complete request runs no application code): a thousand such heads left a retriever out of file
 descriptors and its keyed clients timing out. Here:
 
-- a connection beyond `max_connections` open ones is answered `503` with `Retry-After` and
-  closed at once, before it reads anything (counted in `refused_connections`);
+- a connection beyond `max_connections` open ones is answered `503` with `Retry-After` once its
+  request head is in (counted in `refused_connections`), then closed: the client reads a clean
+  refusal it can retry, and the server runs none of its work (the head is still bounded by the
+  header timeout). The process's file-descriptor limit is raised, up to its hard limit, to hold
+  `max_connections` and the server's own files;
 - a connection that has not sent a complete request head `header_timeout_s` after it opened, or
   after its previous response ended (keep-alive), is answered `408` and closed, however slowly
   its bytes trickle in (counted in `header_timeouts`).
@@ -24,12 +27,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from turnrl.errors import TurnrlInputError
 
-MAX_CONNECTIONS = 256
+MAX_CONNECTIONS = 1024
 HEADER_TIMEOUT_S = 10.0
 
 
@@ -106,11 +110,10 @@ class Connections:
                 super().connection_made(transport)
                 if connections.open >= connections.limits.max_connections:
                     connections.refused_connections += 1
-                    transport.write(_raw(503, "too many open connections; retry", retry_after=True))
-                    transport.close()
-                    return
-                connections.open += 1
-                self._counted = True
+                    self.app = _busy  # its request is answered 503, none of the server's code runs
+                else:
+                    connections.open += 1
+                    self._counted = True
                 self._arm()
 
             def connection_lost(self, exc: Exception | None) -> None:
@@ -151,6 +154,36 @@ class Connections:
                 self.transport.close()
 
         return Limited
+
+
+async def _busy(scope: Any, receive: Any, send: Any) -> None:
+    """The application of a connection over `max_connections`: 503, Retry-After, close."""
+    import orjson
+
+    body = orjson.dumps({"detail": "too many open connections (--max-connections); retry"})
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", b"1"),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def raise_fd_limit(connections: int) -> None:
+    """Let the process hold `connections` sockets and its own files: the soft RLIMIT_NOFILE raised
+    toward `connections + 256`, never past the hard limit (a no-op where there is none)."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = connections + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 def _raw(status: int, message: str, retry_after: bool = False) -> bytes:

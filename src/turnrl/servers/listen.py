@@ -17,7 +17,7 @@ import socket
 from typing import Any, NoReturn
 
 from turnrl.errors import TurnrlInputError
-from turnrl.servers.connections import Connections
+from turnrl.servers.connections import Connections, raise_fd_limit
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -89,6 +89,7 @@ def serve_on(
     import uvicorn
 
     connections = connections or Connections()
+    raise_fd_limit(connections.limits.max_connections)
     app.state.connections = connections
     options = {
         "access_log": False,

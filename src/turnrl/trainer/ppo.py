@@ -81,7 +81,7 @@ class Trainer:
         # agent mode starts and health-checks tool servers here: before any disk write. With a lead,
         # episodes stream one by one instead of advancing turn by turn together
         self.rollout: Rollout = build_rollout(cfg, self.engine, self.tokenizer, self.pad_id, self.lag > 0)
-        self.reward: RuleReward = build_reward(cfg, self.tokenizer, self.rollout)
+        self.reward: RuleReward = build_reward(cfg, self.tokenizer, self.rollout.services)
         self.reward.check({e.data_source for e in data.train_examples + data.val_examples})
         self.bypass = stages.old_log_probs_from_rollout(cfg)
         self.kl_ctrl = None

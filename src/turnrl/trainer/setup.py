@@ -19,7 +19,7 @@ from turnrl.models.loader import ModelError, cache_root, load_tokenizer, tokeniz
 from turnrl.rewards.judge import Judge
 from turnrl.rewards.registry import registered, resolve
 from turnrl.rewards.scorer import RuleReward
-from turnrl.rollout.base import Rollout, RolloutEngine
+from turnrl.rollout.base import Rollout, RolloutEngine, Services
 from turnrl.rollout.single_turn import SingleTurnRollout
 from turnrl.runtime import ensure_writable_dir, seed_everything
 from turnrl.tasks import gym, scorers, write_task
@@ -77,7 +77,18 @@ class Data:
 
 def check_plugins(cfg: Config) -> None:
     """Plugin names against their tables, here where the run is assembled (the config knows no
-    plugin): the built-in tools (`data.task` is checked when its rows are written, next)."""
+    plugin), before any model loads: `data.task` against `TASKS` (when a split is to be written
+    from it; a reasoning-gym dataset's name is checked where its rows are made, which needs the
+    package), the built-in tools against `TOOLS`."""
+    from turnrl.tasks import TASKS, gym
+
+    d = cfg.data
+    written = not (d.train_files and d.val_files)
+    if written and d.task not in TASKS and not (gym.is_gym(d.task) and gym.dataset_of(d.task)):
+        raise ConfigError(
+            f"unknown 'data.task' '{d.task}'; valid: {', '.join(TASKS)}, or "
+            f"{gym.PREFIX}<dataset> (e.g. {gym.PREFIX}chain_sum)"
+        )
     if cfg.rollout.multi_turn.enable:
         from turnrl.agent.tools.toolset import check_tool_names
 
@@ -155,9 +166,10 @@ def build_rollout(
     return AgentRollout(engine, tokenizer, cfg, pad_id, streaming=streaming, default_index=builtin_index)
 
 
-def build_reward(cfg: Config, tokenizer: Any, rollout: Rollout) -> RuleReward:
+def build_reward(cfg: Config, tokenizer: Any, services: Services) -> RuleReward:
     """The rule reward of `reward.*`, plus the judge of `reward.judge` (started now when it is a
-    child; `close()` stops it); code rewards reuse the sandbox an agent rollout started."""
+    child; `close()` stops it); code rewards reuse the sandbox of `services` (the rollout's)."""
+    sandbox = services.sandbox
     jc = cfg.reward.judge
     judge = Judge.from_config(jc, cfg.trainer.num_threads, cfg.model.cache_dir) if jc.enable else None
     try:
@@ -166,8 +178,8 @@ def build_reward(cfg: Config, tokenizer: Any, rollout: Rollout) -> RuleReward:
             cfg.reward.custom_function.path,
             cfg.reward.custom_function.name,
             missing_ok=cfg.reward_model.enable or jc.enable,
-            sandbox_url=rollout.services.sandbox.url if rollout.services.sandbox else None,
-            sandbox_api_key=rollout.services.sandbox.api_key or None if rollout.services.sandbox else None,
+            sandbox_url=sandbox.url if sandbox else None,
+            sandbox_api_key=(sandbox.api_key or None) if sandbox else None,
             on_error=cfg.reward.on_error,
             timeout_s=cfg.reward.timeout_s,
             scorers=scorers(),  # the built-in tasks' data sources
