@@ -29,7 +29,7 @@ def run(tmp_path: Path, ranks: int, extra: dict, steps: int = 2) -> tuple[list[d
     return [r for r in rows if "critic/score/mean" in r], run_dir / "checkpoints" / f"step_{steps}"
 
 
-@pytest.mark.slow  # the default run keeps the PPO test (actor, critic and reference on 2 ranks)
+@pytest.mark.slow  # 2 ranks of Ray actors: minutes on a loaded 2-core machine (-m slow runs it)
 @pytest.mark.timeout(600)
 def test_grpo_two_ranks_equal_one(tmp_path):
     one, ckpt1 = run(tmp_path, 1, GRPO)
@@ -40,6 +40,7 @@ def test_grpo_two_ranks_equal_one(tmp_path):
     assert two[0]["balance/actor/imbalance_after"] <= two[0]["balance/actor/imbalance_before"]
 
 
+@pytest.mark.slow  # actor, critic and reference on 2 ranks: ~60 s alone, minutes on a loaded machine
 @pytest.mark.timeout(600)
 def test_ppo_gae_two_ranks_equal_one(tmp_path):  # with token-budget micro-batches
     one, ckpt1 = run(tmp_path, 1, PPO)
