@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from turnrl.batch import Batch
 from turnrl.trainer.producer import Produced, RolloutProducer
 from turnrl.trainer.stages import StageClock
@@ -71,3 +73,47 @@ def test_the_clock_tells_every_hook_and_times_repeats_together():
         pass
     assert keep.seen == [("gen", True), ("gen", False)]
     assert set(clock.timing.seconds) == {"gen"} and clock.timing.seconds["gen"] >= 0.0
+
+
+@pytest.mark.parametrize("lead", [1, 2])
+def test_slow_rollouts_are_never_dropped_as_stale(lead):
+    """The producer's gate bounds staleness before a batch starts, so the trainer's stale-group
+    drop never fires, however slow a batch is to make (a multi-turn batch behind a slow tool): a
+    slow batch delays training, it does not starve. Steps 2 and 5 here take 10x the others."""
+    import threading
+    import time
+
+    import numpy as np
+    import torch
+
+    from turnrl.trainer.stages import drop_stale
+
+    trained = {"version": 0}
+    lock = threading.Lock()
+
+    def produce(step: int) -> Produced:
+        with lock:
+            started_at = trained["version"]  # the policy version sampling starts from
+        time.sleep(0.2 if step in (2, 5) else 0.02)  # the slow batches
+        rows = 4
+        batch = Batch(
+            {
+                "rollout_policy_version": torch.full((rows,), started_at, dtype=torch.long),
+                "uid": np.array([str(step * 10 + i // 2) for i in range(rows)], dtype=object),
+            }
+        )
+        return Produced(step, batch, {}, {}, {"epoch": 0})
+
+    producer = RolloutProducer(produce, 1, 8, max_staleness=lead)
+    try:
+        for step in range(1, 9):
+            item, _, _ = producer.next()
+            version = step - 1  # one update per step: the trainer's version as it trains step `step`
+            kept, dropped = drop_stale(item.batch, version, lead)
+            assert dropped == 0 and len(kept) == 4, step
+            assert version - int(item.batch["rollout_policy_version"].min()) <= lead
+            with lock:
+                trained["version"] = step
+            producer.step_done(step)
+    finally:
+        producer.close()
