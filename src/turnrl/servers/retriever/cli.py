@@ -15,6 +15,7 @@ from turnrl.keys import API_KEY_ENV, resolve_api_key
 from turnrl.servers.connections import ConnectionLimits
 from turnrl.servers.connections import add_arguments as add_connection_arguments
 from turnrl.servers.listen import port_arg, positive_int
+from turnrl.servers.options import add_options, values_of
 from turnrl.servers.retriever.errors import RetrieverError
 from turnrl.servers.retriever.limits import Limits
 
@@ -63,12 +64,7 @@ def _index(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from turnrl.servers.retriever.server import serve
 
-    limits = Limits(
-        max_queries=args.max_queries,
-        max_results=args.max_results,
-        max_query_chars=args.max_query_chars,
-        max_body=args.max_body,
-    )
+    limits = Limits(**values_of(args, Limits, LIMITS))
     connections = ConnectionLimits.from_args(args)  # a bad value: one line before the index loads
     serve(
         args.index,
@@ -82,6 +78,10 @@ def _serve(args: argparse.Namespace) -> int:
         connections=connections,
     )
     return 0
+
+
+LIMITS = ("max_queries", "max_results", "max_query_chars", "max_body")
+"""The `Limits` fields `turnrl retriever serve` takes as options."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -121,31 +121,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         f"(default ${API_KEY_ENV}; prefer it: a flag shows in ps); required beyond loopback",
     )
     srv.add_argument("--topk", type=int, default=3, help="documents per query when a request sends no topk")
-    defaults = Limits()
-    srv.add_argument(
-        "--max-queries",
-        type=positive_int,
-        default=defaults.max_queries,
-        help=f"queries per request (default {defaults.max_queries})",
-    )
-    srv.add_argument(
-        "--max-results",
-        type=positive_int,
-        default=defaults.max_results,
-        help=f"queries x topk per request (default {defaults.max_results})",
-    )
-    srv.add_argument(
-        "--max-query-chars",
-        type=positive_int,
-        default=defaults.max_query_chars,
-        help=f"characters per query (default {defaults.max_query_chars})",
-    )
-    srv.add_argument(
-        "--max-body",
-        type=positive_int,
-        default=defaults.max_body,
-        help=f"request body bytes (default {defaults.max_body}, 8 MiB)",
-    )
+    # the per-request limits: options made from the Limits dataclass (type, default, docstring)
+    add_options(srv, Limits, LIMITS, types=dict.fromkeys(LIMITS, positive_int))
     add_connection_arguments(srv)
     srv.add_argument("--device", default=None, help="dense: torch device for query embedding")
     srv.add_argument(
