@@ -25,7 +25,7 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
@@ -151,9 +151,11 @@ def finish(
 
 
 def create_app(gateway: Gateway) -> FastAPI:
+    """The gateway's app: the module-level routes (`router`) over `app.state.gateway`."""
     app = FastAPI(title="turnrl agent gateway")
     # no server-wide key: each episode has its own (`episode_of`); loopback only
     app.add_middleware(Guard, max_body=gateway.max_body)
+    app.state.gateway = gateway
 
     @app.exception_handler(BadRequest)
     async def _bad_request(_request: Request, err: BadRequest) -> Response:
@@ -163,70 +165,81 @@ def create_app(gateway: Gateway) -> FastAPI:
     async def _internal(_request: Request, err: Exception) -> Response:
         return detail(f"internal error: {type(err).__name__}: {' '.join(str(err).split())}", 500)
 
-    def episode_of(episode_id: str, request: Request) -> OpenEpisode:
-        """The open episode whose key the request carries. Another episode's key gets the answer an
-        unknown id gets, so a key tells nothing about the ids of other episodes."""
-        presented = presented_key(request.scope)
-        if presented is None:
-            raise BadRequest("api key: missing; send 'Authorization: Bearer <key>' (the episode's key)", 401)
-        episode = gateway.episode(episode_id)
-        if episode is None or not hmac.compare_digest(presented, episode.key.encode()):
-            raise BadRequest(
-                f"episode {episode_id[:64]!r}: unknown to this key, or already ended (timed out?)", 404
-            )
-        return episode
-
-    @app.get("/episodes/{episode_id}/v1/models")
-    async def _models(episode_id: str, request: Request) -> Response:
-        episode_of(episode_id, request)
-        card = {"id": gateway.model_id, "object": "model", "created": 0, "owned_by": "turnrl"}
-        return finite_json({"object": "list", "data": [card]})
-
-    @app.post("/episodes/{episode_id}/v1/chat/completions")
-    async def _chat(episode_id: str, request: Request) -> Response:
-        episode = episode_of(episode_id, request)
-        body = await request.body()
-        try:
-            req = ChatRequest.model_validate_json(body)
-        except ValidationError as err:
-            raise BadRequest(
-                describe_validation_error(list(err.errors()), list(ChatRequest.model_fields), EXAMPLE)
-            ) from None
-        if req.model not in (None, "", gateway.model_id):
-            raise BadRequest(
-                f"model: {req.model[:64]!r} is not served here; send the `model` that run() was given "
-                f"({gateway.model_id!r})",
-                404,
-            )
-        async with episode.lock:  # one call of an episode at a time: its trajectory grows call by call
-            plan, output, params = await asyncio.to_thread(prepare, gateway, episode, req)
-            gone = threading.Event()
-            if not episode.start_call(gone):
-                raise BadRequest(f"episode {episode_id[:64]!r}: already ended (timed out?)", 404)
-            try:
-                future = gateway.runner.submit(plan.context, params, gone)
-                job = asyncio.wrap_future(future)
-                left = asyncio.ensure_future(wait_for_disconnect(request))
-                try:
-                    await asyncio.wait({job, left}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    left.cancel()
-                if not job.done():  # the client left: drop the call, or stop it at the next decode step
-                    gone.set()
-                    job.cancel()
-                    return Response(status_code=499)
-                if job.cancelled() or gone.is_set():
-                    raise BadRequest(f"episode {episode_id[:64]!r}: ended while this call ran", 404)
-                try:
-                    gen = job.result()
-                except Exception as err:  # the engine's fault, not the agent's: the run stops after the step
-                    gateway.engine_failed(err)
-                    return detail(
-                        f"generation failed: {type(err).__name__}: {' '.join(str(err).split())}", 500
-                    )
-            finally:
-                episode.end_call(gone)
-            content = await asyncio.to_thread(finish, gateway, episode, plan, output, gen)
-        return finite_json(content)
-
+    app.include_router(router)
     return app
+
+
+router = APIRouter()
+
+
+def episode_of(episode_id: str, request: Request) -> OpenEpisode:
+    """The open episode whose key the request carries. Another episode's key gets the answer an
+    unknown id gets, so a key tells nothing about the ids of other episodes."""
+    gateway: Gateway = request.app.state.gateway
+    presented = presented_key(request.scope)
+    if presented is None:
+        raise BadRequest("api key: missing; send 'Authorization: Bearer <key>' (the episode's key)", 401)
+    episode = gateway.episode(episode_id)
+    if episode is None or not hmac.compare_digest(presented, episode.key.encode()):
+        raise BadRequest(
+            f"episode {episode_id[:64]!r}: unknown to this key, or already ended (timed out?)", 404
+        )
+    return episode
+
+
+@router.get("/episodes/{episode_id}/v1/models")
+async def models(episode_id: str, request: Request) -> Response:
+    episode_of(episode_id, request)
+    card = {"id": request.app.state.gateway.model_id, "object": "model", "created": 0, "owned_by": "turnrl"}
+    return finite_json({"object": "list", "data": [card]})
+
+
+def chat_request(body: bytes, gateway: Gateway) -> ChatRequest:
+    """The call's request, checked as `turnrl serve` checks it, for the model the agent was given."""
+    try:
+        req = ChatRequest.model_validate_json(body)
+    except ValidationError as err:
+        raise BadRequest(
+            describe_validation_error(list(err.errors()), list(ChatRequest.model_fields), EXAMPLE)
+        ) from None
+    if req.model not in (None, "", gateway.model_id):
+        raise BadRequest(
+            f"model: {req.model[:64]!r} is not served here; send the `model` that run() was given "
+            f"({gateway.model_id!r})",
+            404,
+        )
+    return req
+
+
+@router.post("/episodes/{episode_id}/v1/chat/completions")
+async def chat(episode_id: str, request: Request) -> Response:
+    gateway: Gateway = request.app.state.gateway
+    episode = episode_of(episode_id, request)
+    req = chat_request(await request.body(), gateway)
+    async with episode.lock:  # one call of an episode at a time: its trajectory grows call by call
+        plan, output, params = await asyncio.to_thread(prepare, gateway, episode, req)
+        gone = threading.Event()
+        if not episode.start_call(gone):
+            raise BadRequest(f"episode {episode_id[:64]!r}: already ended (timed out?)", 404)
+        try:
+            job = asyncio.wrap_future(gateway.runner.submit(plan.context, params, gone))
+            left = asyncio.ensure_future(wait_for_disconnect(request))
+            try:
+                await asyncio.wait({job, left}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                left.cancel()
+            if not job.done():  # the client left: drop the call, or stop it at the next decode step
+                gone.set()
+                job.cancel()
+                return Response(status_code=499)
+            if job.cancelled() or gone.is_set():
+                raise BadRequest(f"episode {episode_id[:64]!r}: ended while this call ran", 404)
+            try:
+                gen = job.result()
+            except Exception as err:  # the engine's fault, not the agent's: the run stops after the step
+                gateway.engine_failed(err)
+                return detail(f"generation failed: {type(err).__name__}: {' '.join(str(err).split())}", 500)
+        finally:
+            episode.end_call(gone)
+        content = await asyncio.to_thread(finish, gateway, episode, plan, output, gen)
+    return finite_json(content)
