@@ -211,27 +211,28 @@ def to_yaml(cfg: Any) -> str:
 
 
 @cache
+def field_docstrings(node: ast.ClassDef) -> dict[str, str]:
+    """field name -> the docstring written under it, in a dataclass's syntax tree."""
+    docs: dict[str, str] = {}
+    for stmt, nxt in itertools.pairwise(node.body):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[stmt.target.id] = nxt.value.value.strip()
+    return docs
+
+
 def field_docs(root: type = Config) -> dict[str, str]:
     """`section.key` -> the docstring written under the field in the schema modules."""
     from turnrl.config import agent_schema, rollout_schema, schema, supervised_schema
 
     modules = (schema, rollout_schema, agent_schema, supervised_schema)
     nodes = [n for mod in modules for n in ast.parse(inspect.getsource(mod)).body]
-    per_class: dict[str, dict[str, str]] = {}
-    for node in nodes:
-        if isinstance(node, ast.ClassDef):
-            docs: dict[str, str] = {}
-            body = node.body
-            for stmt, nxt in itertools.pairwise(body):
-                if (
-                    isinstance(stmt, ast.AnnAssign)
-                    and isinstance(stmt.target, ast.Name)
-                    and isinstance(nxt, ast.Expr)
-                    and isinstance(nxt.value, ast.Constant)
-                    and isinstance(nxt.value.value, str)
-                ):
-                    docs[stmt.target.id] = nxt.value.value.strip()
-            per_class[node.name] = docs
+    per_class = {node.name: field_docstrings(node) for node in nodes if isinstance(node, ast.ClassDef)}
     out: dict[str, str] = {}
     for key, cls in _schema_keys(root).items():
         parent = root

@@ -16,7 +16,6 @@ import argparse
 import ast
 import dataclasses
 import inspect
-import itertools
 import re
 from collections.abc import Callable, Sequence
 from functools import cache
@@ -26,20 +25,13 @@ from typing import Any
 @cache
 def field_help(cls: type) -> dict[str, str]:
     """The docstring under each field of dataclass `cls`, its first sentence, on one line."""
-    tree = ast.parse(inspect.getsource(cls))
-    body = next(n for n in tree.body if isinstance(n, ast.ClassDef)).body
-    out = {}
-    for stmt, nxt in itertools.pairwise(body):
-        if (
-            isinstance(stmt, ast.AnnAssign)
-            and isinstance(stmt.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-            and isinstance(nxt.value.value, str)
-        ):
-            text = " ".join(nxt.value.value.split())
-            out[stmt.target.id] = re.split(r"(?<=\.)\s", text, maxsplit=1)[0].rstrip(".")
-    return out
+    from turnrl.config.loader import field_docstrings
+
+    node = next(n for n in ast.parse(inspect.getsource(cls)).body if isinstance(n, ast.ClassDef))
+    return {
+        name: re.split(r"(?<=\.)\s", " ".join(doc.split()), maxsplit=1)[0].rstrip(".")
+        for name, doc in field_docstrings(node).items()
+    }
 
 
 def flag(name: str, on_by_default: bool = False) -> str:
