@@ -37,6 +37,22 @@ def load_attribute(path: str | Path, name: str, where: str, error: type[Exceptio
     return obj
 
 
+def load_object(target: str, name: str, where: str, error: type[Exception] = ValueError) -> Any:
+    """`name` from `target`: a Python file (a path) or an importable module; errors are one line
+    starting with `where` (a missing file or module, one that does not import, a name it lacks)."""
+    if target.endswith(".py") or "/" in target or Path(target).is_file():
+        return load_attribute(target, name, where, error)
+    try:
+        module = importlib.import_module(target)
+    except ImportError as err:
+        raise error(f"{where}: cannot import module {target!r} ({' '.join(str(err).split())})") from None
+    except Exception as err:
+        raise error(f"{where}: importing {target} failed: {' '.join(repr(err).split())}") from None
+    if not hasattr(module, name):
+        raise error(f"{where}: module {target} defines no {name!r}")
+    return getattr(module, name)
+
+
 def load_function(ref: str, where: str, error: type[Exception] = ValueError) -> Any:
     """The callable at `path/to/file.py:name` or `package.module:name`; errors are one line starting
     with `where` (a malformed reference, a missing file or module, one that does not import, a name
@@ -44,18 +60,7 @@ def load_function(ref: str, where: str, error: type[Exception] = ValueError) -> 
     target, sep, name = ref.strip().rpartition(":")
     if not sep or not target or not name.isidentifier():
         raise error(f"{where}: {ref!r} must be path/to/file.py:function or package.module:function")
-    if target.endswith(".py") or "/" in target or Path(target).is_file():
-        fn = load_attribute(target, name, where, error)
-    else:
-        try:
-            module = importlib.import_module(target)
-        except ImportError as err:
-            raise error(f"{where}: cannot import module {target!r} ({err})") from None
-        except Exception as err:
-            raise error(f"{where}: importing {target} failed: {err!r}") from None
-        fn = getattr(module, name, None)
-        if fn is None:
-            raise error(f"{where}: module {target} defines no {name!r}")
+    fn = load_object(target, name, where, error)
     if not callable(fn):
         raise error(f"{where}: {name!r} in {target} is not a function ({type(fn).__name__})")
     return fn

@@ -27,14 +27,14 @@ pytest.importorskip("verifiers.v1")
 from tests.support import verifiers_envs
 from tests.support.chat_templates import TOOL_TEMPLATE
 from tests.support.serving import serve_process
-from turnrl.agent.verifiers_env import (
+from turnrl.agent.verifiers import (
     VerifiersEpisodeError,
     episode_result,
     load_verifiers_agent,
     load_verifiers_env,
     run_episode,
-    verifiers_rows,
 )
+from turnrl.data.prepare.verifiers import verifiers_rows
 from turnrl.servers.chat.schema import check_messages
 from turnrl.servers.chat.template import ChatTemplate
 

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("verifiers.v1")
 
 from tests.support import verifiers_envs
-from turnrl.agent.verifiers_env import (
+from turnrl.agent.verifiers import (
     INSTALL,
     TASK_KEY,
     VerifiersEnvError,
@@ -24,9 +24,9 @@ from turnrl.agent.verifiers_env import (
     script_dependencies,
     sse_events,
     task_of,
-    verifiers_rows,
 )
 from turnrl.data.dataset import load_examples, read_rows
+from turnrl.data.prepare.verifiers import verifiers_rows
 
 ENVS = Path(__file__).resolve().parents[1] / "support" / "verifiers_envs.py"
 

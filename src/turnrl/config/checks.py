@@ -435,7 +435,7 @@ def _check_multi_turn(mt: MultiTurnConfig) -> None:
 ENTRYPOINT = re.compile(r"[^:]+:[A-Za-z_]\w*")
 """`rollout.agent.entrypoint`: `path/to/file.py:run` or `package.module:run`."""
 ENV_PREFIX = "verifiers:"
-"""`rollout.agent.env`: the one kind of environment so far (`turnrl.agent.verifiers_env.PREFIX`)."""
+"""`rollout.agent.env`: the one kind of environment so far (`turnrl.agent.verifiers.PREFIX`)."""
 
 
 def _check_function_agent(cfg: Config) -> None:

@@ -50,9 +50,9 @@ def load_agent(entrypoint: str, where: str = "rollout.agent.entrypoint") -> Agen
 
 def load_env_agent(env: str, where: str = "rollout.agent.env") -> AgentFunction:
     """An environment as an agent function: `verifiers:<environment>` plays a verifiers env's own
-    rollout against the episode's client (`turnrl.agent.verifiers_env`); it loads the environment
+    rollout against the episode's client (`turnrl.agent.verifiers`); it loads the environment
     now, so a bad one is one line at start-up."""
-    from turnrl.agent.verifiers_env import PREFIX, load_verifiers_agent
+    from turnrl.agent.verifiers import PREFIX, load_verifiers_agent
 
     if not env.startswith(PREFIX):
         raise AgentLoadError(f"{where}: {env!r}: environments are named {PREFIX}<environment>")
