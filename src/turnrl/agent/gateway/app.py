@@ -43,6 +43,7 @@ from turnrl.servers.chat.schema import (
     max_tokens_of,
 )
 from turnrl.servers.guard import Guard, detail, finite_json, presented_key, wait_for_disconnect
+from turnrl.servers.refusal import Refusal, add_error_handlers
 from turnrl.servers.validation import describe_validation_error
 
 EXAMPLE = '{"model": "policy", "messages": [{"role": "user", "content": "Hello"}]}'
@@ -50,10 +51,8 @@ SAMPLING = ("temperature", "top_p", "top_k", "seed")
 """The request's sampling fields the run's own replace."""
 
 
-class BadRequest(ValueError):
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
+class BadRequest(Refusal):
+    """A call the gateway refuses: its status (400 unless said) and one line naming the field."""
 
 
 def _without_nulls(messages: list[Any]) -> list[Any]:
@@ -157,14 +156,7 @@ def create_app(gateway: Gateway) -> FastAPI:
     app.add_middleware(Guard, max_body=gateway.max_body)
     app.state.gateway = gateway
 
-    @app.exception_handler(BadRequest)
-    async def _bad_request(_request: Request, err: BadRequest) -> Response:
-        return detail(str(err), err.status)
-
-    @app.exception_handler(Exception)
-    async def _internal(_request: Request, err: Exception) -> Response:
-        return detail(f"internal error: {type(err).__name__}: {' '.join(str(err).split())}", 500)
-
+    add_error_handlers(app)
     app.include_router(router)
     return app
 

@@ -56,10 +56,10 @@ from turnrl.servers.inference.common import (  # shared with chat_route, so defi
     generate_for,
     sampling,
 )
-from turnrl.servers.inference.common import one_line as _one_line
 from turnrl.servers.inference.common import short as _short
 from turnrl.servers.inference.server import MAX_VERSION, Server
 from turnrl.servers.listen import connection_health
+from turnrl.servers.refusal import add_error_handlers
 
 log = logging.getLogger("turnrl.serve")
 
@@ -292,19 +292,6 @@ def create_app(
     app.include_router(router)
     app.include_router(chat_router)
     return app
-
-
-def add_error_handlers(app: FastAPI) -> None:
-    """A client's fault is its one-line `detail` and status; anything else a one-line 500."""
-
-    @app.exception_handler(BadRequest)
-    async def _bad_request(_request: Request, err: BadRequest) -> Response:
-        return detail(str(err), err.status)
-
-    @app.exception_handler(Exception)
-    async def _internal(_request: Request, err: Exception) -> Response:
-        # a bug, not the client's input: one line here, the traceback in the server's log (Starlette re-raises)
-        return detail(f"internal error: {_one_line(err)}", 500)
 
 
 router = APIRouter()

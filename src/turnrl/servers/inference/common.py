@@ -20,6 +20,7 @@ from starlette.responses import Response
 from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.servers.guard import detail, wait_for_disconnect
 from turnrl.servers.inference.batcher import Batcher, Busy
+from turnrl.servers.refusal import Refusal
 from turnrl.servers.validation import describe_validation_error
 
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
@@ -63,12 +64,8 @@ class Limits:
     503 with Retry-After, so queued work (and the memory its prompts hold) stays bounded."""
 
 
-class BadRequest(ValueError):
+class BadRequest(Refusal):
     """A request this server will not serve: `status` (400 unless said) and a one-line message."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def short(value: Any, limit: int = 80) -> str:

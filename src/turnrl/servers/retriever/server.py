@@ -32,6 +32,7 @@ from turnrl.keys import check_bind
 from turnrl.servers.connections import ConnectionLimits, Connections
 from turnrl.servers.guard import Guard
 from turnrl.servers.listen import bind, connection_health, serve_on, url_of
+from turnrl.servers.refusal import Refusal
 from turnrl.servers.retriever.errors import RetrieverError
 from turnrl.servers.retriever.index import LoadedIndex, load_index, turnrl_version
 from turnrl.servers.retriever.limits import Limits
@@ -57,12 +58,10 @@ def _reject(detail: str, status: int = 422) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status)
 
 
-class Refused(Exception):
+class Refused(Refusal):
     """A request that cannot be served: its one-line `detail` and HTTP status."""
 
-    def __init__(self, detail: str, status: int = 422) -> None:
-        super().__init__(detail)
-        self.detail, self.status = detail, status
+    default_status = 422
 
 
 def request_topk(req: RetrieveRequest, num_docs: int, default_topk: int, limits: Limits) -> int:

@@ -26,16 +26,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from turnrl.servers.refusal import Refusal
 from turnrl.servers.sandbox.config import Language, SandboxConfig
 from turnrl.servers.validation import describe_validation_error as describe
 
 
-class BadRequest(ValueError):
+class BadRequest(Refusal):
     """A request the server will not run; `str(err)` names the field."""
 
-    def __init__(self, message: str, status: int = 422) -> None:
-        super().__init__(message)
-        self.status = status
+    default_status = 422
 
 
 class RunCodeRequest(BaseModel):
