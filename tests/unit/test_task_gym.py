@@ -255,8 +255,10 @@ def test_the_config_accepts_a_gym_task_and_names_the_form():
         load_config(None, ["data.task=reasoning_gym:basic_arithmetic"]).data.task
         == "reasoning_gym:basic_arithmetic"
     )
+    from turnrl.trainer.setup import check_plugins  # where the run is assembled: the config knows no task
+
     with pytest.raises(ConfigError, match=r"or reasoning_gym:<dataset> \(e\.g\. reasoning_gym:chain_sum\)"):
-        load_config(None, ["data.task=chess"])
+        check_plugins(load_config(None, ["data.task=chess"]))
 
 
 # --- turnrl data task --------------------------------------------------------------------------------
