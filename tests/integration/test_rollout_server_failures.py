@@ -163,3 +163,57 @@ def test_fault_soak_twenty_steps_with_the_server_killed_three_times(tmp_path):
         assert len((run / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()) == rows, step
     for s in steps:
         assert s["rollout_corr/abs_diff_max"] < 1e-4, (s["step"], s["rollout_corr/abs_diff_max"])
+
+
+def test_a_weight_sync_that_hangs_fails_in_one_line_within_the_timeout(tiny, tmp_path):
+    """A server that answers /health and /v1/models but never answers a weight load (a real HTTP
+    server on loopback that sleeps): the sync stops after `timeout_s` x (max_retries + 1), in one
+    line naming the server, the version and the timeout."""
+    import http.server
+    import json as json_
+
+    model = tiny[0]
+    vocab = int(model.config.vocab_size)
+
+    class Hung(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):  # quiet
+            pass
+
+        def do_GET(self):
+            body = (
+                {"status": "ok", "vocab_size": vocab} if self.path == "/health" else {"data": [{"id": "m"}]}
+            )
+            data = json_.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self):
+            time.sleep(30)  # a load that never finishes in time
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hung)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        engine = ServerEngine(
+            [url],
+            ServerConfig(urls=[url], timeout_s=1, max_retries=1),
+            eos_ids=set(),
+            vocab_size=vocab,
+            weights=model.state_dict,
+            weights_dir=tmp_path / "w",
+            model_config=model.config,
+        )
+        start = time.monotonic()
+        with pytest.raises(ServerError) as err:
+            engine.sync_weights(1)
+        waited = time.monotonic() - start
+        message = str(err.value)
+        assert f"inference server {url} unreachable while loading policy version 1" in message
+        assert "rollout.server.timeout_s=1s" in message and "\n" not in message
+        assert waited < 10, waited  # 2 attempts of 1 s, plus writing the weights
+        engine.close()
+    finally:
+        server.shutdown()
