@@ -30,7 +30,7 @@ NAMES = ("workers", "timeout", "name", "zygote", "verbose")
 def parse(*argv: str) -> dict:
     parser = argparse.ArgumentParser()
     add_options(parser, Toy, NAMES)
-    return values_of(parser.parse_args(list(argv)), Toy, NAMES)
+    return values_of(parser.parse_args(list(argv)), NAMES)
 
 
 def test_defaults_types_and_switches_come_from_the_dataclass():

@@ -149,7 +149,7 @@ class Connections:
                 connections.header_timeouts += 1
                 limit = connections.limits.header_timeout_s
                 self.transport.write(
-                    _raw(408, f"request headers not complete within {limit:g}s (--header-timeout)")
+                    _timed_out(f"request headers not complete within {limit:g}s (--header-timeout)")
                 )
                 self.transport.close()
 
@@ -186,18 +186,11 @@ def raise_fd_limit(connections: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-def _raw(status: int, message: str, retry_after: bool = False) -> bytes:
-    """A whole HTTP/1.1 response in turnrl's one-line JSON shape, written straight to the socket
-    (no request cycle exists to answer through)."""
+def _timed_out(message: str) -> bytes:
+    """A whole HTTP/1.1 408 in turnrl's one-line JSON shape, written straight to the socket (no
+    request cycle exists to answer through: the head never came)."""
     import orjson
 
     body = orjson.dumps({"detail": message})
-    reason = {408: "Request Timeout", 503: "Service Unavailable"}[status]
-    head = [
-        f"HTTP/1.1 {status} {reason}",
-        "content-type: application/json",
-        f"content-length: {len(body)}",
-        "connection: close",
-        *(["retry-after: 1"] if retry_after else []),
-    ]
+    head = ["HTTP/1.1 408 Request Timeout", "content-type: application/json", f"content-length: {len(body)}", "connection: close"]  # fmt: skip
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body

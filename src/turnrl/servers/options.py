@@ -1,7 +1,7 @@
 """A server's command-line options, made from its config dataclass: one place per setting.
 
     add_options(serve, SandboxConfig, ("workers", "queue", "cgroup", "max_body"))
-    cfg = SandboxConfig(**values_of(args, SandboxConfig, ("workers", ...)))
+    cfg = SandboxConfig(**values_of(args, ("workers", ...)))
 
 Each field becomes `--field-name` (underscores to dashes): its type from the annotation (int, float
 or str), its default from the dataclass, its help from the docstring written under the field
@@ -78,7 +78,6 @@ def add_options(
         )
 
 
-def values_of(args: argparse.Namespace, cls: type, names: Sequence[str]) -> dict[str, Any]:
-    """The parsed values of the options `add_options` made, as keyword arguments of `cls`."""
-    del cls
+def values_of(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
+    """The parsed values of the options `add_options` made, as keyword arguments of their class."""
     return {name: getattr(args, name) for name in names}

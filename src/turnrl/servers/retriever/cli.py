@@ -64,7 +64,7 @@ def _index(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from turnrl.servers.retriever.server import serve
 
-    limits = Limits(**values_of(args, Limits, LIMITS))
+    limits = Limits(**values_of(args, LIMITS))
     connections = ConnectionLimits.from_args(args)  # a bad value: one line before the index loads
     serve(
         args.index,

@@ -60,7 +60,7 @@ def _refuse(message: str) -> int:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    cfg = SandboxConfig(**values_of(args, SandboxConfig, OPTIONS), api_key=resolve_api_key(args.api_key))
+    cfg = SandboxConfig(**values_of(args, OPTIONS), api_key=resolve_api_key(args.api_key))
     try:
         cfg.check()
         connections = ConnectionLimits.from_args(args)
