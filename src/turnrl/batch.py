@@ -9,6 +9,7 @@ in strict mode (the test suite) a field it does not declare cannot be written.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -187,3 +188,37 @@ def _values_equal(x: Any, y: Any) -> bool:
     if isinstance(eq, np.ndarray):
         return bool(eq.all())
     return bool(eq)
+
+
+# -- episodes: rows that belong together ------------------------------------------------------------
+# An agent episode that forked at template drift gives several adjacent rows; `episode_last` marks
+# the last of each (turnrl/fields.py). A batch without it has one row per episode.
+
+
+def episode_ends(batch: Batch) -> np.ndarray:
+    """The row index after each episode's last row, in order (`1..len` without forks)."""
+    if "episode_last" not in batch:
+        return np.arange(1, len(batch) + 1)
+    return np.flatnonzero(np.asarray(batch["episode_last"], dtype=bool)) + 1
+
+
+def episode_of_rows(batch: Batch) -> np.ndarray:
+    """Each row's episode number (0, 1, ...): the count of episode ends before it."""
+    return np.searchsorted(episode_ends(batch), np.arange(len(batch)), side="right")
+
+
+def first_episodes(batch: Batch, k: int) -> Batch:
+    """The rows of the first `k` episodes (`batch.index(slice(0, k))` without forks)."""
+    ends = episode_ends(batch)
+    stop = 0 if k < 1 else int(ends[k - 1]) if k <= len(ends) else len(batch)
+    return batch.index(slice(0, stop))
+
+
+def split_episodes(batch: Batch, size: int) -> list[Batch]:
+    """Consecutive pieces of `size` episodes, an episode's rows never split (`batch.split(size)`
+    without forks)."""
+    if size < 1:
+        raise ValueError(f"split needs size >= 1, got {size}")
+    ends = episode_ends(batch)
+    cuts = [0, *(int(e) for e in ends[size - 1 :: size]), len(batch)]
+    return [batch.index(slice(a, b)) for a, b in itertools.pairwise(cuts) if b > a]

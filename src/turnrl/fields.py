@@ -200,6 +200,24 @@ _DECLARED = (
         "reward",
         "the `acc` and `formatted` numbers an agent function returned: validation's accuracy and format rate",
     ),
+    _f(
+        "episode_row",
+        "(B,)",
+        "int64",
+        "gen",
+        "group gen_max",
+        "an agent function's episode of this row: its position among the prompts x n (an episode that "
+        "forked at template drift gives several rows, adjacent)",
+    ),
+    _f(
+        "episode_last",
+        "(B,)",
+        "bool",
+        "gen",
+        "adv update_actor update_critic validation",
+        "True on an episode's last row: mini-batches, per-episode advantages and validation averages "
+        "count episodes, not forks (absent = every row is an episode)",
+    ),
     # -- stages 4-6 (group, reward, gen_max) --------------------------------------------------------
     _f(
         "uid",

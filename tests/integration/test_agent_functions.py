@@ -214,27 +214,61 @@ def test_failures_score_zero_are_counted_and_stop_the_first_step(tiny_tool, agen
     assert scores.abs().sum().item() == 0
 
 
-def test_history_edited_by_the_agent_ends_the_sample(tiny_tool):
-    _, tok, _, _ = tiny_tool
-    with make(tiny_tool, "rewrites_history") as rollout:
+def test_history_edited_by_the_agent_forks_the_sample(tiny_tool):
+    model, tok, tool_tok, _ = tiny_tool
+    engine = RecordingEngine(model, tok)
+    with make(tiny_tool, "rewrites_history", engine) as rollout:
         batch, metrics = run(rollout, tok, QUESTIONS[:1], n=2)
-    # the second call does not extend the first: served, not recorded; the reward stays the agent's
-    assert metrics["agent/template_drift"] == 2 and metrics["agent/untrained_calls/mean"] == 1
-    assert metrics["agent/turns/mean"] == 1 and metrics["agent/calls/mean"] == 2
+    # the second call does not extend the first: the first sample is kept as recorded and a second
+    # starts from the rewritten conversation, rendered whole; both carry the episode's reward
+    assert metrics["agent/template_drift"] == 2 and metrics["agent/template_forks"] == 2
+    assert metrics["agent/untrained_calls/mean"] == 0 and metrics["agent/calls/mean"] == 2
+    assert metrics["agent/turns/mean"] == 2  # per episode, its samples' turns summed
+    assert len(batch) == 4 and list(batch["episode_row"]) == [0, 0, 1, 1]
+    assert list(batch["episode_last"]) == [False, True, False, True]
+    assert list(batch["uid"]) == [0] * 4 and list(batch["agent_reward"]) == [1.0] * 4
+    template = ChatTemplate(tool_tok)
+    for row in range(4):
+        full, mask, _ = unpadded(batch, row)
+        prompt = full[: len(full) - len(mask)]
+        assert [kind for kind, _ in segments(batch, row)] == [1]
+        if row % 2:  # the fork's prompt: the second call's messages, as the engine was given them
+            text = tok.decode(prompt, skip_special_tokens=False)
+            assert "(summarised) " in text and text.endswith("Again.<|im_end|>\n<|im_start|>assistant\n")
+        else:
+            assert prompt == template.prompt_ids([{"role": "user", "content": QUESTIONS[0]}])
+        assert any(c == prompt and o == segments(batch, row)[0][1] for c, o, _ in engine.rows)
+    # the trainer reads each fork as the engine sampled it
+    lp, _ = response_log_probs(
+        model, batch["input_ids"], batch["attention_mask"], batch["position_ids"], BUDGET
+    )
+    gap = ((lp - batch["rollout_log_probs"]).abs() * batch["response_mask"]).max().item()
+    assert gap < 1e-4, gap
+
+
+def test_without_forks_a_drifted_call_is_served_untrained(tiny_tool):
+    _, tok, _, _ = tiny_tool
+    with make(tiny_tool, "rewrites_history", **{"rollout.agent.max_forks": 0}) as rollout:
+        batch, metrics = run(rollout, tok, QUESTIONS[:1], n=2)
+    assert metrics["agent/template_drift"] == 2 and metrics["agent/template_forks"] == 0
+    assert metrics["agent/untrained_calls/mean"] == 1 and metrics["agent/turns/mean"] == 1
+    assert len(batch) == 2 and list(batch["episode_last"]) == [True, True]
     assert [kind for kind, _ in segments(batch, 0)] == [1] and list(batch["agent_reward"]) == [1.0, 1.0]
 
 
-def test_template_that_rewrites_history_ends_the_sample(tiny_tool, tmp_path):
+def test_template_that_rewrites_history_forks_at_every_call(tiny_tool, tmp_path):
     _, tok, _, _ = tiny_tool
     forgetful = tmp_path / "forgetful.jinja"
     forgetful.write_text(FORGETFUL_TEMPLATE)
-    with make(tiny_tool, "tool_loop", **{"rollout.agent.chat_template": str(forgetful)}) as rollout:
+    overrides = {"rollout.agent.chat_template": str(forgetful), "rollout.agent.max_forks": 1}
+    with make(tiny_tool, "tool_loop", **overrides) as rollout:
         batch, metrics = run(rollout, tok, QUESTIONS[:1], n=2)
-    # call 2 would render call 1's answer away: never re-tokenised, the sample is call 1 alone
-    assert metrics["agent/template_drift"] == 2
-    assert metrics["agent/turns/mean"] == 1 and metrics["agent/untrained_calls/mean"] == 2
-    assert all([kind for kind, _ in segments(batch, r)] == [1] for r in range(2))
-    assert metrics["agent/errors/exception"] == 0 and list(batch["agent_reward"]) == [0.5, 0.5]
+    # calls 2 and 3 would render call 1's answer away: never re-tokenised. Call 2 forks (the one fork
+    # allowed), call 3 drifts again with no fork left: served, not trained on
+    assert metrics["agent/template_drift"] == 2 and metrics["agent/template_forks"] == 2
+    assert metrics["agent/turns/mean"] == 2 and metrics["agent/untrained_calls/mean"] == 1
+    assert len(batch) == 4 and all([kind for kind, _ in segments(batch, r)] == [1] for r in range(4))
+    assert metrics["agent/errors/exception"] == 0 and list(batch["agent_reward"]) == [0.5] * 4
 
 
 def test_limits_truncate_without_error_and_long_prompts_fail(tiny_tool):

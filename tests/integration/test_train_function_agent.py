@@ -74,3 +74,22 @@ def test_missing_agent_stops_at_start_up(tmp_path, cli):
     line = one_line_error(cli("train", *overrides(tmp_path, "nowhere/agent.py:run")))
     assert line == "turnrl train: rollout.agent.entrypoint: file not found: nowhere/agent.py"
     assert not (tmp_path / "run").exists()
+
+
+def test_an_agent_that_rewrites_its_history_trains_on_its_forks(tmp_path):
+    """Every episode forks once (its second call drops the first answer): each step trains on
+    2 prompts x 2 episodes x 2 samples, and validation still averages one score per episode."""
+    agent = f"{AGENTS / 'scripted.py'}:rewrites_history"
+    args = [*overrides(tmp_path, agent), "data.task_args.n_val=3", "data.val_batch_size=3"]
+    proc = subprocess.run([console_script(), "train", *args], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "critic/score/mean" in r]
+    assert len(steps) == 2
+    for step in steps:
+        assert step["agent/template_forks"] == 4 and step["agent/untrained_calls/mean"] == 0
+        assert step["agent/template_drift"] == 4 and step["agent/turns/mean"] == 2
+        assert step["critic/score/mean"] == 1.0  # the agent's own reward, on every fork
+    assert rows[-1]["val/test_score/mean"] == 1.0
+    dump = sorted((tmp_path / "run" / "val_samples").glob("step_*.jsonl"))[-1]
+    assert len(dump.read_text().splitlines()) == 3  # one per validation episode, not one per fork

@@ -380,16 +380,21 @@ class EstimatorSpec:
     """(parameter field, `algorithm.` config key, dotted below it) pairs."""
     needs: tuple[str, ...] = ()
     """`AdvantageInputs` fields that must not be None (`NEEDS` words them)."""
+    per_sequence: bool = False
+    """One advantage per response (an outcome estimator): an agent episode that forked into several
+    rows is then one response of its group, its advantage given to every row (`episode_advantage`)."""
 
 
 GROUP_KEYS = (("norm_by_std", "norm_adv_by_std_in_grpo"),)
 ESTIMATORS: dict[str, EstimatorSpec] = {
     "gae": EstimatorSpec(_gae, Discount, (("gamma", "gamma"), ("lam", "lam")), ("values",)),
-    "grpo": EstimatorSpec(_grpo, GroupNorm, GROUP_KEYS, ("index",)),
-    "rloo": EstimatorSpec(_rloo, Epsilon, needs=("index",)),
+    "grpo": EstimatorSpec(_grpo, GroupNorm, GROUP_KEYS, ("index",), per_sequence=True),
+    "rloo": EstimatorSpec(_rloo, Epsilon, needs=("index",), per_sequence=True),
     "reinforce_plus_plus": EstimatorSpec(_reinforce_pp, Discount, (("gamma", "gamma"),)),
-    "reinforce_plus_plus_baseline": EstimatorSpec(_reinforce_pp_baseline, Epsilon, needs=("index",)),
-    "remax": EstimatorSpec(_remax, needs=("reward_baselines",)),
+    "reinforce_plus_plus_baseline": EstimatorSpec(
+        _reinforce_pp_baseline, Epsilon, needs=("index",), per_sequence=True
+    ),
+    "remax": EstimatorSpec(_remax, needs=("reward_baselines",), per_sequence=True),
     "gigpo": EstimatorSpec(
         _gigpo,
         GigpoParams,
@@ -478,3 +483,38 @@ def compute_advantage(
         term, _ = opd_advantage(x.old_log_probs, x.teacher_log_prob, x.response_mask)  # type: ignore[arg-type]
         advantages = advantages + distill_coef * term.to(advantages.dtype)
     return advantages, returns
+
+
+def episode_advantage(
+    estimator: Estimator, x: AdvantageInputs, last: np.ndarray, distill_coef: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """`compute_advantage`, counting episodes rather than rows. `last[i]` is True on an episode's last
+    row; an agent episode that forked at template drift has several adjacent rows, each with the
+    episode's reward. A per-sequence estimator then sees each episode once (its last row: a group of
+    n episodes stays a group of n, however many forks) and every row of the episode gets the
+    episode's advantage on its own model tokens. A per-token estimator (GAE, opd, a discount, a
+    teacher term) takes every row as its own sequence.
+
+    Worked example (GRPO, one group): episode A forked into rows 0-1, reward 1; episode B, row 2,
+    reward 0. Per episode: mean 0.5, std (unbiased) 0.7071, so A's rows get +0.7071 and B's -0.7071.
+    Rows taken alone would give mean 0.667, std 0.577: A +0.577 twice and B -1.155."""
+    last = np.asarray(last, dtype=bool)
+    if not estimator.spec.per_sequence or distill_coef > 0 or last.all():
+        return compute_advantage(estimator, x, distill_coef)
+    lead = np.flatnonzero(last)
+    rows = torch.as_tensor(lead, dtype=torch.long)
+    sub = AdvantageInputs(
+        **{
+            name: None if value is None else value[lead] if isinstance(value, np.ndarray) else value[rows]
+            for name, value in vars(x).items()
+        }
+    )
+    adv, ret = compute_advantage(estimator, sub, distill_coef)
+    owner = torch.as_tensor(np.searchsorted(lead, np.arange(len(last)), side="left"), dtype=torch.long)
+    mask = sub.response_mask.to(adv.dtype)
+    counts = mask.sum(-1).clamp(min=1)
+    per_adv, per_ret = (adv * mask).sum(-1) / counts, (ret * mask).sum(-1) / counts
+    like = x.token_level_rewards
+    return _broadcast(per_adv[owner], x.response_mask, like), _broadcast(
+        per_ret[owner], x.response_mask, like
+    )

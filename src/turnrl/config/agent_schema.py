@@ -123,6 +123,11 @@ class FunctionAgentConfig:
     """Wall-clock seconds one episode may take; a late episode scores 0 (`agent/errors/timeout`)."""
     max_calls: int = ranged(32, ">= 1")
     """Model calls one episode may make; the next one is refused and the episode ends truncated."""
+    max_forks: int = ranged(4, ">= 0", "0 = no forks")
+    """New samples one episode may start where its messages stop extending what was sampled (the
+    agent rewrote its history, or the chat template re-renders it differently): the sample so far is
+    kept and the next starts from the rewritten context, with the episode's reward
+    (`agent/template_forks`). Past this, such calls are served but not trained on."""
     chat_template: str = ""
     """A Jinja chat template file used instead of the tokenizer's, for models whose own template
     renders no tools or tool calls. Empty = the tokenizer's."""

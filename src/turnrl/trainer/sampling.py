@@ -12,9 +12,10 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 
-from turnrl.batch import Batch
+from turnrl.batch import Batch, episode_ends, first_episodes
 from turnrl.config import Config
 from turnrl.rewards.scorer import RuleReward
 from turnrl.rollout.base import Rollout, SamplingParams
@@ -63,7 +64,7 @@ class StepSampler:
             varied, n_dropped = stages.keep_varied_groups(scored.batch)
             dropped += n_dropped
             kept.append(varied)
-            full = sum(len(b) for b in kept) // n >= cfg.data.train_batch_size
+            full = sum(len(episode_ends(b)) for b in kept) // n >= cfg.data.train_batch_size
             if full or round_ >= fg.max_num_gen_batches:
                 break
             if fg.refill == "same":  # the flat groups' own prompts again, with the next round's seed
@@ -72,7 +73,7 @@ class StepSampler:
                 continue
             with clock("load_batch") as st:
                 prompts = st.batch = next(self.batches)
-        merged = stages.concat_rounds(kept, self.pad_id).index(slice(0, cfg.data.train_batch_size * n))
+        merged = first_episodes(stages.concat_rounds(kept, self.pad_id), cfg.data.train_batch_size * n)
         if len(merged) == 0:
             # every group of every round was flat (a rare success not found within the budget): the
             # step trains on the last round as sampled, whose group advantages are all 0, rather than
@@ -80,7 +81,7 @@ class StepSampler:
             merged = scored.batch
         metrics = {**extra_metrics(extras), **scored.rollout_metrics}
         metrics["batch/num_gen_batches"], metrics["batch/dropped_groups"] = round_, dropped
-        metrics["batch/kept_prompts"] = len(merged) // n if any(len(b) for b in kept) else 0
+        metrics["batch/kept_prompts"] = len(episode_ends(merged)) // n if any(len(b) for b in kept) else 0
         if fg.refill == "same":
             metrics["batch/retried_groups"] = retried
         return merged, metrics
@@ -93,7 +94,15 @@ class StepSampler:
         if self.cfg.algorithm.adv_estimator == "remax":
             with clock("gen_max"):
                 baseline = self.greedy_baseline(prompts, step)
-                scored.batch["reward_baselines"] = baseline.repeat_interleave(params.n)
+                batch = scored.batch  # a forked agent episode's rows share their prompt's baseline
+                rows = (
+                    np.asarray(batch["episode_row"], dtype=np.int64) // params.n
+                    if "episode_row" in batch
+                    else None
+                )
+                scored.batch["reward_baselines"] = (
+                    baseline.repeat_interleave(params.n) if rows is None else baseline[torch.as_tensor(rows)]
+                )
         return scored
 
     def greedy_baseline(self, prompts: Batch, step: int) -> torch.Tensor:

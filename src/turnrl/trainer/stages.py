@@ -13,12 +13,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from turnrl.algorithms.advantages import (
     AdvantageInputs,
     compute_advantage,
     distill_metrics,
+    episode_advantage,
     resolve_estimator,
 )
 from turnrl.algorithms.rollout_corr import bypass_choice, rollout_correction
@@ -122,10 +124,13 @@ def group_and_merge(batch: Batch, rollout: Batch, n: int) -> Batch:
     """Stage 4: repeat the prompt rows n times like the rollout did, tag groups by `uid`.
 
     `uid` is the prompt's own `index`, identical for its n samples: a fresh id per row would
-    make every GRPO group a group of one.
+    make every GRPO group a group of one. An agent episode that forked at template drift gave
+    several rows (`episode_row` names their prompt row): each gets its prompt's fields.
     """
     merged = batch.repeat(n, interleave=True)
     merged["uid"] = merged["index"].copy()
+    if "episode_row" in rollout:
+        merged = merged.index(np.asarray(rollout["episode_row"], dtype=np.int64))
     return merged.union(rollout)
 
 
@@ -180,6 +185,23 @@ def generate_and_score(
     with clock("reward", batch):
         extras = scorer(batch)
     return Scored(batch, extras, rollout_metrics, batch["token_level_scores"].sum(-1).tolist())
+
+
+def episodes_only(scored: Scored) -> Scored:
+    """One row per episode: an agent episode that forked at template drift keeps its last row (each
+    of its rows holds the episode's reward), so a validation average counts episodes, not forks."""
+    batch = scored.batch
+    if "episode_last" not in batch or bool(np.all(batch["episode_last"])):
+        return scored
+    keep = np.flatnonzero(np.asarray(batch["episode_last"], dtype=bool))
+    return Scored(
+        batch.index(keep),
+        # per-row values; a count (the reward's failures) stays as it is
+        {k: [v[i] for i in keep] if len(v) == len(batch) else v for k, v in scored.extras.items()},
+        scored.rollout_metrics,
+        [scored.scores[i] for i in keep],
+        [scored.texts[i] for i in keep] if scored.texts else [],
+    )
 
 
 def old_log_probs_from_rollout(cfg: Config) -> bool:
@@ -239,7 +261,10 @@ def advantages(batch: Batch, cfg: Config) -> dict[str, float]:
         responses=batch.tensors.get("responses"),
     )
     estimator = resolve_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
-    adv, ret = compute_advantage(estimator, x, cfg.algorithm.distill_coef)
+    if "episode_last" in batch:  # an agent's forked episodes: one response each in their group
+        adv, ret = episode_advantage(estimator, x, batch["episode_last"], cfg.algorithm.distill_coef)
+    else:
+        adv, ret = compute_advantage(estimator, x, cfg.algorithm.distill_coef)
     batch["advantages"] = adv
     batch["returns"] = ret
     if "teacher_log_prob" not in batch:

@@ -36,11 +36,13 @@ def scored_batches(
     batch_size: int,
     pad_id: int,
 ) -> Iterator[Scored]:
-    """Every example once, in order, `batch_size` prompts at a time: `params.n` responses each,
-    scored as a validation score is, with their decoded texts."""
+    """Every example once, in order, `batch_size` prompts at a time: `params.n` responses each (an
+    agent episode that forked: its last row), scored as a validation score is, with their texts."""
     scorer = rule_scorer(reward, validation=True)
     for prompts in batches_of(examples, batch_size, pad_id):
-        scored = stages.generate_and_score(rollout, scorer, prompts, params, stages.StageClock())
+        scored = stages.episodes_only(
+            stages.generate_and_score(rollout, scorer, prompts, params, stages.StageClock())
+        )
         scored.texts = reward.decode(scored.batch)
         yield scored
 

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.distributed.tensor import DTensor
 
-from turnrl.batch import Batch
+from turnrl.batch import Batch, split_episodes
 from turnrl.config.schema import OptimConfig
 from turnrl.workers.parallel import full_optimizer_state, load_full_optimizer_state
 
@@ -30,11 +30,12 @@ def group_permutation(uids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 def epochs_of_mini_batches(
     batch: Batch, epochs: int, mini_batch_responses: int, seed: int, step: Callable[[Batch], dict[str, float]]
 ) -> dict[str, float]:
-    """Run `step` on shuffled mini-batches for `epochs` passes; average its metrics."""
+    """Run `step` on shuffled mini-batches of `mini_batch_responses` episodes (rows, unless an agent
+    episode forked: its rows stay in one mini-batch) for `epochs` passes; average its metrics."""
     metrics: dict[str, list[float]] = {}
     rng = np.random.default_rng(seed)
     for _ in range(epochs):
-        for mini in batch.reorder(group_permutation(batch["uid"], rng)).split(mini_batch_responses):
+        for mini in split_episodes(batch.reorder(group_permutation(batch["uid"], rng)), mini_batch_responses):
             for k, v in step(mini).items():
                 metrics.setdefault(k, []).append(v)
     return {k: float(np.mean(v)) for k, v in metrics.items()}

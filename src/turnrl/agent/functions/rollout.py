@@ -33,7 +33,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ from turnrl.agent.functions.entrypoint import (
 )
 from turnrl.agent.gateway.app import create_app
 from turnrl.agent.gateway.server import Gateway, OpenEpisode
-from turnrl.agent.gateway.trajectory import EpisodeLimits
+from turnrl.agent.gateway.trajectory import EpisodeLimits, Trajectory
 from turnrl.batch import Batch
 from turnrl.config.checks import ConfigError
 from turnrl.config.schema import Config
@@ -65,6 +65,20 @@ ERROR_KINDS = ("exception", "timeout", "bad_return", "no_calls", "prompt_too_lon
 """`agent/errors/<kind>`: why an episode failed (it scores 0, or stops the run: `rollout.agent.on_error`)."""
 ROW_FIELDS = ("raw_prompt", "data_source", "ground_truth", "extra_info", "index")
 """The row fields stage 2 lends (`trainer.stages.ROW_FIELDS`; the trainer's layer is above this one)."""
+
+
+@dataclass
+class Read:
+    """What the batch keeps of one episode: why it failed, or its reward, answer and numbers."""
+
+    kind: str = ""
+    """`agent/errors/<kind>` ('' = it did not fail)."""
+    error: str = ""
+    reward: float | None = None
+    answer: str | None = None
+    rates: dict[str, float] = field(default_factory=dict)
+    returned: bool = False
+    """It returned a reward or an answer (its numbers become `agent/fn/<name>`)."""
 
 
 @dataclass
@@ -117,7 +131,9 @@ class FunctionAgentRollout:
             template = ChatTemplate(tok)
         except ChatTemplateError as err:
             raise ConfigError(f"rollout.agent: {err}; set rollout.agent.chat_template") from None
-        limits = EpisodeLimits(cfg.data.max_prompt_length, cfg.data.max_response_length, ac.max_calls)
+        limits = EpisodeLimits(
+            cfg.data.max_prompt_length, cfg.data.max_response_length, ac.max_calls, ac.max_forks
+        )
         self.gateway = Gateway(engine, template, limits, ac.max_concurrency)
         self.gateway.start(create_app(self.gateway))
 
@@ -228,6 +244,28 @@ class FunctionAgentRollout:
         return Outcome(returned, seconds=seconds)
 
     # -- the batch ------------------------------------------------------------------------------
+    def _read(self, outcome: Outcome, traj: Trajectory) -> Read:
+        """What the batch keeps of one episode: its failure, or its reward, answer and numbers."""
+        kind, error = outcome.kind, outcome.error
+        if traj.prompt_too_long and kind != "timeout":
+            kind, error = "prompt_too_long", traj.prompt_too_long
+        elif traj.limit and kind in ("exception", "bad_return"):
+            kind = error = ""  # it failed because a limit refused its call: truncated, scores 0
+        elif not kind and traj.episode is None:
+            kind, error = (
+                "no_calls",
+                "returned without a model call that succeeded (use the client it was given)",
+            )
+        if kind:
+            return Read(kind=kind, error=f"agent {self.agent.name} {error}")
+        returned = outcome.returned
+        # every number it returned: `acc` and `formatted` become val/accuracy and val/format_rate,
+        # the others val/<name>/mean (validation has no agent/fn/* metrics of its own)
+        rates = dict(returned.metrics) if returned else {}
+        if returned is None or (returned.reward is None and returned.answer is None):
+            return Read(reward=0.0, rates=rates)  # truncated by a limit, and no reward came back
+        return Read(reward=returned.reward, answer=returned.answer, rates=rates, returned=True)
+
     def _assemble(
         self,
         jobs: list[tuple[str, int]],
@@ -236,104 +274,71 @@ class FunctionAgentRollout:
         fallback: list[list[int]],
         params: SamplingParams,
     ) -> tuple[Batch, dict[str, float]]:
+        """One row per sample: an episode that forked at drift gives one per fork, each with the
+        episode's reward; `episode_row` says which episode (prompt row) a row belongs to."""
         samples: list[Episode] = []
-        rewards: list[float | None] = []
-        answers: list[str | None] = []
-        errors: list[str] = []
-        kinds: Counter[str] = Counter()
-        fn_metrics: dict[str, list[float]] = defaultdict(list)
-        rates: list[dict[str, float]] = []
-        for episode_id, i in jobs:
-            open_episode, outcome = episodes[episode_id], outcomes[episode_id]
-            traj = open_episode.trajectory
-            sample = traj.episode if traj.episode is not None else Episode(list(fallback[i]))
-            sample.done = True
-            kind, error = outcome.kind, outcome.error
-            if traj.prompt_too_long and kind != "timeout":
-                kind, error = "prompt_too_long", traj.prompt_too_long
-            elif traj.limit and kind in ("exception", "bad_return"):
-                kind = error = ""  # it failed because a limit refused its call: truncated, scores 0
-            elif not kind and traj.episode is None:
-                kind, error = (
-                    "no_calls",
-                    "returned without a model call that succeeded (use the client it was given)",
-                )
-            returned = outcome.returned if not kind else None
-            # every number it returned: `acc` and `formatted` become val/accuracy and val/format_rate,
-            # the others val/<name>/mean (validation has no agent/fn/* metrics of its own)
-            rates.append(dict(returned.metrics) if returned else {})
-            if kind:
-                kinds[kind] += 1
-                errors.append(f"agent {self.agent.name} {error}")
-                rewards.append(None)
-                answers.append(None)
-            else:
-                errors.append("")
-                if returned is None or (returned.reward is None and returned.answer is None):
-                    rewards.append(0.0)  # truncated by a limit, and no reward came back
-                    answers.append(None)
-                else:
-                    rewards.append(returned.reward)
-                    answers.append(returned.answer)
-                    for k, v in returned.metrics.items():
-                        fn_metrics[k].append(v)
-            samples.append(sample)
+        owners: list[int] = []
+        per_episode = [self._read(outcomes[e], episodes[e].trajectory) for e, _ in jobs]
+        for position, (episode_id, i) in enumerate(jobs):
+            forks = episodes[episode_id].trajectory.samples or [Episode(list(fallback[i]))]
+            for sample in forks:
+                sample.done = True
+            samples += forks
+            owners += [position] * len(forks)
+        reads = [per_episode[p] for p in owners]
         prompt_ids, prompt_mask = left_pad([s.prompt for s in samples], self.pad_id)
         prompts = Batch({"input_ids": prompt_ids, "attention_mask": prompt_mask})
         batch = assemble_episodes(prompts, samples, 1, self.pad_id, params.max_new_tokens)
-        batch["agent_reward"] = np.array(rewards, dtype=object)
-        batch["agent_answer"] = np.array(answers, dtype=object)
-        batch["agent_error"] = np.array(errors, dtype=object)
-        batch["agent_rates"] = np.array(rates, dtype=object)
-        if kinds:
-            first = next(e for e in errors if e)
-            log.warning(
-                "%d agent episode(s) failed (%s); the first: %s", sum(kinds.values()), dict(kinds), first
-            )
-        return batch, self._metrics(jobs, outcomes, episodes, samples, kinds, fn_metrics)
+        batch["agent_reward"] = np.array([r.reward for r in reads], dtype=object)
+        batch["agent_answer"] = np.array([r.answer for r in reads], dtype=object)
+        batch["agent_error"] = np.array([r.error for r in reads], dtype=object)
+        batch["agent_rates"] = np.array([r.rates for r in reads], dtype=object)
+        batch["episode_row"] = np.array(owners, dtype=np.int64)
+        batch["episode_last"] = np.array(
+            [a != b for a, b in zip(owners, [*owners[1:], -1], strict=True)], dtype=bool
+        )
+        return batch, self._metrics(jobs, outcomes, episodes, per_episode)
 
     def _metrics(
         self,
         jobs: list[tuple[str, int]],
         outcomes: dict[str, Outcome],
         episodes: dict[str, OpenEpisode],
-        samples: list[Episode],
-        kinds: Counter[str],
-        fn_metrics: dict[str, list[float]],
+        reads: list[Read],
     ) -> dict[str, float]:
+        """`agent/*`, per episode (its forks' samples summed), and the failures logged once."""
         trajs = [episodes[e].trajectory for e, _ in jobs]
         seconds = [outcomes[e].seconds for e, _ in jobs]
-
-        def mean(values: list[float]) -> float:
-            return float(np.mean(values)) if values else 0.0
-
+        kinds = Counter(r.kind for r in reads if r.kind)
+        samples = [t.samples for t in trajs]
+        turns = [sum(s.turns for s in ss) for ss in samples]
         out = {
-            "agent/turns/mean": mean([s.turns for s in samples]),
-            "agent/turns/max": float(max((s.turns for s in samples), default=0)),
-            "agent/calls/mean": mean([t.calls for t in trajs]),
-            "agent/untrained_calls/mean": mean([t.untrained_calls for t in trajs]),
-            "agent/tool_calls/mean": mean([s.tool_calls for s in samples]),
+            "agent/turns/mean": _mean(turns),
+            "agent/turns/max": float(max(turns, default=0)),
+            "agent/calls/mean": _mean([t.calls for t in trajs]),
+            "agent/untrained_calls/mean": _mean([t.untrained_calls for t in trajs]),
+            "agent/tool_calls/mean": _mean([sum(s.tool_calls for s in ss) for ss in samples]),
             "agent/unparsed_tool_calls": float(sum(t.unparsed_tool_calls for t in trajs)),
             "agent/template_drift": float(sum(bool(t.drift) for t in trajs)),
-            "agent/truncated_ratio": mean([float(s.truncated) for s in samples]),
-            "agent/model_tokens/mean": mean([s.model_tokens for s in samples]),
-            "agent/obs_tokens/mean": mean([s.obs_tokens for s in samples]),
+            "agent/template_forks": float(sum(t.forks for t in trajs)),
+            "agent/truncated_ratio": _mean([float(bool(ss) and ss[-1].truncated) for ss in samples]),
+            "agent/model_tokens/mean": _mean([sum(s.model_tokens for s in ss) for ss in samples]),
+            "agent/obs_tokens/mean": _mean([sum(s.obs_tokens for s in ss) for ss in samples]),
             "agent/sampling_overridden": float(sum(episodes[e].sampling_overridden for e, _ in jobs)),
-            "agent/episode_s/mean": mean(seconds),
+            "agent/episode_s/mean": _mean(seconds),
             "agent/episode_s/max": float(max(seconds, default=0.0)),
         }
         # counts, not ratios: a failure is a rare event, and a count can be checked against what happened
         for kind in ERROR_KINDS:
             out[f"agent/errors/{kind}"] = float(kinds.get(kind, 0))
+        fn_metrics: dict[str, list[float]] = defaultdict(list)
+        for r in reads:
+            if r.returned:
+                for k, v in r.rates.items():
+                    fn_metrics[k].append(v)
         for name, values in fn_metrics.items():
-            out[f"agent/fn/{name}"] = mean(values)
-        drifted = [t.drift for t in trajs if t.drift]
-        if drifted:
-            log.warning(
-                "%d agent episode(s) drifted from their recorded trajectory; the first: %s",
-                len(drifted),
-                drifted[0],
-            )
+            out[f"agent/fn/{name}"] = _mean(values)
+        _log_trouble(reads, trajs)
         return out
 
     def close(self) -> None:
@@ -348,6 +353,28 @@ class FunctionAgentRollout:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _mean(values: list[float]) -> float:
+    return float(np.mean(values)) if values else 0.0
+
+
+def _log_trouble(reads: list[Read], trajs: list[Trajectory]) -> None:
+    """One warning for the step's failed episodes, one for its drifted ones, each with the first."""
+    kinds = Counter(r.kind for r in reads if r.kind)
+    if kinds:
+        first = next(r.error for r in reads if r.error)
+        log.warning("%d agent episode(s) failed (%s); the first: %s", sum(kinds.values()), dict(kinds), first)
+    drifted = [t.drift for t in trajs if t.drift]
+    if drifted:
+        log.warning(
+            "%d agent episode(s) drifted from their recorded trajectory (%d fork(s), %d call(s) untrained); "
+            "the first: %s",
+            len(drifted),
+            sum(t.forks for t in trajs),
+            sum(t.untrained_calls for t in trajs),
+            drifted[0],
+        )
 
 
 def _client(cls: Any, http_cls: Any, base_url: str, key: str, timeout: float) -> Any:

@@ -15,11 +15,16 @@ back the ids it was handed for their text) and train on ids the policy never sam
 - the response is, call after call, the delta (`response_mask` 0, log-prob 0) then the sampled
   ids verbatim (mask 1, the engine's log-probs, the version that sampled them).
 
-**The drift rule.** A call that does not extend the previous one (the agent edited or dropped
-history, changed its tools or template variables) or whose delta the template cannot give (it
-rewrites earlier messages, e.g. drops an earlier turn's reasoning) ends the sample at the last
-consistent call: that call and every later one of the episode are still served, rendered whole,
-but not recorded, so never trained on. The episode counts once in `agent/template_drift`.
+**The drift rule: a fork.** A call that does not extend the previous one (the agent edited or
+dropped history, changed its tools or template variables) or whose delta the template cannot give
+(it rewrites earlier messages, e.g. drops an earlier turn's reasoning) **forks** the episode: the
+sample so far is kept as it was recorded, and a new sample starts from the call's whole rendering
+(its prompt) and records on from there, by the same rule. An episode thus gives one sample per
+fork, each with the episode's reward (`agent/template_forks` counts the forks;
+`agent/template_drift` the episodes that forked, once each). A fork's prompt and response together
+fit `max_prompt_tokens + max_response_tokens`, and each sample's response `max_response_tokens`.
+After `max_forks` forks a further drifted call is served whole but not recorded, so never trained
+on (`agent/untrained_calls/mean`).
 
 **Limits.** The first call's prompt may have at most `max_prompt_tokens` (else it is refused and
 the episode fails: `prompt_too_long`). The recorded response (deltas and sampled ids) may have at
@@ -58,6 +63,8 @@ class EpisodeLimits:
     """The recorded response: deltas and sampled ids (`data.max_response_length`)."""
     max_calls: int
     """Model calls per episode, recorded or not (`rollout.agent.max_calls`)."""
+    max_forks: int = 4
+    """New samples one episode may start at drift (`rollout.agent.max_forks`); 0 = none."""
 
 
 @dataclass
@@ -68,7 +75,9 @@ class Plan:
     """The ids the engine conditions on."""
     max_new_tokens: int
     recorded: bool
-    """False after drift: served, not trained on."""
+    """False after drift with no fork left: served, not trained on."""
+    fork: bool = False
+    """True: the call starts a new sample whose prompt is `context` (the drift rule)."""
     delta: list[int] = field(default_factory=list)
     """Ids appended to the sample before this call's sampled ids (mask 0)."""
     messages: list[dict[str, Any]] = field(default_factory=list)
@@ -128,7 +137,9 @@ class Trajectory:
 
     def __init__(self, template: ChatTemplate, limits: EpisodeLimits, eos_ids: set[int], end: str) -> None:
         self.template, self.limits, self.eos_ids, self.end = template, limits, eos_ids, end
-        self.episode: Episode | None = None
+        self.samples: list[Episode] = []
+        """One per fork, in order; the last is the one recording."""
+        self.forks = 0
         self.expected: list[dict[str, Any]] = []
         """The last recorded call's messages and the assistant message it returned."""
         self.key = ""
@@ -139,13 +150,20 @@ class Trajectory:
         self.tool_calls = 0
         self.unparsed_tool_calls = 0
         self.drift = ""
-        """Why the sample ended early ('' = it did not)."""
+        """Why the episode first forked or stopped recording ('' = it did not)."""
+        self.recording = True
+        """False once a drift found no fork left: later calls are served, not recorded."""
         self.limit = ""
         """The limit that refused a call ('' = none): the episode ended truncated."""
         self.prompt_too_long = ""
         """Why the first call was refused for its length ('' = it was not)."""
         self.closed = False
         self.lock = threading.Lock()  # record() on the gateway's thread, close() on the rollout's
+
+    @property
+    def episode(self) -> Episode | None:
+        """The sample being recorded (None before the first recorded call)."""
+        return self.samples[-1] if self.samples else None
 
     # -- one call ---------------------------------------------------------------------------------
     def plan(
@@ -172,23 +190,45 @@ class Trajectory:
                 "the episode ends here (context_length_exceeded)"
             )
         key = json.dumps([tools, variables], sort_keys=True, ensure_ascii=False, default=str)
-        if self.episode is None and not self.drift:
+        if self.episode is None and self.recording:
             return self._first(messages, tools, asked, variables, key)
-        if not self.drift:
+        if self.recording:
             delta_text = self._delta_text(messages, tools, variables, key)
             if delta_text is not None:
-                delta = self.template.encode(delta_text)
-                assert self.episode is not None
-                left = lim.max_response_tokens - len(self.episode.ids) - len(delta)
-                if left < 1:
-                    self._stop("length")
-                    raise Refused(
-                        f"messages: the {len(delta)} new tokens leave no room in data.max_response_length="
-                        f"{lim.max_response_tokens}; the episode ends here (context_length_exceeded)"
-                    )
-                budget = left if asked is None else min(asked, left)
-                return Plan(self.episode.context + delta, budget, True, delta, messages, tools, key)
-        # after drift: served whole, not recorded
+                return self._extend(self.template.encode(delta_text), messages, tools, asked, key)
+        return self._whole(messages, tools, asked, variables, key)
+
+    def _extend(
+        self,
+        delta: list[int],
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        asked: int | None,
+        key: str,
+    ) -> Plan:
+        """A call that extends the sample: its delta, then what the response budget leaves."""
+        lim = self.limits
+        assert self.episode is not None
+        left = lim.max_response_tokens - len(self.episode.ids) - len(delta)
+        if left < 1:
+            self._stop("length")
+            raise Refused(
+                f"messages: the {len(delta)} new tokens leave no room in data.max_response_length="
+                f"{lim.max_response_tokens}; the episode ends here (context_length_exceeded)"
+            )
+        budget = left if asked is None else min(asked, left)
+        return Plan(self.episode.context + delta, budget, True, False, delta, messages, tools, key)
+
+    def _whole(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        asked: int | None,
+        variables: dict[str, Any] | None,
+        key: str,
+    ) -> Plan:
+        """After drift: the call rendered whole, a new sample (a fork) while forks are left."""
+        lim = self.limits
         ids = self.template.prompt_ids(messages, tools, variables=variables)
         room = lim.max_prompt_tokens + lim.max_response_tokens
         if len(ids) >= room:
@@ -197,7 +237,11 @@ class Trajectory:
                 f"data.max_response_length = {room} (context_length_exceeded)"
             )
         cap = min(lim.max_response_tokens, room - len(ids))
-        return Plan(ids, cap if asked is None else min(asked, cap), False, [], messages, tools, key)
+        budget = cap if asked is None else min(asked, cap)
+        if self.recording and self.forks < lim.max_forks:
+            return Plan(ids, budget, True, True, [], messages, tools, key)
+        self.recording = False
+        return Plan(ids, budget, False, False, [], messages, tools, key)
 
     def _first(
         self,
@@ -215,7 +259,9 @@ class Trajectory:
             )
             raise Refused(f"messages: {self.prompt_too_long}")
         budget = self.limits.max_response_tokens
-        return Plan(ids, budget if asked is None else min(asked, budget), True, [], messages, tools, key)
+        return Plan(
+            ids, budget if asked is None else min(asked, budget), True, False, [], messages, tools, key
+        )
 
     def _delta_text(
         self,
@@ -242,7 +288,7 @@ class Trajectory:
         return text
 
     def _drifted(self, why: str) -> None:
-        self.drift = why
+        self.drift = self.drift or why
         return None
 
     def _stop(self, limit: str) -> None:
@@ -268,10 +314,14 @@ class Trajectory:
             if not plan.recorded:
                 self.untrained_calls += 1
                 return
-            if self.episode is None:
-                self.episode = Episode(list(plan.context))
+            if self.episode is None or plan.fork:
+                if plan.fork:  # the sample so far stays as recorded; this call starts the next
+                    self.forks += 1
+                    self.episode.done = True  # type: ignore[union-attr]
+                self.samples.append(Episode(list(plan.context)))
             else:
                 self.episode.add_observation(plan.delta)
+            assert self.episode is not None
             self.episode.add_model(list(ids), list(log_probs), version)
             self.episode.turns += 1
             self.episode.tool_calls += tool_calls
