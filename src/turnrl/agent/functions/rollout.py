@@ -135,6 +135,8 @@ class FunctionAgentRollout:
             cfg.data.max_prompt_length, cfg.data.max_response_length, ac.max_calls, ac.max_forks
         )
         self.gateway = Gateway(engine, template, limits, ac.max_concurrency)
+        self.drift_reasons: Counter[str] = Counter()
+        """The last step's episodes that drifted, by the first reason each gave (a reader's view)."""
         self.gateway.start(create_app(self.gateway))
 
     # -- a step's episodes ----------------------------------------------------------------------
@@ -339,6 +341,7 @@ class FunctionAgentRollout:
         for name, values in fn_metrics.items():
             out[f"agent/fn/{name}"] = _mean(values)
         _log_trouble(reads, trajs)
+        self.drift_reasons = Counter(t.drift for t in trajs if t.drift)
         return out
 
     def close(self) -> None:
