@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+from collections.abc import Callable
 from typing import Any
 
 from turnrl.config.agent_schema import (
@@ -25,6 +26,7 @@ from turnrl.config.ranges import (  # noqa: F401  (the ranges' readers, imported
 )
 from turnrl.config.rules import Rule  # noqa: F401
 from turnrl.config.schema import (
+    ActorConfig,
     Config,
     JudgeConfig,
 )
@@ -269,7 +271,9 @@ def _check_token_budgets(cfg: Config) -> None:
 
 
 def _check_algorithm(cfg: Config) -> None:
-    # the valid names live beside the code that uses them (and import torch): imported on first check
+    """The estimator, the losses and KL by name, then the models and reward settings they need."""
+    # the valid names live beside the code that uses them (and import torch): imported on first check,
+    # all of them before an estimator or a loss of one's own is imported by its path
     from turnrl.algorithms.advantages import ADV_ESTIMATORS, ESTIMATORS, resolve_estimator
     from turnrl.algorithms.core import LOSS_AGG_MODES
     from turnrl.algorithms.kl import KL_CONTROLLERS, KL_ESTIMATORS
@@ -277,24 +281,37 @@ def _check_algorithm(cfg: Config) -> None:
 
     alg, actor, n = cfg.algorithm, cfg.actor, cfg.rollout.n
     est = alg.adv_estimator
-    if ":" in est:  # an estimator of one's own, by import path: imported now, before any model
-        try:
-            resolve_estimator(est, alg, "algorithm.adv_estimator")
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-    else:
-        _one_of("algorithm.adv_estimator", est, ADV_ESTIMATORS)
+    _known_or_imported("algorithm.adv_estimator", est, ADV_ESTIMATORS, resolve_estimator, alg)
     if est in ESTIMATORS and "index" in ESTIMATORS[est].needs and n < 2:  # group baselines
         raise ConfigError(f"'{est}' needs 'rollout.n' >= 2 (a group of one has no baseline), got {n}")
     _one_of("actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
     _one_of("critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
-    if ":" in actor.policy_loss_mode:  # a loss of one's own, by import path: imported now, before any model
+    mode = actor.policy_loss_mode
+    _known_or_imported("actor.policy_loss_mode", mode, POLICY_LOSS_MODES, resolve_policy_loss, actor)
+    _check_clip_bounds(actor)
+    _one_of("algorithm.kl_penalty", alg.kl_penalty, KL_ESTIMATORS)
+    _one_of("actor.kl_loss_type", actor.kl_loss_type, KL_ESTIMATORS)
+    _one_of("algorithm.kl_ctrl.type", alg.kl_ctrl.type, KL_CONTROLLERS)
+    _one_of("algorithm.filter_groups.refill", alg.filter_groups.refill, REFILLS)
+    _check_needed_models(cfg)
+    _check_reward(cfg)
+
+
+def _known_or_imported(
+    key: str, name: str, known: tuple[str, ...], resolve: Callable[[str, Any, str], Any], owner: Any
+) -> None:
+    """`name` is one of `known`, or a `module:function` path that `resolve` imports and checks."""
+    if ":" in name:  # one of one's own, by import path: imported now, before any model
         try:
-            resolve_policy_loss(actor.policy_loss_mode, actor, "actor.policy_loss_mode")
+            resolve(name, owner, key)
         except ValueError as err:
             raise ConfigError(str(err)) from None
     else:
-        _one_of("actor.policy_loss_mode", actor.policy_loss_mode, POLICY_LOSS_MODES)
+        _one_of(key, name, known)
+
+
+def _check_clip_bounds(actor: ActorConfig) -> None:
+    """The policy loss's clip bounds must leave some token or ratio inside them."""
     if actor.policy_loss_mode == "clip_cov" and actor.clip_cov_lb > actor.clip_cov_ub:
         raise ConfigError(
             f"'actor.clip_cov_lb'={actor.clip_cov_lb} is above 'actor.clip_cov_ub'={actor.clip_cov_ub}: "
@@ -306,11 +323,12 @@ def _check_algorithm(cfg: Config) -> None:
             f"'actor.clip_ratio_low'={low} leaves no ratio above the lower bound 1 - clip_ratio_low; "
             "it must be < 1 (1 only for cispo: no lower bound; gmpo reads it in log space)"
         )
-    _one_of("algorithm.kl_penalty", alg.kl_penalty, KL_ESTIMATORS)
-    _one_of("actor.kl_loss_type", actor.kl_loss_type, KL_ESTIMATORS)
-    _one_of("algorithm.kl_ctrl.type", alg.kl_ctrl.type, KL_CONTROLLERS)
-    _one_of("algorithm.filter_groups.refill", alg.filter_groups.refill, REFILLS)
-    if est == "gae" and not cfg.critic.enable:
+
+
+def _check_needed_models(cfg: Config) -> None:
+    """What the algorithm reads must be loaded: the critic, the reference, the teacher, the reward model."""
+    alg, actor = cfg.algorithm, cfg.actor
+    if alg.adv_estimator == "gae" and not cfg.critic.enable:
         raise ConfigError("'algorithm.adv_estimator=gae' needs a critic: set critic.enable=true")
     needs_ref = [
         k
@@ -330,6 +348,10 @@ def _check_algorithm(cfg: Config) -> None:
             f"'data.train_batch_size'={cfg.data.train_batch_size} prompts does not divide into "
             f"'critic.ppo_mini_batch_size'={cfg.critic.ppo_mini_batch_size} prompts; pick a divisor"
         )
+
+
+def _check_reward(cfg: Config) -> None:
+    """The reward's failure mode, its judge, and the overlong buffer's length."""
     _one_of("reward.on_error", cfg.reward.on_error, ON_ERROR_MODES)
     if cfg.reward.judge.enable:
         _check_judge(cfg.reward.judge)

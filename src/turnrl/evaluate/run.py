@@ -24,7 +24,7 @@ import torch
 
 from turnrl.agent.assemble import EPISODE_FIELDS
 from turnrl.config import Config
-from turnrl.data.dataset import load_examples
+from turnrl.data.dataset import Example, load_examples
 from turnrl.evaluate.inputs import check_out_dir, eval_files, train_run_of
 from turnrl.evaluate.metrics import greedy_metrics, ks_for, sampled_metrics
 from turnrl.evaluate.output import SampleWriter, sample_row, write_json
@@ -33,7 +33,7 @@ from turnrl.models.loader import load_tokenizer
 from turnrl.models.policy import build_policy
 from turnrl.rewards.guard import ERRORS_KEY
 from turnrl.rewards.scorer import OWN_PREFIX, own_metrics, rates_by_source
-from turnrl.rollout.base import SamplingParams
+from turnrl.rollout.base import RolloutEngine, SamplingParams
 from turnrl.runtime import seed_everything
 from turnrl.trainer import checkpoint
 from turnrl.trainer.run_dirs import resolve_model_path
@@ -88,49 +88,12 @@ def evaluate(cfg: Config, out_dir: Path, run: Path | None = None, progress: bool
     files = eval_files(cfg)
     model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)  # a run's checkpoint, exported once
     tokenizer = load_tokenizer(model_path, cfg.model.cache_dir)
-    examples = load_examples(files, tokenizer, cfg.data.max_prompt_length, cfg.data.prompt_key)
-    if cfg.eval.max_prompts:
-        examples = examples[: cfg.eval.max_prompts]
+    examples = _eval_examples(cfg, files, tokenizer)
     check_scorers(cfg, examples)  # before the model loads
     created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        with contextlib.ExitStack() as stack:
-            # the weights a `server` or `vllm` engine was handed are copies, not results (removed once
-            # the engine has closed)
-            stack.callback(shutil.rmtree, out_dir / "rollout_weights", ignore_errors=True)
-            model = load_policy(cfg, model_path)
-            engine = build_engine(
-                cfg.rollout,
-                model,
-                tokenizer,
-                out_dir,  # a `server` engine's child writes its log here
-                model_path,
-                lambda: {k: v.detach().cpu() for k, v in model.state_dict().items()},
-                dtype=cfg.model.dtype,
-                cache_dir=cfg.model.cache_dir,
-                seed=cfg.trainer.seed,
-            )
-            stack.callback(engine.close)
-            if cfg.rollout.engine == "server" and cfg.rollout.server.urls:
-                # servers of their own hold whatever they loaded last: load the weights evaluated here
-                # (written under `rollout.server.weights_dir`, which they must see, as in training)
-                engine.sync_weights(0)
-            pad_id = int(tokenizer.pad_token_id)
-            rollout = build_rollout(cfg, engine, tokenizer, pad_id)  # starts the tools' servers
-            stack.callback(rollout.close)
-            reward = build_reward(cfg, tokenizer, rollout.services)
-            stack.callback(reward.close)
-            reward.check({e.data_source for e in examples})
-
-            def scored(params: SamplingParams) -> Iterator[Scored]:  # validation's own pass and batches
-                return scored_batches(rollout, reward, examples, params, cfg.data.val_batch_size, pad_id)
-
-            with SampleWriter(out_dir / "samples.jsonl") as writer:
-                results = {
-                    name: run_pass(name, params, scored, len(examples), writer, progress)
-                    for name, params in passes(cfg).items()
-                }
+        results = _run_passes(cfg, out_dir, model_path, tokenizer, examples, progress)
     except BaseException:
         if created and out_dir.is_dir() and not any(out_dir.iterdir()):
             out_dir.rmdir()  # nothing was written: leave no empty directory behind
@@ -138,6 +101,63 @@ def evaluate(cfg: Config, out_dir: Path, run: Path | None = None, progress: bool
     summary = summarize(cfg, files, results, run, time.perf_counter() - start)
     write_json(out_dir / "summary.json", summary)
     return summary
+
+
+def _eval_examples(cfg: Config, files: list[str], tokenizer: Any) -> list[Example]:
+    """The eval files' prompts, the first `eval.max_prompts` of them when that is set."""
+    examples = load_examples(files, tokenizer, cfg.data.max_prompt_length, cfg.data.prompt_key)
+    if cfg.eval.max_prompts:
+        examples = examples[: cfg.eval.max_prompts]
+    return examples
+
+
+def _run_passes(
+    cfg: Config, out_dir: Path, model_path: str, tokenizer: Any, examples: list[Example], progress: bool
+) -> dict[str, PassResult]:
+    """Load the model and start its engine, rollout and reward; run every pass; close them, last first."""
+    with contextlib.ExitStack() as stack:
+        # the weights a `server` or `vllm` engine was handed are copies, not results (removed once
+        # the engine has closed)
+        stack.callback(shutil.rmtree, out_dir / "rollout_weights", ignore_errors=True)
+        model = load_policy(cfg, model_path)
+        engine = _build_engine(cfg, model, tokenizer, out_dir, model_path)
+        stack.callback(engine.close)
+        if cfg.rollout.engine == "server" and cfg.rollout.server.urls:
+            # servers of their own hold whatever they loaded last: load the weights evaluated here
+            # (written under `rollout.server.weights_dir`, which they must see, as in training)
+            engine.sync_weights(0)
+        pad_id = int(tokenizer.pad_token_id)
+        rollout = build_rollout(cfg, engine, tokenizer, pad_id)  # starts the tools' servers
+        stack.callback(rollout.close)
+        reward = build_reward(cfg, tokenizer, rollout.services)
+        stack.callback(reward.close)
+        reward.check({e.data_source for e in examples})
+
+        def scored(params: SamplingParams) -> Iterator[Scored]:  # validation's own pass and batches
+            return scored_batches(rollout, reward, examples, params, cfg.data.val_batch_size, pad_id)
+
+        with SampleWriter(out_dir / "samples.jsonl") as writer:
+            return {
+                name: run_pass(name, params, scored, len(examples), writer, progress)
+                for name, params in passes(cfg).items()
+            }
+
+
+def _build_engine(
+    cfg: Config, model: torch.nn.Module, tokenizer: Any, out_dir: Path, model_path: str
+) -> RolloutEngine:
+    """The rollout engine over `model`, as the trainer builds it (its weights read on demand)."""
+    return build_engine(
+        cfg.rollout,
+        model,
+        tokenizer,
+        out_dir,  # a `server` engine's child writes its log here
+        model_path,
+        lambda: {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        dtype=cfg.model.dtype,
+        cache_dir=cfg.model.cache_dir,
+        seed=cfg.trainer.seed,
+    )
 
 
 def load_policy(cfg: Config, path: str) -> torch.nn.Module:

@@ -159,14 +159,12 @@ def run_trace(
     command: str = "turnrl trace",
 ) -> TraceResult:
     """One real step of the configured run, written to `out_dir/trace.html` and `trace.md`."""
-    from turnrl.config import load_config, to_yaml
+    from turnrl.config import load_config
     from turnrl.errors import TurnrlInputError
     from turnrl.trainer.ppo import Trainer
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    given_dir = next(
-        (o.split("=", 1)[1] for o in overrides if o.startswith("trainer.default_local_dir=")), None
-    )
+    given_dir = _given_run_dir(overrides)
     tmp = None if given_dir else tempfile.mkdtemp(prefix="turnrl-trace-")
     # a given run directory is traced at its latest checkpoint; its config.yaml is put back afterwards
     # so the trace's small-batch config never replaces the run's own
@@ -182,41 +180,65 @@ def run_trace(
         setup_s = time.perf_counter() - start
         try:
             metrics = trainer.step()  # the next step, as fit() runs it
-            last = next(
-                (
-                    r.batch
-                    for r in reversed(recorder.records)
-                    if all(k in r.batch for k in AFTER_UPDATE_INPUTS)
-                ),
-                None,
-            )
-            if last is not None:
-                t0 = time.perf_counter()
-                after = after_update(trainer, last)
-                if after is not None:
-                    recorder.records.append(Record("after_update", after, time.perf_counter() - t0))
+            _record_after_update(trainer, recorder)
         finally:
             trainer.close()  # tool servers the rollout started, the roles, the (empty) loggers
         views = build_views(recorder.records, trainer.tokenizer, metrics, max_rows)
-        header = {
-            "command": command,
-            "step": trainer.state.global_step,
-            "setup_s": setup_s,
-            "config": to_yaml(cfg),
-            "summary": config_summary(cfg),
-        }
+        header = _page_header(command, trainer, setup_s, cfg)
     finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
-        if given_dir and saved is not None:
-            (Path(given_dir) / "config.yaml").write_bytes(saved)
+        _clean_up(tmp, given_dir, saved)
+    html_path, md_path = _write_pages(out_dir, views, header)
+    return TraceResult(html_path, md_path, views, metrics, recorder.records)
+
+
+def _given_run_dir(overrides: list[str]) -> str | None:
+    """The run directory the user's `trainer.default_local_dir=` override names, if any."""
+    return next((o.split("=", 1)[1] for o in overrides if o.startswith("trainer.default_local_dir=")), None)
+
+
+def _record_after_update(trainer: Any, recorder: TraceRecorder) -> None:
+    """Record `after_update` for the last recorded batch that holds what it needs (if any does)."""
+    last = next(
+        (r.batch for r in reversed(recorder.records) if all(k in r.batch for k in AFTER_UPDATE_INPUTS)),
+        None,
+    )
+    if last is not None:
+        t0 = time.perf_counter()
+        after = after_update(trainer, last)
+        if after is not None:
+            recorder.records.append(Record("after_update", after, time.perf_counter() - t0))
+
+
+def _page_header(command: str, trainer: Any, setup_s: float, cfg: Any) -> dict[str, Any]:
+    """What the pages show above the stages: the command, the step, the setup time, the config."""
+    from turnrl.config import to_yaml
+
+    return {
+        "command": command,
+        "step": trainer.state.global_step,
+        "setup_s": setup_s,
+        "config": to_yaml(cfg),
+        "summary": config_summary(cfg),
+    }
+
+
+def _clean_up(tmp: str | None, given_dir: str | None, saved: bytes | None) -> None:
+    """Remove the trace's own run directory, or put a given run's config.yaml back."""
+    if tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if given_dir and saved is not None:
+        (Path(given_dir) / "config.yaml").write_bytes(saved)
+
+
+def _write_pages(out_dir: Path, views: list[StageView], header: dict[str, Any]) -> tuple[Path, Path]:
+    """Write trace.html and trace.md into `out_dir`; return their paths."""
     from turnrl.inspector.markdown import render_markdown
     from turnrl.inspector.page import render_html
 
     html_path, md_path = out_dir / "trace.html", out_dir / "trace.md"
     _write(html_path, render_html(views, header))
     _write(md_path, render_markdown(views, header))
-    return TraceResult(html_path, md_path, views, metrics, recorder.records)
+    return html_path, md_path
 
 
 def config_summary(cfg: Any) -> dict[str, str]:

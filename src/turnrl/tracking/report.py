@@ -163,55 +163,77 @@ def _summary(series: Series) -> str:
     )
 
 
+PAGE_STYLE = """body { font: 14px/1.5 system-ui, sans-serif; margin: 24px 32px; color: #1f2328; max-width: 1600px; }
+h1 { font-size: 22px; margin: 0 0 4px; } code { font-size: 12.5px; }
+.note { color: #656d76; }
+.problems { border: 1px solid #cf222e; background: #ffebe9; padding: 8px 14px; border-radius: 8px; margin: 12px 0; }
+.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 16px; }
+figure { margin: 0; border: 1px solid #d0d7de; border-radius: 8px; padding: 8px; }
+figure img { width: 100%; } figcaption { color: #656d76; font-size: 12px; }
+table { border-collapse: collapse; margin: 8px 0; }
+td, th { border: 1px solid #d0d7de; padding: 2px 10px; text-align: left; }"""
+
+
 def render(
     run_dir: Path, log: MetricsLog, plots: dict[str, list[str]], absent: list[str], problems: list[str]
 ) -> str:
-    steps = sorted({s for pts in log.series.values() for s, _ in pts})
-    span = f"steps {steps[0]}-{steps[-1]}" if steps else "no steps"
-    plotted = {k for keys in plots.values() for k in keys}
-    others = sorted(k for k in log.series if k not in plotted)
-    problem_html = (
-        '<div class="problems"><b>Missing or unreadable:</b><ul>'
-        + "".join(f"<li>{escape(p)}</li>" for p in problems)
-        + "</ul></div>"
-        if problems
-        else ""
-    )
-    figures = "".join(
-        f'<figure><img src="{escape(name)}" alt="{escape(name)}"><figcaption>{escape(", ".join(keys))}</figcaption></figure>'
-        for name, keys in plots.items()
-    )
-    absent_html = (
-        f'<p class="note">Not in this run (no plot): {escape("; ".join(absent))}.</p>'
-        if absent and log.series
-        else ""
-    )
-    others_html = (
-        f'<details><summary>{len(others)} other metrics (not plotted)</summary><p class="note">'
-        + ", ".join(f"<code>{escape(k)}</code>" for k in others)
-        + "</p></details>"
-        if others
-        else ""
-    )
+    """The report page: the problems, the summary table, the plots, and what was not plotted."""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>turnrl report · {escape(run_dir.name)}</title>
 <style>
-body {{ font: 14px/1.5 system-ui, sans-serif; margin: 24px 32px; color: #1f2328; max-width: 1600px; }}
-h1 {{ font-size: 22px; margin: 0 0 4px; }} code {{ font-size: 12.5px; }}
-.note {{ color: #656d76; }}
-.problems {{ border: 1px solid #cf222e; background: #ffebe9; padding: 8px 14px; border-radius: 8px; margin: 12px 0; }}
-.grid {{ display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 16px; }}
-figure {{ margin: 0; border: 1px solid #d0d7de; border-radius: 8px; padding: 8px; }}
-figure img {{ width: 100%; }} figcaption {{ color: #656d76; font-size: 12px; }}
-table {{ border-collapse: collapse; margin: 8px 0; }}
-td, th {{ border: 1px solid #d0d7de; padding: 2px 10px; text-align: left; }}
+{PAGE_STYLE}
 </style></head><body>
 <h1>turnrl report · {escape(run_dir.name)}</h1>
-<p class="note">{escape(str(run_dir.resolve()))} · {log.rows} rows, {span} · made {time.strftime("%Y-%m-%d %H:%M")}</p>
-{problem_html}
+<p class="note">{escape(str(run_dir.resolve()))} · {log.rows} rows, {_span(log.series)} · made {time.strftime("%Y-%m-%d %H:%M")}</p>
+{_problems_html(problems)}
 {_summary(log.series)}
-<div class="grid">{figures}</div>
-{absent_html}
-{others_html}
+<div class="grid">{_figures_html(plots)}</div>
+{_absent_html(absent, log.series)}
+{_others_html(log.series, plots)}
 </body></html>
 """
+
+
+def _span(series: Series) -> str:
+    """The steps the metrics cover: "steps 1-40", or "no steps"."""
+    steps = sorted({s for pts in series.values() for s, _ in pts})
+    return f"steps {steps[0]}-{steps[-1]}" if steps else "no steps"
+
+
+def _problems_html(problems: list[str]) -> str:
+    """The boxed list of what was missing or unreadable (empty when nothing was)."""
+    if not problems:
+        return ""
+    return (
+        '<div class="problems"><b>Missing or unreadable:</b><ul>'
+        + "".join(f"<li>{escape(p)}</li>" for p in problems)
+        + "</ul></div>"
+    )
+
+
+def _figures_html(plots: dict[str, list[str]]) -> str:
+    """One figure per plot file, captioned with the metrics it draws."""
+    return "".join(
+        f'<figure><img src="{escape(name)}" alt="{escape(name)}"><figcaption>{escape(", ".join(keys))}</figcaption></figure>'
+        for name, keys in plots.items()
+    )
+
+
+def _absent_html(absent: list[str], series: Series) -> str:
+    """The plots this run has no metrics for (not said of a file with no metrics at all)."""
+    if not (absent and series):
+        return ""
+    return f'<p class="note">Not in this run (no plot): {escape("; ".join(absent))}.</p>'
+
+
+def _others_html(series: Series, plots: dict[str, list[str]]) -> str:
+    """The logged metrics no plot draws, folded away (empty when every metric is plotted)."""
+    plotted = {k for keys in plots.values() for k in keys}
+    others = sorted(k for k in series if k not in plotted)
+    if not others:
+        return ""
+    return (
+        f'<details><summary>{len(others)} other metrics (not plotted)</summary><p class="note">'
+        + ", ".join(f"<code>{escape(k)}</code>" for k in others)
+        + "</p></details>"
+    )

@@ -8,10 +8,14 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from turnrl.data.dataset import DataError
-from turnrl.data.prepare.sources import HubSplit
+from turnrl.data.prepare.sources import HubSplit, Part
 from turnrl.errors import TurnrlInputError
+
+if TYPE_CHECKING:
+    from turnrl.data.prepare import Converted, Recipe
 
 SHOWN_SKIPS = 10  # skipped rows listed one by one; the rest are counted
 SEARCH_SFT = "search_sft"
@@ -29,6 +33,7 @@ class _Datasets(list):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add `turnrl data` and its options to the CLI's subcommands."""
     from turnrl.data.prepare import RECIPES
 
     p = sub.add_parser(
@@ -41,9 +46,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "write scripted search-agent (search_sft) or code-agent (code_sft) episodes for `turnrl sft` "
         "(train.jsonl). See docs/data.md.",
     )
+    # the help lists the options in the order they are added: keep these calls in this order
+    _add_dataset_args(p, [*RECIPES, TASK, SEARCH_SFT, CODE_SFT, f"{VERIFIERS}ENV"])
+    _add_output_args(p)
+    _add_generator_args(p)
+    p.set_defaults(func=data_command)
+
+
+def _add_dataset_args(p: argparse.ArgumentParser, datasets: list[str]) -> None:
+    """The dataset (converter or generator), a task's NAME, and where the rows come from."""
     p.add_argument(
         "dataset",
-        choices=_Datasets([*RECIPES, TASK, SEARCH_SFT, CODE_SFT, f"{VERIFIERS}ENV"]),
+        choices=_Datasets(datasets),
         help="which converter or generator; verifiers:ENV writes a verifiers environment's tasks",
     )
     p.add_argument(
@@ -62,6 +76,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument(
         "--from-hub", action="store_true", help="load from the Hugging Face hub (needs `datasets`)"
     )
+
+
+def _add_output_args(p: argparse.ArgumentParser) -> None:
+    """Where the files go, the converters' split and data_source, and a task's arguments."""
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (new or empty)")
     p.add_argument("--split", choices=("train", "test"), help="the split of every --input file")
     p.add_argument("--data-source", help="the data_source of every row (default: the upstream script's)")
@@ -73,6 +91,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="task: one of the task's arguments, as data.task_args.KEY (repeatable; the value is read "
         "as YAML: size=200, allow_negation=true)",
     )
+
+
+def _add_generator_args(p: argparse.ArgumentParser) -> None:
+    """The generators' options (GENERATOR_FLAGS), in their own help section."""
     gen = p.add_argument_group("search_sft (demonstrations from the built-in corpus; no --input)")
     gen.add_argument(
         "--n",
@@ -99,7 +121,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "questions alone hold about a quarter)",
     )
     gen.add_argument("--cache-dir", help="where the built-in index is built once (default: turnrl's cache)")
-    p.set_defaults(func=data_command)
 
 
 def data_command(ns: argparse.Namespace) -> int:
@@ -111,45 +132,60 @@ def data_command(ns: argparse.Namespace) -> int:
 
 
 def run(ns: argparse.Namespace) -> int:
-    from turnrl.data.prepare import RECIPES, convert
-    from turnrl.data.prepare.output import check_out_dir, to_table, write_splits
-    from turnrl.data.prepare.sources import file_parts, hub_parts
-
+    """Run `turnrl data` on parsed arguments: a verifiers environment, a generator, or a converter."""
     if ns.dataset.startswith(VERIFIERS):
         from turnrl.data.prepare.verifiers import run_verifiers
 
         return run_verifiers(ns)
     generator_flags = [f"--{k.replace('_', '-')}" for k in GENERATOR_FLAGS if getattr(ns, k) is not None]
+    _check_task_only_args(ns)
+    if ns.dataset in (TASK, SEARCH_SFT, CODE_SFT):
+        return _run_generator(ns, generator_flags)
+    if generator_flags:
+        raise DataError(
+            f"{', '.join(generator_flags)}: only for search_sft" + " and task" * ("--seed" in generator_flags)
+        )
+    return _run_converter(ns)
+
+
+def _check_task_only_args(ns: argparse.Namespace) -> None:
+    """A NAME and --arg belong to `turnrl data task` alone."""
     if ns.name is not None and ns.dataset != TASK:
         raise DataError(
             f"{ns.dataset}: unexpected argument '{ns.name}' (a NAME is only for `turnrl data task`)"
         )
     if getattr(ns, "arg", None) and ns.dataset != TASK:
         raise DataError(f"{ns.dataset}: --arg is only for turnrl data task NAME")
-    if ns.dataset in (TASK, SEARCH_SFT, CODE_SFT):
-        if ns.input or ns.from_hub or ns.split or ns.data_source:
-            what = "the built-in corpus" if ns.dataset == SEARCH_SFT else "the built-in task"
-            raise DataError(
-                f"{ns.dataset} generates its rows from {what}: --input, --from-hub, --split and "
-                "--data-source do not apply"
-            )
-        from turnrl.data.prepare import tasks
 
-        if ns.dataset == SEARCH_SFT:
-            return tasks.run_search_sft(ns)
-        if ns.dataset == CODE_SFT:
-            not_code = [f for f in generator_flags if f not in ("--n", "--seed")]
-            if not_code:
-                raise DataError(f"{', '.join(not_code)}: only for search_sft")
-            return tasks.run_code_sft(ns)
-        only_sft = [f for f in generator_flags if f != "--seed"]
-        if only_sft:
-            raise DataError(f"{', '.join(only_sft)}: only for search_sft")
-        return tasks.run_task(ns)
-    if generator_flags:
+
+def _run_generator(ns: argparse.Namespace, generator_flags: list[str]) -> int:
+    """task, search_sft, code_sft: rows made from built-in data, so no converter option applies."""
+    if ns.input or ns.from_hub or ns.split or ns.data_source:
+        what = "the built-in corpus" if ns.dataset == SEARCH_SFT else "the built-in task"
         raise DataError(
-            f"{', '.join(generator_flags)}: only for search_sft" + " and task" * ("--seed" in generator_flags)
+            f"{ns.dataset} generates its rows from {what}: --input, --from-hub, --split and "
+            "--data-source do not apply"
         )
+    from turnrl.data.prepare import tasks
+
+    if ns.dataset == SEARCH_SFT:
+        return tasks.run_search_sft(ns)
+    if ns.dataset == CODE_SFT:
+        not_code = [f for f in generator_flags if f not in ("--n", "--seed")]
+        if not_code:
+            raise DataError(f"{', '.join(not_code)}: only for search_sft")
+        return tasks.run_code_sft(ns)
+    only_sft = [f for f in generator_flags if f != "--seed"]
+    if only_sft:
+        raise DataError(f"{', '.join(only_sft)}: only for search_sft")
+    return tasks.run_task(ns)
+
+
+def _run_converter(ns: argparse.Namespace) -> int:
+    """Convert the --input files (or the hub's splits) with the dataset's recipe; write the parquet files."""
+    from turnrl.data.prepare import RECIPES, convert
+    from turnrl.data.prepare.output import check_out_dir
+
     if not ns.input and not ns.from_hub:
         raise DataError(
             f"{ns.dataset}: give the dataset's files with --input FILE (repeatable), or --from-hub"
@@ -160,22 +196,34 @@ def run(ns: argparse.Namespace) -> int:
     if ns.from_hub and ns.split:
         raise DataError("--split applies to --input files; --from-hub reads the upstream splits")
     check_out_dir(out, ns.overwrite)  # before reading: a refused --out costs nothing
-    if ns.from_hub:
-        parts = hub_parts(_hub_layout(recipe.hub, ns.data_source))
-    else:
-        parts = file_parts(ns.input, recipe.sources, recipe.default_source, ns.split, ns.data_source)
-    result = convert(recipe, parts)
+    result = convert(recipe, _source_parts(ns, recipe))
     _print_skipped(result.skipped)
     if not result.splits:
         raise DataError(f"no row of {result.read} could be converted; nothing written to {out}")
+    _write_converted(ns.dataset, result, out)
+    return 0
+
+
+def _source_parts(ns: argparse.Namespace, recipe: Recipe) -> list[Part]:
+    """The parts `convert` reads: the hub's splits (--from-hub) or the --input files."""
+    from turnrl.data.prepare.sources import file_parts, hub_parts
+
+    if ns.from_hub:
+        return hub_parts(_hub_layout(recipe.hub, ns.data_source))
+    return file_parts(ns.input, recipe.sources, recipe.default_source, ns.split, ns.data_source)
+
+
+def _write_converted(dataset: str, result: Converted, out: Path) -> None:
+    """Write the converted splits to `out` as parquet and print what each file holds."""
+    from turnrl.data.prepare.output import to_table, write_splits
+
     tables = {split: to_table(rows, f"{split}.parquet") for split, rows in result.splits.items()}
     paths = write_splits(tables, out)
-    print(f"{ns.dataset}: read {result.read} rows, skipped {len(result.skipped)}")
+    print(f"{dataset}: read {result.read} rows, skipped {len(result.skipped)}")
     for path in paths:
         split = path.stem
         per_source = ", ".join(f"{s} {n}" for (sp, s), n in result.written.items() if sp == split)
         print(f"  {path}: {len(result.splits[split])} rows ({per_source})")
-    return 0
 
 
 def _hub_layout(layout: tuple[HubSplit, ...], data_source: str | None) -> tuple[HubSplit, ...]:

@@ -201,12 +201,11 @@ def demonstration(
     episode: list[dict[str, str]] = []
     missed: list[str] = []
     first_style = ""
-    thought = ""
     step: _Step | None = None
+    # every draw from `rng` happens in this order, hop by hop: a reordering would reword every row
     for hop, relation in enumerate(t.chain):
         e, p = q.entities[hop], _phrasing(relation)
-        fill = {"e": e, "what": p.what.format(e=e), "kind": p.kind}
-        queries = {"keywords": p.keywords.format(e=e), "vague": p.vague, "question": q.text, "name": e}
+        fill, queries, retry = _wording(q, e, p)
         styles = rng.sample(["question" if hop == 0 else "name", "keywords"], 2)
         if hop == 0:
             one = t.hops == 1
@@ -216,16 +215,8 @@ def demonstration(
                 styles.insert(0, "vague")
             first_style = styles[0]
         else:
-            prev = step  # the bridge step: quote where the bridge entity was read
-            assert prev is not None
-            sentence = _fact_sentence(prev.docs[prev.rank]["contents"], e)
-            thought = rng.choice(BRIDGE_THOUGHTS).format(
-                i=prev.rank + 1, sentence=sentence, bridge=e, what=fill["what"]
-            )
-        retry = {
-            "named": RETRY_THOUGHTS[True].format(**fill),
-            "vague": RETRY_THOUGHTS[False].format(**fill),
-        }
+            assert step is not None  # the bridge step: quote where the bridge entity was read
+            thought = _bridge_thought(rng, step, e, fill["what"])
         step = _look_up(search, queries, styles, doc_ids[e], thought, retry)
         if step.rank < 0:
             report.missed.update(missed + step.missed[:-1])  # the last miss was followed by no search
@@ -235,9 +226,40 @@ def demonstration(
         missed += step.missed
     assert step is not None
     report.missed.update(missed)
+    return _answered(q, index, answer, rng, step, episode, first_style, report)
+
+
+def _wording(q: Question, e: str, p: Phrasing) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """One hop's words: the thoughts' fill-ins, the queries by style, the retry thoughts by missed style."""
+    fill = {"e": e, "what": p.what.format(e=e), "kind": p.kind}
+    queries = {"keywords": p.keywords.format(e=e), "vague": p.vague, "question": q.text, "name": e}
+    retry = {
+        "named": RETRY_THOUGHTS[True].format(**fill),
+        "vague": RETRY_THOUGHTS[False].format(**fill),
+    }
+    return fill, queries, retry
+
+
+def _bridge_thought(rng: random.Random, prev: _Step, bridge: str, what: str) -> str:
+    """The second hop's thought: the sentence of the first hop's document that names `bridge`."""
+    sentence = _fact_sentence(prev.docs[prev.rank]["contents"], bridge)
+    return rng.choice(BRIDGE_THOUGHTS).format(i=prev.rank + 1, sentence=sentence, bridge=bridge, what=what)
+
+
+def _answered(
+    q: Question,
+    index: int,
+    answer: str,
+    rng: random.Random,
+    step: _Step,
+    episode: list[dict[str, str]],
+    first_style: str,
+    report: Report,
+) -> dict[str, Any]:
+    """Close `episode` with the answer turn, count it in `report`, and return its task row."""
     sentence = _fact_sentence(step.docs[step.rank]["contents"], answer)
     final = rng.choice(ANSWER_THOUGHTS).format(
-        i=step.rank + 1, sentence=sentence, answer=answer, title=q.entities[t.hops - 1]
+        i=step.rank + 1, sentence=sentence, answer=answer, title=q.entities[TEMPLATES[q.template].hops - 1]
     )
     episode.append({"role": "assistant", "content": f"<think> {final} </think>\n<answer> {answer} </answer>"})
     searches = len(episode) // 2
