@@ -29,7 +29,7 @@ import argparse
 import asyncio
 import contextlib
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnrl.errors import TurnrlInputError
 
@@ -98,62 +98,71 @@ class Connections:
 
     def protocol(self) -> type:
         """uvicorn's h11 protocol class bound to these limits (`uvicorn.Config(http=...)`)."""
+        # uvicorn is imported only when a server starts, so the subclass is built here, not at import
         from uvicorn.protocols.http.h11_impl import H11Protocol
 
-        connections = self
+        return type("Limited", (_LimitedMixin, H11Protocol), {"_connections": self})
 
-        class Limited(H11Protocol):
-            _timer: asyncio.TimerHandle | None = None
-            _counted = False
 
-            def connection_made(self, transport: Any) -> None:  # type: ignore[override]
-                super().connection_made(transport)
-                if connections.open >= connections.limits.max_connections:
-                    connections.refused_connections += 1
-                    self.app = _busy  # its request is answered 503, none of the server's code runs
-                else:
-                    connections.open += 1
-                    self._counted = True
-                self._arm()
+if TYPE_CHECKING:  # a checker sees H11Protocol's attributes; at run time uvicorn is not imported
+    from uvicorn.protocols.http.h11_impl import H11Protocol as _H11Base
+else:
+    _H11Base = object
 
-            def connection_lost(self, exc: Exception | None) -> None:
-                self._disarm()
-                if self._counted:
-                    connections.open -= 1
-                    self._counted = False
-                super().connection_lost(exc)
 
-            def data_received(self, data: bytes) -> None:
-                super().data_received(data)
-                if self.cycle is not None and not self.cycle.response_complete:
-                    self._disarm()  # a complete head arrived: the application has the request
+class _LimitedMixin(_H11Base):
+    """What `Connections.protocol` adds to uvicorn's H11Protocol (the next class in the built
+    class's MRO, which every `super()` here reaches): the open-connection count and the header timer."""
 
-            def on_response_complete(self) -> None:
-                super().on_response_complete()
-                if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
-                    self._arm()  # keep-alive: the next head has the same time
+    _connections: Connections  # set on the built class; uvicorn's protocol has its own `connections`
+    _timer: asyncio.TimerHandle | None = None
+    _counted = False
 
-            def _arm(self) -> None:
-                self._disarm()
-                self._timer = self.loop.call_later(connections.limits.header_timeout_s, self._late)
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        connections = self._connections
+        if connections.open >= connections.limits.max_connections:
+            connections.refused_connections += 1
+            self.app = _busy  # its request is answered 503, none of the server's code runs
+        else:
+            connections.open += 1
+            self._counted = True
+        self._arm()
 
-            def _disarm(self) -> None:
-                if self._timer is not None:
-                    self._timer.cancel()
-                    self._timer = None
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self._counted:
+            self._connections.open -= 1
+            self._counted = False
+        super().connection_lost(exc)
 
-            def _late(self) -> None:
-                self._timer = None
-                if self.transport.is_closing() or not (self.cycle is None or self.cycle.response_complete):
-                    return
-                connections.header_timeouts += 1
-                limit = connections.limits.header_timeout_s
-                self.transport.write(
-                    _timed_out(f"request headers not complete within {limit:g}s (--header-timeout)")
-                )
-                self.transport.close()
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.cycle is not None and not self.cycle.response_complete:
+            self._disarm()  # a complete head arrived: the application has the request
 
-        return Limited
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+            self._arm()  # keep-alive: the next head has the same time
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(self._connections.limits.header_timeout_s, self._late)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _late(self) -> None:
+        self._timer = None
+        if self.transport.is_closing() or not (self.cycle is None or self.cycle.response_complete):
+            return
+        self._connections.header_timeouts += 1
+        limit = self._connections.limits.header_timeout_s
+        self.transport.write(_timed_out(f"request headers not complete within {limit:g}s (--header-timeout)"))
+        self.transport.close()
 
 
 async def _busy(scope: Any, receive: Any, send: Any) -> None:

@@ -150,18 +150,21 @@ def finish(
 
 
 def create_app(gateway: Gateway) -> FastAPI:
-    """The gateway's app: the module-level routes (`router`) over `app.state.gateway`."""
+    """The gateway's app: the module-level routes (`ROUTERS`) over `app.state.gateway`."""
     app = FastAPI(title="turnrl agent gateway")
     # no server-wide key: each episode has its own (`episode_of`); loopback only
     app.add_middleware(Guard, max_body=gateway.max_body)
     app.state.gateway = gateway
 
     add_error_handlers(app)
-    app.include_router(router)
+    for r in ROUTERS:
+        app.include_router(r)
     return app
 
 
 router = APIRouter()
+# a new route is one module with an `APIRouter` and one line in this table
+ROUTERS: list[APIRouter] = [router]
 
 
 def episode_of(episode_id: str, request: Request) -> OpenEpisode:

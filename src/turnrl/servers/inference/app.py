@@ -278,7 +278,7 @@ def create_app(
     long a lone mergeable request waits for others (see turnrl.servers.inference.batcher).
     `api_key`: '' = none asked (loopback only: the CLI refuses otherwise); `weights_root`: the
     directory weight updates may load from (realpath), None = updates are off. The routes are
-    module-level (`router`, `chat_route.router`) and find the server at `app.state.server`."""
+    module-level (`ROUTERS`: `router`, `chat_route.router`) and find the server at `app.state.server`."""
     from turnrl import __version__
 
     limits = limits or Limits()
@@ -289,12 +289,14 @@ def create_app(
         engine, model_id, max_model_len, max_batch_rows, batch_wait_ms, limits, weights_root
     )
     add_error_handlers(app)
-    app.include_router(router)
-    app.include_router(chat_router)
+    for r in ROUTERS:
+        app.include_router(r)
     return app
 
 
 router = APIRouter()
+# a new route is one module with an `APIRouter` and one line in this table
+ROUTERS: list[APIRouter] = [router, chat_router]
 
 
 def server_of(request: Request) -> Server:

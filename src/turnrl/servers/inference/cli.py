@@ -11,11 +11,15 @@ import dataclasses
 import os
 import socket
 import sys
+from typing import TYPE_CHECKING, Any
 
 from turnrl.servers.connections import add_arguments as add_connection_arguments
 from turnrl.servers.inference.options import ServeOptions
 from turnrl.servers.listen import port_arg, positive_int
 from turnrl.servers.options import add_options
+
+if TYPE_CHECKING:  # torch loads only when the command runs
+    import torch
 
 POSITIVE = ("max_rows_per_request", "max_tokens_per_request", "max_body")
 
@@ -108,40 +112,17 @@ def _serve_on(
     weights_root: str | None,
     chat_template: str | None = None,
 ) -> int:
-    import torch
-
-    from turnrl.errors import TurnrlInputError
-    from turnrl.models.loader import ModelError, load_model
+    """Check the remaining flags, load the model, then serve it on `sock` until stopped."""
     from turnrl.rollout.hf import HFEngine
     from turnrl.servers.connections import ConnectionLimits, Connections
     from turnrl.servers.inference.app import Limits, create_app
-    from turnrl.servers.listen import serve_on, url_of
+    from turnrl.servers.listen import serve_on
 
-    device_name = args.device
-    if device_name == "auto":
-        device_name = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(device_name)
-    except RuntimeError:
-        raise ModelError(f"--device {args.device!r}: use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ModelError(f"--device {args.device}: CUDA is not available on this machine")
-    if args.dtype != "auto" and not isinstance(getattr(torch, args.dtype, None), torch.dtype):
-        raise ModelError(f"--dtype {args.dtype!r}: not a torch dtype (e.g. float32, bfloat16)")
-    if args.max_batch_rows < 1:
-        raise TurnrlInputError(f"--max-batch-rows {args.max_batch_rows}: must be >= 1")
-    if args.batch_wait_ms < 0:
-        raise TurnrlInputError(f"--batch-wait-ms {args.batch_wait_ms}: must be >= 0")
-    if args.max_waiting < 1:
-        raise TurnrlInputError(f"--max-waiting {args.max_waiting}: must be >= 1")
+    # the flags are checked before the model loads: a bad one costs no loading time
+    device = _checked_device(args)
+    _check_batching(args)
     connections = Connections(ConnectionLimits.from_args(args))
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    model, tokenizer = load_model(args.model, device, args.dtype, args.cache_dir, args.seed)
-    model.eval().requires_grad_(False)
-    if chat_template is not None:
-        _check_chat_template(tokenizer, chat_template, args.chat_template)
+    model, tokenizer = _load_model(args, device, chat_template)
     max_len = getattr(model.config, "max_position_embeddings", None)
     model_id = args.served_model_name or args.model
     engine = HFEngine(model, tokenizer, args.batch_size)
@@ -156,6 +137,70 @@ def _serve_on(
         limits=limits,
         weights_root=weights_root,
     )
+    _announce(model, model_id, device, sock, api_key, weights_root)
+    serve_on(app, sock, connections, log_level=args.log_level)
+    return 0
+
+
+def _checked_device(args: argparse.Namespace) -> torch.device:
+    """`--device` resolved (auto: cuda when there is one) and `--dtype` checked, or ModelError."""
+    import torch
+
+    from turnrl.models.loader import ModelError
+
+    device_name = args.device
+    if device_name == "auto":
+        device_name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(device_name)
+    except RuntimeError:
+        raise ModelError(f"--device {args.device!r}: use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ModelError(f"--device {args.device}: CUDA is not available on this machine")
+    if args.dtype != "auto" and not isinstance(getattr(torch, args.dtype, None), torch.dtype):
+        raise ModelError(f"--dtype {args.dtype!r}: not a torch dtype (e.g. float32, bfloat16)")
+    return device
+
+
+def _check_batching(args: argparse.Namespace) -> None:
+    """`--max-batch-rows`, `--batch-wait-ms` and `--max-waiting` in range, or TurnrlInputError."""
+    from turnrl.errors import TurnrlInputError
+
+    if args.max_batch_rows < 1:
+        raise TurnrlInputError(f"--max-batch-rows {args.max_batch_rows}: must be >= 1")
+    if args.batch_wait_ms < 0:
+        raise TurnrlInputError(f"--batch-wait-ms {args.batch_wait_ms}: must be >= 0")
+    if args.max_waiting < 1:
+        raise TurnrlInputError(f"--max-waiting {args.max_waiting}: must be >= 1")
+
+
+def _load_model(args: argparse.Namespace, device: torch.device, chat_template: str | None) -> tuple[Any, Any]:
+    """The model (eval mode, no gradients) and tokenizer, with `chat_template` checked on it."""
+    import torch
+
+    from turnrl.models.loader import load_model
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    model, tokenizer = load_model(args.model, device, args.dtype, args.cache_dir, args.seed)
+    model.eval().requires_grad_(False)
+    if chat_template is not None:
+        _check_chat_template(tokenizer, chat_template, args.chat_template)
+    return model, tokenizer
+
+
+def _announce(
+    model: Any,
+    model_id: str,
+    device: torch.device,
+    sock: socket.socket,
+    api_key: str,
+    weights_root: str | None,
+) -> None:
+    """The one start-up line on stderr, printed once the app is built and the socket listens."""
+    from turnrl.servers.listen import url_of
+
     print(
         f"turnrl serve: {model_id} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
         f"vocab {model.get_input_embeddings().weight.shape[0]}) on {device}; "
@@ -164,5 +209,3 @@ def _serve_on(
         file=sys.stderr,
         flush=True,
     )
-    serve_on(app, sock, connections, log_level=args.log_level)
-    return 0

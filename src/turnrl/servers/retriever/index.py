@@ -111,30 +111,15 @@ def build_index(
     corpus_path, out_dir = Path(corpus_path), Path(out_dir)
     start = time.perf_counter()
     if method == "dense":
-        # Fail on a missing extra before spending minutes reading the corpus.
-        from turnrl.servers.retriever.dense import require_module
-
-        for module in ("faiss", "sentence_transformers"):
-            require_module(module)
+        _require_dense_extras()
     replace = _check_out_dir(out_dir)  # before reading: a bad --out fails in a second, not after the read
     ids, contents = read_corpus(corpus_path, show_progress=show_progress)
     # built beside `out_dir` and moved into place whole: a build that fails (a corpus with no
     # indexable word, an interrupted run) leaves neither a half-written index nor a lost old one
-    building = out_dir.with_name(f".{out_dir.name}.building-{os.getpid()}")
-    shutil.rmtree(building, ignore_errors=True)
-    building.mkdir(parents=True)
+    building = _fresh_building_dir(out_dir)
     try:
         write_corpus_store(building, ids, contents)
-        if method == "bm25":
-            from turnrl.servers.retriever.bm25 import build_bm25
-
-            settings = build_bm25(building, contents, show_progress=show_progress)
-        else:
-            from turnrl.servers.retriever.dense import build_dense
-
-            settings = build_dense(
-                building, contents, model=model, device=device, show_progress=show_progress
-            )
+        settings = _build_method(building, contents, method, model, device, show_progress)
     except CorpusError as err:
         shutil.rmtree(building, ignore_errors=True)
         raise CorpusError(f"{corpus_path}: {err}") from None
@@ -142,22 +127,69 @@ def build_index(
         shutil.rmtree(building, ignore_errors=True)
         raise
     seconds = time.perf_counter() - start
-    meta = {
+    meta = _build_meta(method, len(ids), corpus_path, seconds, settings)
+    _move_into_place(building, out_dir, meta, replace)
+    return BuildReport(out_dir, meta, seconds, directory_size(out_dir))
+
+
+def _require_dense_extras() -> None:
+    """Raise if faiss or sentence-transformers is missing."""
+    # Fail on a missing extra before spending minutes reading the corpus.
+    from turnrl.servers.retriever.dense import require_module
+
+    for module in ("faiss", "sentence_transformers"):
+        require_module(module)
+
+
+def _fresh_building_dir(out_dir: Path) -> Path:
+    """An empty `.NAME.building-PID` beside `out_dir` (a leftover of an earlier run removed)."""
+    building = out_dir.with_name(f".{out_dir.name}.building-{os.getpid()}")
+    shutil.rmtree(building, ignore_errors=True)
+    building.mkdir(parents=True)
+    return building
+
+
+def _build_method(
+    building: Path,
+    contents: list[str],
+    method: str,
+    model: str | None,
+    device: str | None,
+    show_progress: bool,
+) -> dict[str, Any]:
+    """Write the `method` index of `contents` into `building`; returns its settings for the metadata."""
+    if method == "bm25":
+        from turnrl.servers.retriever.bm25 import build_bm25
+
+        return build_bm25(building, contents, show_progress=show_progress)
+    from turnrl.servers.retriever.dense import build_dense
+
+    return build_dense(building, contents, model=model, device=device, show_progress=show_progress)
+
+
+def _build_meta(
+    method: str, num_docs: int, corpus_path: Path, seconds: float, settings: dict[str, Any]
+) -> dict[str, Any]:
+    """The contents of meta.json for a finished build."""
+    return {
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "method": method,
-        "num_docs": len(ids),
+        "num_docs": num_docs,
         "source": str(corpus_path.resolve()),
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "build_seconds": round(seconds, 3),
         "turnrl_version": turnrl_version(),
         method: settings,
     }
+
+
+def _move_into_place(building: Path, out_dir: Path, meta: dict[str, Any], replace: bool) -> None:
+    """Write meta.json last (it marks the build complete), then swap `building` in as `out_dir`."""
     (building / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     if replace:  # cleared whole, so no stale file of another method lingers
         shutil.rmtree(out_dir)
     os.replace(building, out_dir)
-    return BuildReport(out_dir, meta, seconds, directory_size(out_dir))
 
 
 def read_meta(index_dir: Path) -> dict[str, Any]:

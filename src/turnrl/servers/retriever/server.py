@@ -122,17 +122,20 @@ def create_app(
     index: LoadedIndex, default_topk: int = 3, limits: Limits | None = None, api_key: str = ""
 ) -> FastAPI:
     """The app over `index`; `api_key` empty = no key asked (loopback only, see `serve`). The routes
-    are module-level (`router`)."""
+    are module-level (`ROUTERS`)."""
     limits = limits or Limits()
     app = FastAPI(title="turnrl retriever", version=turnrl_version())
     # Outermost: the key and the body size are checked before routing and before any parsing.
     app.add_middleware(Guard, api_key=api_key, max_body=limits.max_body)
     app.state.retriever = Retriever(index, default_topk, limits)
-    app.include_router(router)
+    for r in ROUTERS:
+        app.include_router(r)
     return app
 
 
 router = APIRouter()
+# a new route is one module with an `APIRouter` and one line in this table
+ROUTERS: list[APIRouter] = [router]
 
 
 @router.get("/health")

@@ -242,38 +242,68 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
         iso.notes.append("libc not loadable: no namespaces, no parent-death signal")
     iso.pdeathsig = nsetup.LIBC is not None
     root = os.geteuid() == 0
+    uid_base = _claim_uids(iso, cfg, root)
+    layout = _expose_interpreters(iso, cfg, uid_drop=uid_base is not None)
+    fallbacks = _probe_namespaces(iso, cfg, work_root, uid_base, root)
+    _probe_rootfs(iso, cfg, work_root, layout, fallbacks)
+    _probe_seccomp(iso, cfg, work_root, layout, fallbacks)
+    _record_fallbacks(iso, fallbacks)
+    _probe_cgroups(iso, cfg, work_root, root)
+    _note_unbounded(iso, root)
+    return iso
 
-    uid_base = None
-    if root:
-        try:
-            uid_base, iso.uid_lock_fd = claim_uid_block(cfg.uid_base, cfg.workers)
-        except OSError as err:
-            iso.notes.append(f"unprivileged_uid: {err}")
-    else:
+
+def _claim_uids(iso: Isolation, cfg: SandboxConfig, root: bool) -> int | None:
+    """The first uid of this server's per-slot block (its lock fd kept in `iso`); None without one."""
+    if not root:
         iso.notes.append(
             "unprivileged_uid: server is not root, runs keep its uid (start as root for this layer)"
         )
+        return None
+    try:
+        uid_base, iso.uid_lock_fd = claim_uid_block(cfg.uid_base, cfg.workers)
+    except OSError as err:
+        iso.notes.append(f"unprivileged_uid: {err}")
+        return None
+    return uid_base
+
+
+def _expose_interpreters(iso: Isolation, cfg: SandboxConfig, uid_drop: bool) -> PythonLayout:
+    """Set `iso.expose`; returns the interpreter's layout, which the rootfs and seccomp trials need."""
     # what the private mounts would hide from the interpreters goes back in, read-only
     layout = _python_layout(cfg.python)
     needed = _interpreter_paths(cfg.python, layout) + [lang.argv[0] for lang in cfg.languages().values()]
-    iso.expose = exposures(needed, uid_drop=uid_base is not None)
+    iso.expose = exposures(needed, uid_drop=uid_drop)
+    return layout
 
+
+def _candidates(uid_base: int | None) -> list[tuple[bool, dict[str, bool]]]:
+    """(with slot uids, namespace set) pairs to try, strongest first; namespaces need libc."""
     candidates: list[tuple[bool, dict[str, bool]]] = []
     for with_uid in ([True] if uid_base is not None else []) + [False]:
         if nsetup.LIBC is not None:
             candidates += [(with_uid, ns) for ns in NS_SETS]
         candidates.append((with_uid, NO_NS))
+    return candidates
+
+
+def _probe_namespaces(
+    iso: Isolation, cfg: SandboxConfig, work_root: str, uid_base: int | None, root: bool
+) -> list[str]:
+    """Leave `iso` at the first candidate whose trial works; returns why the stronger ones failed."""
     failures: dict[str, list[str]] = {}  # reason -> layer sets that failed for it
-    for with_uid, ns in candidates:
+    for with_uid, ns in _candidates(uid_base):
         iso.uid_base = uid_base if with_uid else None
         _set(iso, user_ns=not root and any(ns.values()), **ns)
         why = _trial(iso, cfg, work_root)
         if why is None:
             break
         failures.setdefault(why, []).append(_label(with_uid, ns))
-    fallbacks = [f"{', '.join(labels)}: {why}" for why, labels in failures.items()]
-    _probe_rootfs(iso, cfg, work_root, layout, fallbacks)
-    _probe_seccomp(iso, cfg, work_root, layout, fallbacks)
+    return [f"{', '.join(labels)}: {why}" for why, labels in failures.items()]
+
+
+def _record_fallbacks(iso: Isolation, fallbacks: list[str]) -> None:
+    """Report the layer sets that failed; release the uid block if no working set uses it."""
     iso.fallbacks = fallbacks
     if fallbacks:
         iso.notes.append(f"{FALLBACK_NOTE}: " + "; ".join(fallbacks))
@@ -281,6 +311,9 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
         os.close(iso.uid_lock_fd)
         iso.uid_lock_fd = None
 
+
+def _probe_cgroups(iso: Isolation, cfg: SandboxConfig, work_root: str, root: bool) -> None:
+    """Switch per-slot cgroups on if their trial run works (root only); else say why."""
     if root and not cfg.cgroup:
         iso.notes.append("cgroup: disabled by --no-cgroup; memory is capped per process only")
     elif root:
@@ -297,6 +330,10 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
             iso.cgroups = None
     else:
         iso.notes.append("cgroup: needs root; memory is capped per process only")
+
+
+def _note_unbounded(iso: Isolation, root: bool) -> None:
+    """Say what the layers in force leave open: fork bombs, escaped daemons, the server's uid."""
     if iso.uid_base is None and iso.cgroups is None:
         iso.notes.append(
             "fork bombs: NOT bounded (RLIMIT_NPROC is not enforced for root)"
@@ -306,4 +343,3 @@ def probe_isolation(cfg: SandboxConfig, work_root: str) -> Isolation:
     _note_reaper(iso)
     if iso.uid_base is None and not iso.pid_ns:  # a user namespace maps runs onto the server's uid
         iso.notes.append("programs run as the server's uid and can signal it or read its /proc entries")
-    return iso
