@@ -214,6 +214,7 @@ def soak(tmp_path: Path, kills: int, steps: int, seed: int, at_least: int) -> No
     assert rows_a == rows_b
 
 
+@pytest.mark.slow  # ~30-50 s: the default run stays under 10 minutes on 2 cores
 @pytest.mark.timeout(900)
 def test_sigkill_at_random_moments_then_the_same_final_weights(tmp_path):
     soak(tmp_path, kills=3, steps=4, seed=0, at_least=2)

@@ -24,6 +24,7 @@ GYM_RUN = (
 )
 
 
+@pytest.mark.slow  # ~30-50 s: the default run stays under 10 minutes on 2 cores
 @pytest.mark.timeout(300)
 def test_one_step_on_chain_sum_reports_accuracy_and_format_rate(tmp_path, cli):
     run = tmp_path / "run"

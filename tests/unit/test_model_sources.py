@@ -101,6 +101,7 @@ def test_what_counts_as_a_hub_id(path, hub):
     assert sources.looks_like_hub_id(path) is hub
 
 
+@pytest.mark.slow  # ~30-50 s: the default run stays under 10 minutes on 2 cores
 @pytest.mark.timeout(300)
 def test_a_run_directory_and_a_checkpoint_directory_load_the_trained_policy(tmp_path):
     """Resolved where a run is assembled (`turnrl.trainer.run_dirs`), not by the loader: the loader
