@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "sft": "turnrl.supervised.cli",
     "rm": "turnrl.supervised.cli",
     "data": "turnrl.data.prepare.cli",
+    "tinker": "turnrl.tinker.cli",
 }
 
 

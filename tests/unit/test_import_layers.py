@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "turnrl.models": 3,
     "turnrl.rollout": 4,
     "turnrl.servers": 5,
+    "turnrl.tinker": 5,  # the Tinker-compatible training service: a server that also trains (LoRA)
     "turnrl.rewards": 6,
     "turnrl.agent": 6,
     "turnrl.agent.gateway": 6,  # the OpenAI-compatible gateway that records function agents' episodes

@@ -1,0 +1,137 @@
+"""A sampling session's `sample` (and `compute_logprobs`, which is a sample asking for the prompt's
+log-probs): turnrl's `HFEngine` on the base model with the session's adapter snapshot applied.
+
+`plan` turns the SDK's `SampleRequest` into the engine's parameters in the route, so a bad field is a
+one-line 4xx before anything is queued; `sample` runs on the worker thread.
+
+Log-probs: each sampled token's is the engine's, log p(token) at the sampling temperature before
+top-p/top-k (what turnrl's trainer scores against); prompt log-probs come from one plain forward pass
+over the prompt at temperature 1, NaN (None in the SDK) at position 0, which has no context, and,
+with `prompt_logprobs_last_n`, everywhere before the last n tokens.
+
+Stops, in the SDK's terms: `stop` None stops at EOS; `[]` never stops before `max_tokens`; strings
+stop after the token that completes one (and at EOS); token ids stop at those tokens only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from turnrl.rollout.base import SamplingParams
+from turnrl.rollout.hf import HFEngine
+from turnrl.servers.inference.common import sampling as checked_sampling
+from turnrl.servers.inference.common import short
+from turnrl.servers.refusal import Refusal
+from turnrl.tinker.backbone import Backbone
+from turnrl.tinker.protobuf import encode_sample
+from turnrl.tinker.wire import SamplingParamsIn
+
+
+@dataclass(frozen=True)
+class SamplePlan:
+    prompt: list[int]
+    params: SamplingParams
+    stop_tokens: list[int] | None
+    """Stop at exactly these token ids (instead of EOS); None: EOS (unless `params.ignore_eos`)."""
+    prompt_logprobs: bool
+    last_n: int | None
+
+
+@dataclass(frozen=True)
+class SampleLimits:
+    max_num_samples: int = 128
+    max_tokens: int = 1 << 20
+    """Prompt tokens + num_samples x max_tokens of one request."""
+
+
+def prompt_tokens(prompt: dict[str, Any], vocab_size: int) -> list[int]:
+    """The token ids of the SDK's `ModelInput` JSON (`{"chunks": [{"type": "encoded_text", ...}]}`)."""
+    chunks = prompt.get("chunks")
+    if not isinstance(chunks, list):
+        raise Refusal("prompt.chunks: must be a list of token chunks")
+    tokens: list[int] = []
+    for j, chunk in enumerate(chunks):
+        kind = chunk.get("type") if isinstance(chunk, dict) else None
+        if kind != "encoded_text":
+            raise Refusal(f"prompt.chunks[{j}]: {short(kind)} chunks are not supported (token chunks only)")
+        ids = chunk.get("tokens")
+        if not isinstance(ids, list):
+            raise Refusal(f"prompt.chunks[{j}].tokens: must be a list of token ids")
+        for t in ids:
+            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size:
+                raise Refusal(f"prompt.chunks[{j}].tokens: {short(t)} is not a token id in [0, {vocab_size})")
+        tokens.extend(ids)
+    if not tokens:
+        raise Refusal("prompt: no tokens")
+    return tokens
+
+
+def plan(
+    prompt: list[int],
+    num_samples: int,
+    sp: SamplingParamsIn,
+    prompt_logprobs: bool,
+    last_n: int | None,
+    max_context: int | None,
+    limits: SampleLimits,
+) -> SamplePlan:
+    """The engine's parameters for one `SampleRequest`, or a Refusal naming the field."""
+    if not 1 <= num_samples <= limits.max_num_samples:
+        raise Refusal(f"num_samples: must be in [1, {limits.max_num_samples}] (--max-num-samples), got {short(num_samples)}")  # fmt: skip
+    if sp.max_tokens is None:
+        raise Refusal("sampling_params.max_tokens: required by this server (how many tokens to sample)")
+    stop, stop_tokens = sp.stop, None
+    if isinstance(stop, list) and stop and all(isinstance(s, int) for s in stop):
+        stop_tokens, stop = [int(s) for s in stop], None
+    try:
+        params = checked_sampling(
+            max_tokens=sp.max_tokens,
+            n=num_samples,
+            temperature=sp.temperature,
+            top_p=sp.top_p,
+            top_k=sp.top_k,
+            stop=stop,  # type: ignore[arg-type]  # ints were taken out above
+            seed=sp.seed,
+            ignore_eos=stop == [],
+        )
+    except Refusal as err:  # the shared checks name the field as the OpenAI API does
+        raise Refusal(f"sampling_params.{err}", err.status) from None
+    if max_context and len(prompt) + params.max_new_tokens > max_context:
+        raise Refusal(f"sampling_params.max_tokens: {len(prompt)} prompt tokens + {params.max_new_tokens} exceed the model's context of {max_context}")  # fmt: skip
+    total = len(prompt) + num_samples * params.max_new_tokens
+    if total > limits.max_tokens:
+        raise Refusal(f"num_samples: {len(prompt)} prompt tokens + {num_samples} x {params.max_new_tokens} = {total} tokens exceed this server's {limits.max_tokens} (--max-sample-tokens)", 413)  # fmt: skip
+    if last_n is not None and (not prompt_logprobs or not 1 <= last_n <= len(prompt) - 1):
+        raise Refusal(f"prompt_logprobs_last_n: must be in [1, {len(prompt) - 1}] with prompt_logprobs, got {short(last_n)}")  # fmt: skip
+    return SamplePlan(prompt, params, stop_tokens, prompt_logprobs, last_n)
+
+
+def prompt_logprobs(net: torch.nn.Module, prompt: list[int], last_n: int | None) -> list[float]:
+    """log p(prompt[t] | prompt[:t]) from one forward pass; NaN at 0 and before the last `last_n`."""
+    ids = torch.tensor([prompt], device=next(net.parameters()).device)
+    with torch.no_grad():
+        logits = net(input_ids=ids).logits[0, :-1].float()
+    scored = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None]).squeeze(-1).tolist()
+    out = [math.nan, *scored]
+    if last_n is not None:
+        out[: len(prompt) - last_n] = [math.nan] * (len(prompt) - last_n)
+    return out
+
+
+def sample(backbone: Backbone, engine: HFEngine, adapter: str | None, job: SamplePlan) -> bytes:
+    """`job`'s samples with `adapter` applied (None: the base model), as a `SampleResponse`."""
+    with backbone.active(adapter) as net:
+        saved = engine.eos_ids
+        if job.stop_tokens is not None:
+            engine.eos_ids = set(job.stop_tokens)
+        try:
+            gen = engine.generate([job.prompt], job.params)
+        finally:
+            engine.eos_ids = saved
+        prompt_lp = prompt_logprobs(net, job.prompt, job.last_n) if job.prompt_logprobs else None
+    rows = list(zip(gen.response_ids, gen.log_probs, gen.finish_reasons, strict=True))
+    return encode_sample(rows, prompt_lp)

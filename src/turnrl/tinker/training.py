@@ -1,0 +1,215 @@
+"""A training client's passes: `forward` / `forward_backward` with a built-in loss, and `optim_step`.
+
+`check_batch` runs in the route, before anything is queued: a datum whose loss inputs do not fit
+its tokens, an unknown loss or config key is a one-line 4xx at once. The passes run on the worker
+thread with the client's adapter selected (`Backbone.active`).
+
+Alignment, as Tinker defines it: a datum's `model_input` holds N tokens and position t predicts
+`target_tokens[t]`, so every loss input has N entries (N x K for K candidate targets per position).
+Each datum goes through the model alone, so its log-probs are exactly a plain forward pass's, and
+its backward pass runs before the next datum's forward (gradients accumulate in the adapter until
+`optim_step`, which applies and clears them, as Tinker's training loop expects).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from turnrl.servers.refusal import Refusal
+from turnrl.tinker.backbone import Backbone
+from turnrl.tinker.losses import LOSSES, LossSpec
+from turnrl.tinker.protobuf import DatumIn, ForwardBackwardIn, encode_forward_backward
+from turnrl.tinker.registry import TrainingModel
+
+ADAM_DEFAULTS = {"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-12, "weight_decay": 0.0, "grad_clip_norm": 0.0}  # fmt: skip
+"""The SDK's `AdamParams` fields and defaults: the optimizer's settings before the first step (every
+step sets them again from its request)."""
+
+
+def loss_spec(name: str) -> LossSpec:
+    spec = LOSSES.get(name)
+    if spec is None:
+        raise Refusal(f"loss_fn: {name!r} is not a loss of this server; use one of {', '.join(LOSSES)}")
+    return spec
+
+
+def loss_config(spec: LossSpec, name: str, given: dict[str, float | str]) -> dict[str, float]:
+    """`loss_fn_config` over the loss's defaults, or a Refusal naming the key."""
+    cfg = dict(spec.config)
+    for key, value in given.items():
+        if key not in spec.config:
+            known = ", ".join(spec.config) or "none"
+            raise Refusal(f"loss_fn_config.{key}: not a setting of {name} (its settings: {known})")
+        if isinstance(value, str) or not math.isfinite(value):
+            raise Refusal(f"loss_fn_config.{key}: must be a finite number, got {value!r}")
+        cfg[key] = float(value)
+    if "clip_low_threshold" in cfg and not 0 <= cfg["clip_low_threshold"] <= 1 <= cfg["clip_high_threshold"]:
+        raise Refusal(
+            f"loss_fn_config: need 0 <= clip_low_threshold <= 1 <= clip_high_threshold, got "
+            f"{cfg['clip_low_threshold']} and {cfg['clip_high_threshold']}"
+        )
+    return cfg
+
+
+def check_batch(req: ForwardBackwardIn, spec: LossSpec, vocab_size: int, max_context: int | None) -> None:
+    """Every datum's tokens and loss inputs, or a Refusal naming the first that does not fit."""
+    if not req.data:
+        raise Refusal("data: no datums")
+    allowed = (*spec.required, *spec.optional)
+    for i, datum in enumerate(req.data):
+        where, n = f"data[{i}]", len(datum.tokens)
+        if n == 0:
+            raise Refusal(f"{where}.model_input: no tokens")
+        if max_context and n > max_context:
+            raise Refusal(f"{where}.model_input: {n} tokens exceed the model's context of {max_context}")
+        _check_ids(np.asarray(datum.tokens), vocab_size, f"{where}.model_input")
+        for name in datum.inputs:
+            if name not in allowed:
+                raise Refusal(f"{where}.loss_fn_inputs.{name}: not an input of {req.loss_fn} (it takes {', '.join(allowed)})")  # fmt: skip
+        for name in spec.required:
+            if name not in datum.inputs:
+                raise Refusal(f"{where}.loss_fn_inputs: {req.loss_fn} needs {name!r} (it takes {', '.join(allowed)})")  # fmt: skip
+        _check_inputs(datum, spec, where, n, vocab_size)
+
+
+def _check_ids(ids: np.ndarray, vocab_size: int, where: str) -> None:
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        bad = int(ids[(ids < 0) | (ids >= vocab_size)].flat[0])
+        raise Refusal(f"{where}: {bad} is not a token id in [0, {vocab_size})")
+
+
+def _check_inputs(datum: DatumIn, spec: LossSpec, where: str, n: int, vocab_size: int) -> None:
+    targets = datum.inputs["target_tokens"]
+    shapes = "(N,) or (N, K)" if spec.top_k else "(N,)"
+    if targets.dtype.kind != "i" or targets.ndim not in ((1, 2) if spec.top_k else (1,)):
+        raise Refusal(f"{where}.loss_fn_inputs.target_tokens: must be integer token ids of shape {shapes}, got {targets.dtype} {list(targets.shape)}")  # fmt: skip
+    if targets.shape[0] != n:
+        raise Refusal(
+            f"{where}.loss_fn_inputs.target_tokens: {targets.shape[0]} targets for {n} input tokens "
+            f"(position t of model_input predicts target t: one target per input token)"
+        )
+    _check_ids(targets, vocab_size, f"{where}.loss_fn_inputs.target_tokens")
+    for name, value in datum.inputs.items():
+        if name == "target_tokens":
+            continue
+        if value.shape != targets.shape:
+            raise Refusal(
+                f"{where}.loss_fn_inputs.{name}: shape {list(value.shape)} does not match target_tokens' "
+                f"{list(targets.shape)} ({n} input tokens)"
+            )
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            raise Refusal(f"{where}.loss_fn_inputs.{name}: holds NaN or infinity")
+
+
+def _tensors(datum: DatumIn, device: torch.device) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    targets = torch.as_tensor(datum.inputs["target_tokens"], dtype=torch.long, device=device)
+    x = {
+        name: torch.as_tensor(value, dtype=torch.float32, device=device)
+        for name, value in datum.inputs.items()
+        if name != "target_tokens"
+    }
+    x.setdefault("weights", torch.ones(targets.shape, dtype=torch.float32, device=device))
+    return targets, x
+
+
+def target_logprobs(net: torch.nn.Module, tokens: list[int], targets: torch.Tensor) -> torch.Tensor:
+    """log p(target) at every position of one datum, in float32: (N,) or (N, K) like `targets`."""
+    ids = torch.tensor([tokens], device=targets.device)
+    logits = net(input_ids=ids).logits[0].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    return logp.gather(-1, targets.reshape(len(tokens), -1)).reshape(targets.shape)
+
+
+def forward_backward(
+    backbone: Backbone,
+    model: TrainingModel,
+    req: ForwardBackwardIn,
+    spec: LossSpec,
+    cfg: dict[str, float],
+) -> bytes:
+    """The loss of every datum (and, unless `req.forward_only`, its gradient, added to the
+    adapter's): a `ForwardBackwardOutput` with each datum's `logprobs` and `elementwise_loss` and
+    the summed `loss:sum`."""
+    backward = not req.forward_only
+    outputs, total = [], 0.0
+    with backbone.active(model.adapter) as net:
+        for datum in req.data:
+            targets, x = _tensors(datum, backbone.device)
+            with torch.set_grad_enabled(backward):
+                lp = target_logprobs(net, datum.tokens, targets)
+                per_token = spec.fn(lp, x, cfg)
+                loss = per_token.sum()
+            if backward:
+                loss.backward()
+            total += float(loss.detach())
+            outputs.append(
+                {"logprobs": lp.detach().cpu().numpy(), "elementwise_loss": per_token.detach().cpu().numpy()}
+            )
+    if not math.isfinite(total):
+        raise Refusal(f"loss: the {req.loss_fn} loss is {total} (check the inputs' log-probs and advantages)")
+    return encode_forward_backward(outputs, {"loss:sum": total})
+
+
+def new_optimizer(backbone: Backbone, model: TrainingModel) -> torch.optim.Optimizer:
+    """AdamW over the client's adapter only, at the SDK's defaults (each step sets its own)."""
+    d = ADAM_DEFAULTS
+    return torch.optim.AdamW(
+        backbone.parameters(model.adapter),
+        lr=d["learning_rate"],
+        betas=(d["beta1"], d["beta2"]),
+        eps=d["eps"],
+        weight_decay=d["weight_decay"],
+    )
+
+
+def check_adam(params: dict[str, Any]) -> dict[str, float]:
+    """The SDK's `AdamParams` over its defaults, or a Refusal naming the field."""
+    out = dict(ADAM_DEFAULTS)
+    for key, value in params.items():
+        if key not in out:
+            raise Refusal(f"adam_params.{key}: unknown (known: {', '.join(ADAM_DEFAULTS)})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise Refusal(f"adam_params.{key}: must be a finite number, got {value!r}")
+        out[key] = float(value)
+    checks = {
+        "learning_rate": out["learning_rate"] >= 0,
+        "beta1": 0 <= out["beta1"] < 1,
+        "beta2": 0 <= out["beta2"] < 1,
+        "eps": out["eps"] > 0,
+        "weight_decay": out["weight_decay"] >= 0,
+        "grad_clip_norm": out["grad_clip_norm"] >= 0,
+    }
+    for key, ok in checks.items():
+        if not ok:
+            raise Refusal(f"adam_params.{key}: {out[key]} is out of range")
+    return out
+
+
+def optim_step(model: TrainingModel, adam: dict[str, float]) -> dict[str, Any]:
+    """One AdamW step (decoupled weight decay, as torch.optim.AdamW and Tinker) on the gradients
+    accumulated since the last step, clipped to `grad_clip_norm` when it is > 0; then clears them."""
+    opt = model.optimizer
+    for group in opt.param_groups:
+        group.update(
+            lr=adam["learning_rate"],
+            betas=(adam["beta1"], adam["beta2"]),
+            eps=adam["eps"],
+            weight_decay=adam["weight_decay"],
+        )
+    params = [p for group in opt.param_groups for p in group["params"]]
+    clip = adam["grad_clip_norm"] if adam["grad_clip_norm"] > 0 else math.inf
+    norm = (
+        float(torch.nn.utils.clip_grad_norm_(params, clip))
+        if any(p.grad is not None for p in params)
+        else 0.0
+    )
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    model.steps += 1
+    return {
+        "metrics": {"grad_norm": norm, "learning_rate": adam["learning_rate"], "step": float(model.steps)}
+    }
