@@ -10,6 +10,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # a batch field that turnrl/fields.py does not declare fails (in this process and in the runs it starts)
 os.environ.setdefault("TURNRL_STRICT_FIELDS", "1")
+# `auto` precisions are float32, exactly, whatever the processor (in this process and in the runs it
+# starts): the recorded numbers do not depend on whether a CPU has bfloat16 instructions. Tests of
+# the bfloat16 defaults unset it
+os.environ.setdefault("TURNRL_EXACT", "1")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # two workers on two cores: one torch thread each (and in the runs they start), instead of two
     # threads per worker taking turns on every core

@@ -8,7 +8,7 @@ import torch
 
 from turnrl.config import load_config
 from turnrl.config.checks import ConfigError
-from turnrl.trainer.setup import gpu_precision
+from turnrl.trainer.setup import default_precision
 from turnrl.workers.engines import compiles_decode
 
 CUDA, CPU = torch.device("cuda"), torch.device("cpu")
@@ -72,28 +72,65 @@ def configs(*overrides: str):
     return cfg.model, cfg.rollout
 
 
-def test_auto_on_one_gpu_is_float32_master_weights_and_a_bfloat16_sampling_copy():
-    model, rollout = gpu_precision(*configs(), world=1, on_gpu=True)
+@pytest.fixture
+def bf16_device(monkeypatch):
+    """A device that multiplies bfloat16 natively, whatever this machine has."""
+    monkeypatch.setattr("turnrl.trainer.setup.auto_bf16", lambda device: True)
+
+
+@pytest.mark.parametrize("device", [CUDA, CPU])
+def test_auto_is_float32_master_weights_and_a_bfloat16_sampling_copy(bf16_device, device):
+    model, rollout = default_precision(*configs(), world=1, device=device)
     assert (model.dtype, model.compute_dtype, rollout.dtype) == ("float32", "auto", "bfloat16")
     # the server engine's child loads the bfloat16 precision; weights are synced from float32
-    model, rollout = gpu_precision(*configs("rollout.engine=server"), world=1, on_gpu=True)
+    model, rollout = default_precision(*configs("rollout.engine=server"), world=1, device=device)
     assert (model.dtype, rollout.dtype) == ("float32", "bfloat16")
 
 
-def test_auto_leaves_what_it_should_alone():
+def test_auto_leaves_what_it_should_alone(bf16_device):
     base_model, base_rollout = configs()
-    assert gpu_precision(base_model, base_rollout, world=1, on_gpu=False) == (base_model, base_rollout)
     for overrides in (["model.lora_rank=8"], ["model.dtype=bfloat16"]):
         model, rollout = configs(*overrides)
-        assert gpu_precision(model, rollout, world=1, on_gpu=True) == (model, rollout), overrides
+        assert default_precision(model, rollout, world=1, device=CUDA) == (model, rollout), overrides
     vllm = dataclasses.replace(base_rollout, engine="vllm")  # (its config check wants vLLM installed)
-    assert gpu_precision(base_model, vllm, world=1, on_gpu=True) == (base_model, vllm)
+    assert default_precision(base_model, vllm, world=1, device=CUDA) == (base_model, vllm)
     # an explicit sampling precision is kept
-    model, rollout = gpu_precision(*configs("rollout.dtype=float16"), world=1, on_gpu=True)
+    model, rollout = default_precision(*configs("rollout.dtype=float16"), world=1, device=CUDA)
     assert (model.dtype, rollout.dtype) == ("float32", "float16")
-    # N ranks: FSDP's mixed precision casts the float32 shards; the engine is left as it was
-    model, rollout = gpu_precision(*configs(), world=2, on_gpu=True)
+    # N GPU ranks: FSDP's mixed precision casts the float32 shards; the engine is left as it was
+    model, rollout = default_precision(*configs(), world=2, device=CUDA)
     assert (model.dtype, rollout.dtype) == ("float32", "")
+    # CPU ranks (gloo) stay exact
+    assert default_precision(base_model, base_rollout, world=2, device=CPU) == (base_model, base_rollout)
+
+
+def test_without_bfloat16_or_under_turnrl_exact_auto_is_float32(monkeypatch):
+    base_model, base_rollout = configs()
+    monkeypatch.setattr("turnrl.trainer.setup.auto_bf16", lambda device: False)
+    for device in (CUDA, CPU):
+        assert default_precision(base_model, base_rollout, world=1, device=device) == (
+            base_model,
+            base_rollout,
+        )
+    from turnrl.models import precision
+
+    monkeypatch.setattr(precision, "bf16_supported", lambda device: True)
+    monkeypatch.setenv("TURNRL_EXACT", "1")  # what the test suite runs under (tests/conftest.py)
+    assert not precision.auto_bf16(CPU) and precision.compute_dtype("auto", torch.float32, CPU) is None
+    monkeypatch.setenv("TURNRL_EXACT", "0")
+    assert precision.auto_bf16(CPU) and precision.compute_dtype("auto", torch.float32, CPU) is torch.bfloat16
+
+
+def test_auto_without_bfloat16_says_so_in_one_line(monkeypatch):
+    from turnrl.models import precision
+
+    monkeypatch.delenv("TURNRL_EXACT")
+    monkeypatch.setattr(precision, "bf16_supported", lambda device: False)
+    line = precision.fallback_note(CPU)
+    assert "model.compute_dtype=auto" in line and "float32" in line and "\n" not in line
+    assert precision.compute_dtype("auto", torch.float32, CPU) is None
+    monkeypatch.setattr(precision, "bf16_supported", lambda device: True)
+    assert precision.fallback_note(CPU) == ""
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible")

@@ -13,8 +13,8 @@ from turnrl.workers.microbatch import trimmed_log_probs
 CPU = torch.device("cpu")
 
 
-def test_auto_is_exact_on_a_cpu_and_for_parameters_already_low():
-    assert compute_dtype("auto", torch.float32, CPU) is None
+def test_auto_is_exact_under_turnrl_exact_and_for_parameters_already_low():
+    assert compute_dtype("auto", torch.float32, CPU) is None  # the suite runs with TURNRL_EXACT=1
     assert compute_dtype("float32", torch.float32, CPU) is None
     # bfloat16 parameters compute in bfloat16 anyway: no autocast over them
     assert compute_dtype("bfloat16", torch.bfloat16, CPU) is None

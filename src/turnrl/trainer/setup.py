@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -16,6 +17,7 @@ from turnrl.config.rollout_schema import RolloutConfig
 from turnrl.config.schema import ModelConfig
 from turnrl.data.dataset import DataError, Example, load_examples
 from turnrl.models.loader import ModelError, cache_root, load_tokenizer, tokenizer_difference
+from turnrl.models.precision import auto_bf16, fallback_note
 from turnrl.rewards.judge import Judge
 from turnrl.rewards.registry import registered, resolve
 from turnrl.rewards.scorer import RuleReward
@@ -40,6 +42,8 @@ from turnrl.workers.handles import (
 from turnrl.workers.reference import Reference
 from turnrl.workers.reward_model import RewardModel
 from turnrl.workers.teacher import Teacher
+
+log = logging.getLogger(__name__)
 
 
 def pick_device(name: str) -> torch.device:
@@ -239,24 +243,28 @@ class Roles:
             self.pool.close()
 
 
-def gpu_precision(
-    model: ModelConfig, rollout: RolloutConfig, world: int, on_gpu: bool
+def default_precision(
+    model: ModelConfig, rollout: RolloutConfig, world: int, device: torch.device
 ) -> tuple[ModelConfig, RolloutConfig]:
-    """What `model.dtype=auto` means on GPUs: float32 master weights, bfloat16 compute. A step at a
-    learning rate of 1e-6 moves most bfloat16 weights by less than half their last bit, so with
-    bfloat16 parameters most of the update rounds away.
+    """What `model.dtype=auto` and an empty `rollout.dtype` mean where the device multiplies
+    bfloat16 natively (`models.precision.auto_bf16`): float32 master weights, bfloat16 compute. A
+    step at a learning rate of 1e-6 moves most bfloat16 weights by less than half their last bit, so
+    with bfloat16 parameters most of the update rounds away.
 
-    - N ranks: FSDP's mixed precision casts the float32 shards for each pass.
-    - One GPU, full fine-tuning: autocast (`model.compute_dtype=auto`), and the `hf` engine samples
-      from a bfloat16 copy refreshed at every weight sync (`rollout.dtype`, when left empty). Measured
-      on an H200 (README): 4.46x TRL's step against 4.21x with bfloat16 parameters, in one invocation.
-    - LoRA keeps its bfloat16 base: the frozen base never updates, and peft keeps adapters in float32.
+    - N GPU ranks: FSDP's mixed precision casts the float32 shards for each pass.
+    - One GPU, or a CPU with AVX512-BF16/AMX, full fine-tuning: autocast (`model.compute_dtype=auto`),
+      and the `hf` engine samples from a bfloat16 copy refreshed at every weight sync (`rollout.dtype`,
+      when left empty). Measured on an H200 (README): 4.46x TRL's step against 4.21x with bfloat16
+      parameters, in one invocation; on a 2-core CPU, docs/rollout.md.
+    - LoRA keeps its base as it is: the frozen base never updates, and peft keeps adapters in float32.
       So does `rollout.engine=vllm`, which loads the policy in `model.dtype` (unchanged here).
-    On a CPU `auto` is float32 throughout (exact)."""
-    if model.dtype != "auto" or not on_gpu:
+    - CPU ranks (gloo, world > 1) stay float32, exact.
+    Elsewhere, or with `$TURNRL_EXACT` set, `auto` is float32 throughout (exact)."""
+    if model.dtype != "auto" or not auto_bf16(device):
         return model, rollout
+    on_gpu = device.type == "cuda"
     if world > 1:
-        return dataclasses.replace(model, dtype="float32"), rollout
+        return (dataclasses.replace(model, dtype="float32"), rollout) if on_gpu else (model, rollout)
     if model.lora_rank > 0 or rollout.engine == "vllm":
         return model, rollout
     if not rollout.dtype:  # hf: a bfloat16 copy; server: the child loads bfloat16, synced from float32
@@ -272,8 +280,10 @@ def build_roles(cfg: Config, tokenizer: Any, run_dir: Path | None = None) -> Rol
     t = cfg.trainer
     lora = cfg.model.lora_rank > 0
     world = t.nnodes * t.n_gpus_per_node
-    on_gpu = t.device != "cpu" and torch.cuda.is_available()
-    model_cfg, rollout_cfg = gpu_precision(cfg.model, cfg.rollout, world, on_gpu)
+    model_cfg, rollout_cfg = default_precision(cfg.model, cfg.rollout, world, pick_device(t.device))
+    note = fallback_note(pick_device(t.device)) if cfg.model.compute_dtype == "auto" else ""
+    if note:
+        log.warning(note)
     factories: dict[str, Any] = {
         "actor": partial(Actor, cfg.actor, model_cfg, rollout_cfg, cfg.ref, run_dir=run_dir)
     }

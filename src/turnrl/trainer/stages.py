@@ -28,7 +28,7 @@ from turnrl.batch import Batch
 from turnrl.config.schema import Config, RolloutCorrectionConfig
 from turnrl.rollout.base import Rollout, SamplingParams
 from turnrl.rollout.rollout_copy import samples_in_model_precision
-from turnrl.trainer.setup import gpu_precision, pick_device
+from turnrl.trainer.setup import default_precision, pick_device
 
 PROMPT_FIELDS = ("input_ids", "attention_mask", "position_ids")
 ROW_FIELDS = ("raw_prompt", "data_source", "ground_truth", "extra_info", "index")
@@ -220,7 +220,7 @@ def old_log_probs_from_rollout(cfg: Config) -> bool:
     on_policy = a.ppo_epochs == 1 and a.ppo_mini_batch_size == cfg.data.train_batch_size
     device, world = pick_device(t.device), t.nnodes * t.n_gpus_per_node
     # as the roles resolve `auto` (on one GPU: float32 master weights, a bfloat16 sampling copy)
-    model, rollout = gpu_precision(cfg.model, cfg.rollout, world, device.type == "cuda")
+    model, rollout = default_precision(cfg.model, cfg.rollout, world, device)
     same_precision = samples_in_model_precision(rollout.dtype, model.dtype, device)
     same_module = cfg.rollout.engine == "hf" and world == 1 and same_precision
     return synchronous and rc.mode == "none" and (on_policy or same_module)
