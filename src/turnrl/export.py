@@ -1,4 +1,5 @@
 """`turnrl export RUN_DIR [--step N] --out DIR [--critic]`: a checkpoint as a plain Hugging Face model.
+(`turnrl export TINKER_CHECKPOINT --out DIR`: a `turnrl tinker serve` checkpoint, `tinker.export`.)
 
 The policy is rebuilt the way the run built it (`model.path`, the run's seed, LoRA), the
 checkpoint's weights are loaded into it and LoRA adapters are merged into the base, so the
@@ -89,17 +90,36 @@ def _token_classifier(value: torch.nn.Module, config: Any, role: Path) -> torch.
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="write a run's checkpoint as a plain Hugging Face model directory")
-    p.add_argument("run_dir", help="the run directory `turnrl train` wrote")
+    p.add_argument(
+        "run_dir",
+        help="the run directory `turnrl train` wrote, or a `turnrl tinker serve` checkpoint "
+        "(its directory, or its tinker:// path with --state-root)",
+    )
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
     p.add_argument("--out", required=True, help="directory to write; must not exist or be empty")
     p.add_argument("--critic", action="store_true", help="export the value model instead of the policy")
+    p.add_argument(
+        "--state-root",
+        default=None,
+        help="for a tinker:// path: the --state-root of the server that wrote it",
+    )
     p.set_defaults(func=run)
 
 
 def run(ns: argparse.Namespace) -> int:
+    from turnrl.tinker import export as tinker_export
+
     try:
         ensure_writable_dir(Path(ns.out), "--out", ExportError)  # before the model is rebuilt
-        out = export(ns.run_dir, ns.out, ns.step, ns.critic)
+        if tinker_export.is_checkpoint(ns.run_dir):  # a LoRA adapter of `turnrl tinker serve`
+            for flag, given in (("--step", ns.step is not None), ("--critic", ns.critic)):
+                if given:
+                    raise ExportError(f"{flag}: a tinker checkpoint holds one adapter; drop the flag")
+            out = tinker_export.export_checkpoint(ns.run_dir, ns.out, ns.state_root)
+        elif ns.state_root is not None:
+            raise ExportError(f"--state-root: only for a tinker:// path; {ns.run_dir} is a run directory")
+        else:
+            out = export(ns.run_dir, ns.out, ns.step, ns.critic)
     except TurnrlInputError as err:
         print(f"turnrl export: {err}", file=sys.stderr)
         return 2

@@ -222,6 +222,7 @@ def test_policy_gradient_losses_equal_their_formulas(sdk):
             lambda lpi, ri, a: -np.minimum(ri * a, np.clip(ri, 0.9, 1.05) * a),
         ),
         ("cispo", None, lambda lpi, ri, a: -np.clip(ri, 0.0, 4.0) * lpi * a),
+        ("dro", {"beta": 0.3}, lambda lpi, ri, a: -(lpi * a - 0.5 * 0.3 * np.log(ri) ** 2)),
     ]
     for loss_fn, config, per_token in cases:
         out = client.forward_backward(data, loss_fn, config).result(timeout=60)
@@ -229,6 +230,19 @@ def test_policy_gradient_losses_equal_their_formulas(sdk):
         for i, o in enumerate(out.loss_fn_outputs):  # the log-probs the loss was computed from
             np.testing.assert_allclose(o["logprobs"].to_numpy(), lp[i], atol=1e-5)
             assert o["elementwise_loss"].shape == list(lp[i].shape)
+
+    # GSPO: one ratio per datum, the geometric mean over its tokens of weight 1 (not the first two)
+    weights = [np.r_[0.0, 0.0, np.ones(len(x) - 2)].astype(np.float32) for x in lp]
+    weighted = [
+        types.Datum(model_input=d.model_input, loss_fn_inputs={**d.loss_fn_inputs, "weights": weights[i]})
+        for i, d in enumerate(data)
+    ]
+    out = client.forward_backward(weighted, "gspo", {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}).result(timeout=60)  # fmt: skip
+    expected = 0.0
+    for i in range(len(lp)):
+        s = np.exp(np.log(r[i])[2:].mean())
+        expected += float((-weights[i] * np.minimum(s * adv[i], np.clip(s, 0.9, 1.1) * adv[i])).sum())
+    assert out.metrics["loss:sum"] == pytest.approx(expected, rel=1e-5, abs=1e-4)
 
     # a custom loss runs in the SDK, over this server's forward and a cross_entropy backward whose
     # weights are the loss's gradient (negative ones included)
@@ -309,9 +323,9 @@ def test_bad_input_is_a_one_line_4xx_and_the_server_keeps_answering(sdk, served,
         assert status == 400 and message.startswith("lora_config.rank:") and "[1, 256]" in message
 
     # a loss the SDK names but this server does not compute, and one nobody names (raw protobuf)
-    status, message = refused(lambda: client.forward_backward(BATCH, "dro").result(timeout=30))
-    assert status == 400 and "'dro'" in message
-    assert "cross_entropy, importance_sampling, ppo, cispo" in message
+    status, message = refused(lambda: client.forward_backward(BATCH, "stable_reinforce").result(timeout=30))
+    assert status == 400 and "'stable_reinforce'" in message
+    assert "cross_entropy, importance_sampling, ppo, cispo, dro, gspo" in message
     from tinker.proto.request_conv import forward_backward_request_to_proto
 
     request = types.ForwardBackwardRequest(
@@ -418,3 +432,47 @@ def test_session_heartbeat_and_finish(served):
     assert unknown.status_code == 404 and "\n" not in unknown.json()["detail"]
     typo = post("session_heartbeat", {"session_id": session_id, "sesion": 1})
     assert typo.status_code == 400 and typo.json()["detail"].startswith("sesion: unknown field")
+
+
+def test_a_sampler_checkpoint_exports_to_a_hugging_face_model_with_the_samplers_logprobs(sdk, served, tmp_path, cli):  # fmt: skip
+    """`turnrl export tinker://... --state-root ROOT --out DIR`: the adapter merged into its base
+    (untied from the input embeddings: the adapter trains the tied output layer), loaded by
+    transformers alone, scores fixed tokens as the server's sampler of that checkpoint does."""
+    from transformers import AutoModelForCausalLM
+
+    client = lora_client(sdk, seed=6)
+    for _ in range(2):
+        step(client)
+    path = client.save_weights_for_sampler("to-export").result(timeout=60).path
+    out = tmp_path / "hf"
+    result = cli("export", path, "--state-root", str(served.root), "--out", str(out))
+    assert result.returncode == 0 and f"exported to {out}" in result.stdout, result.stderr
+    assert not (out / "adapter_config.json").exists()
+    exported = AutoModelForCausalLM.from_pretrained(out).eval()
+    assert exported.get_output_embeddings().weight is not exported.get_input_embeddings().weight
+    sampler = sdk.create_sampling_client(model_path=path).result(timeout=60)
+    for ids in SENTENCES:
+        scored = sampler.compute_logprobs(types.ModelInput.from_ints(ids)).result(timeout=60)
+        expected = plain_logprobs(exported, ids[:1], ids[1:])
+        np.testing.assert_allclose(np.array(scored[1:], dtype=np.float64), expected, atol=1e-4)
+    # the base alone scores them otherwise: the adapter is in the export
+    base, _ = load_model(BASE, torch.device("cpu"), seed=0)
+    assert not np.allclose(plain_logprobs(base, SENTENCES[0][:1], SENTENCES[0][1:]), expected[: len(SENTENCES[0]) - 1], atol=1e-3)  # fmt: skip
+
+    # one line for what cannot be exported
+    for argv, words in (
+        ([path, "--out", str(tmp_path / "a")], "a tinker:// path needs --state-root DIR"),
+        ([str(checkpoint_dir(served, path)), "--out", str(out)], "exists and is not an empty directory"),
+        (
+            [path, "--state-root", str(served.root), "--step", "3", "--out", str(tmp_path / "b")],
+            "--step: a tinker checkpoint",
+        ),
+        (
+            ["tinker://../x/weights/a", "--state-root", str(served.root), "--out", str(tmp_path / "c")],
+            "is not a checkpoint path",
+        ),
+    ):
+        result = cli("export", *argv)
+        assert result.returncode == 2 and words in result.stderr and result.stderr.count("\n") == 1, (
+            result.stderr
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import typing
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +16,32 @@ def field_path(loc: tuple[Any, ...]) -> str:
             continue
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+def fields_at(model: Any, loc: Sequence[Any]) -> list[str]:
+    """The fields of the pydantic model that holds the field at `loc` (an error's location): the
+    nested model's own for a nested field, so "did you mean" suggests a sibling, not a top-level name."""
+    current = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or part == "body":
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        inner = _model_in(field.annotation) if field is not None else None
+        if inner is None:
+            break
+        current = inner
+    return list(getattr(current, "model_fields", {}))
+
+
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model inside an annotation (`M`, `M | None`, `list[M]`, ...), or None."""
+    if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def describe_validation_error(errors: list[dict[str, Any]], fields: Sequence[str], example: str) -> str:

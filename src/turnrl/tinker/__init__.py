@@ -13,6 +13,7 @@ is the optional extra `turnrl[tinker]`.
     training      forward/backward, optim_step      losses    the built-in losses
     sampling      sample and prompt log-probs       states    adapter/optimizer state, checkpoints
     checkpoints   the state root and tinker:// paths
+    export        a checkpoint merged into its base (`turnrl export`)
     futures       results until the SDK reads them
     protobuf      the SDK's protobuf bodies         wire      its JSON bodies
 """

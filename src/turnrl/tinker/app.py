@@ -5,7 +5,8 @@ client's, the sampling client's, the futures', the REST client's; each finds the
 `app.state.tinker` (`service.TinkerService`). Every route sits behind `turnrl.servers.guard.Guard`
 (the API key, which the SDK sends as `X-API-Key`, and the body size); a request the server will not
 serve is a `Refusal`, a one-line `{"detail": ...}` 4xx naming the field (`add_error_handlers`); a
-route this server does not implement is a one-line 404 naming it.
+route this server does not implement is a one-line 404 naming it; a full queue (`service.Busy`) is
+a one-line 503 with Retry-After, which the SDK retries.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from turnrl.tinker.routes_rest import router as rest_router
 from turnrl.tinker.routes_sampling import router as sampling_router
 from turnrl.tinker.routes_session import router as session_router
 from turnrl.tinker.routes_training import router as training_router
-from turnrl.tinker.service import TinkerService, service_of
+from turnrl.tinker.service import Busy, TinkerService, service_of
 
 DOCS = "docs/tinker.md"
 
@@ -47,6 +48,10 @@ def create_app(service: TinkerService, api_key: str = "") -> FastAPI:
     app.add_middleware(Guard, api_key=api_key, max_body=service.limits.max_body)
     app.state.tinker = service
     add_error_handlers(app)
+
+    @app.exception_handler(Busy)
+    async def _busy(_request: Request, err: Busy) -> Response:
+        return detail(str(err), err.status, {"Retry-After": "1"})
 
     @app.exception_handler(HTTPException)
     async def _not_served(request: Request, err: HTTPException) -> Response:
@@ -85,13 +90,19 @@ async def health(request: Request) -> Response:
             "base_models": service.base_models,
             "training_clients": len(registry.models),
             "samplers": len(registry.samplers),
-            "sessions": len(registry.sessions),
+            "sessions": registry.live_sessions(),
             "futures": len(service.futures),
+            "requests_waiting": service.waiting,
+            "requests_refused_busy": service.refused_busy,
+            "requests_dropped": service.dropped,
             "state_root": str(service.root.root),
             "limits": {
                 "max_training_clients": service.limits.max_training_clients,
                 "max_samplers": service.limits.max_samplers,
                 "max_futures": service.limits.max_futures,
+                "max_waiting": service.limits.max_waiting,
+                "max_sessions": service.limits.max_sessions,
+                "session_timeout_s": service.limits.session_timeout_s,
                 "max_body": service.limits.max_body,
                 "max_num_samples": service.limits.sample.max_num_samples,
                 "max_sample_tokens": service.limits.sample.max_tokens,

@@ -36,9 +36,20 @@ _ATTENTION = re.compile(r"(^|\.)(self_)?attn(\.|$)|attention", re.IGNORECASE)
 class Backbone:
     """The base model (frozen, eval mode) and its adapters; see the module docstring."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, name: str, tokenizer_dir: str) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        name: str,
+        tokenizer_dir: str,
+        source: str | None = None,
+        seed: int = 0,
+    ) -> None:
         model.eval().requires_grad_(False)
         self.model, self.tokenizer, self.name, self.tokenizer_dir = model, tokenizer, name, tokenizer_dir
+        self.source, self.seed = source or name, seed
+        """Where the base came from (`--model`, a path made absolute) and the seed of its initial
+        weights (`--seed`, for 'tiny-random'): what `turnrl export` rebuilds the base from."""
         self.peft: Any = None  # the PeftModel, made when the first adapter is added
         config = model.config
         self.vocab_size = int(model.get_input_embeddings().weight.shape[0])
@@ -62,6 +73,11 @@ class Backbone:
             else:
                 groups["mlp"].append(name)
         return groups
+
+    def base_info(self) -> dict[str, Any]:
+        """The base model as a checkpoint records it (`tinker.json`'s `base`), for `turnrl export`."""
+        dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
+        return {"source": self.source, "seed": self.seed, "dtype": dtype}
 
     def target_modules(self, lora: LoraSpec) -> list[str]:
         wanted = [("attn", lora.train_attn), ("mlp", lora.train_mlp), ("unembed", lora.train_unembed)]

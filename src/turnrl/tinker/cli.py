@@ -21,7 +21,7 @@ from turnrl.tinker.options import TinkerServeOptions
 
 COMMAND = "turnrl tinker serve"
 OPTIONS = tuple(f.name for f in dataclasses.fields(TinkerServeOptions))
-POSITIVE = ("max_body", "max_training_clients", "max_samplers", "max_futures", "max_num_samples", "max_sample_tokens")  # fmt: skip
+POSITIVE = ("max_body", "max_training_clients", "max_samplers", "max_futures", "max_num_samples", "max_sample_tokens", "max_waiting", "max_sessions")  # fmt: skip
 KEY_PREFIX = "tml-"
 """The SDK refuses to send a key without it (`ApiKeyAuthProvider`)."""
 HEADER_TIMEOUT_S = 60.0
@@ -91,8 +91,12 @@ def serve(args: argparse.Namespace) -> int:
     except ImportError as err:
         raise TurnrlInputError(str(err)) from None
     ensure_writable_dir(Path(opts.state_root), "--state-root")
-    if opts.future_ttl_s <= 0:
-        raise TurnrlInputError(f"--future-ttl-s {opts.future_ttl_s:g}: must be > 0")
+    for flag, value in (
+        ("--future-ttl-s", opts.future_ttl_s),
+        ("--session-timeout-s", opts.session_timeout_s),
+    ):
+        if not value > 0:
+            raise TurnrlInputError(f"{flag} {value:g}: must be > 0")
     connections = ConnectionLimits.from_args(args)
     # bound before the model loads: a taken port costs no loading time, and "listening" is true
     sock = bind(opts.host, opts.port)
@@ -105,6 +109,8 @@ def serve(args: argparse.Namespace) -> int:
 def _serve_on(
     args: argparse.Namespace, opts: TinkerServeOptions, sock: socket.socket, api_key: str, connections: object
 ) -> int:
+    from pathlib import Path
+
     import torch
 
     from turnrl.models.loader import load_model, model_directory
@@ -122,7 +128,9 @@ def _serve_on(
         torch.set_num_threads(opts.threads)
     model, tokenizer = load_model(opts.model, device, opts.dtype, opts.cache_dir, opts.seed)
     tokenizer_dir = str(model_directory(opts.model, opts.cache_dir))
-    backbone = Backbone(model, tokenizer, opts.model, tokenizer_dir)
+    given = Path(opts.model).expanduser()
+    source = str(given.resolve()) if given.exists() else opts.model  # a path, absolute: export finds it
+    backbone = Backbone(model, tokenizer, opts.model, tokenizer_dir, source=source, seed=opts.seed)
     limits = ServiceLimits(
         max_training_clients=opts.max_training_clients,
         max_samplers=opts.max_samplers,
@@ -130,6 +138,9 @@ def _serve_on(
         future_ttl_s=opts.future_ttl_s,
         max_body=opts.max_body,
         sample=SampleLimits(opts.max_num_samples, opts.max_sample_tokens),
+        max_waiting=opts.max_waiting,
+        max_sessions=opts.max_sessions,
+        session_timeout_s=opts.session_timeout_s,
     )
     service = TinkerService(backbone, StateRoot(opts.state_root), limits)
     app = create_app(service, api_key)

@@ -37,6 +37,12 @@ class TinkerServeOptions:
     """Results kept for the SDK to fetch; a full store of unfinished work answers 429."""
     future_ttl_s: float = 3600.0
     """Seconds a finished result waits to be fetched before it is dropped."""
+    max_waiting: int = 256
+    """Requests waiting for the model at once (one runs at a time); one more is answered 503 with Retry-After, which the SDK retries."""
+    max_sessions: int = 256
+    """Live sessions (ServiceClients) at once."""
+    session_timeout_s: float = 300.0
+    """Seconds without a heartbeat or request after which a session has lost its client: it ends, its queued work is dropped, its clients freed."""
     max_num_samples: int = 128
     """num_samples one sample request may ask for."""
     max_sample_tokens: int = 1 << 20

@@ -14,6 +14,7 @@ extra (`pip install 'turnrl[tinker]'`), and nothing else of turnrl needs it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -25,6 +26,10 @@ from turnrl.servers.refusal import Refusal
 PROTOBUF = "application/x-protobuf"
 
 SDK_MISSING = "the tinker SDK is not installed; pip install 'turnrl[tinker]'"
+
+MAX_TENSOR = 1 << 24
+"""Entries of one loss input (N tokens x K candidates): a sparse tensor is densified, so its shape,
+not its bytes, is what it costs."""
 
 
 @cache
@@ -71,32 +76,40 @@ def _tensor(msg: Any, where: str) -> np.ndarray:
     if dtype is None:
         raise Refusal(f"{where}: tensor dtype {msg.dtype} is not float32, int64 or int32")
     shape = [int(s) for s in msg.shape]
+    if len(shape) > 2 or any(s < 0 for s in shape) or math.prod(shape) > MAX_TENSOR:
+        raise Refusal(f"{where}: shape {shape[:8]} is not a loss input's (N,) or (N, K) of at most {MAX_TENSOR} entries")  # fmt: skip
     try:
         if msg.WhichOneof("encoding") == "sparse_csr":
-            csr = msg.sparse_csr
-            if len(shape) != 2:
-                raise Refusal(f"{where}: a sparse tensor needs a 2-D shape, got {shape}")
-            values = np.frombuffer(csr.values, dtype=dtype)
-            crow = np.frombuffer(csr.crow_indices, dtype=np.int64)
-            col = np.frombuffer(csr.col_indices, dtype=np.int64)
-            dense = np.zeros(shape, dtype=dtype)
-            if (
-                len(crow) != shape[0] + 1
-                or len(col) != len(values)
-                or (len(crow) and crow[-1] != len(values))
-            ):
-                raise Refusal(f"{where}: sparse CSR indices do not match its shape {shape}")
-            rows = np.repeat(np.arange(shape[0]), np.diff(crow))
-            dense[rows, col] = values
-            return dense
+            return _sparse(msg.sparse_csr, shape, dtype, where)
         flat = np.frombuffer(msg.dense, dtype=dtype).copy()  # writable: torch warns on views of bytes
     except (ValueError, IndexError) as err:
-        raise Refusal(f"{where}: malformed tensor bytes ({err})") from None
+        raise Refusal(f"{where}: malformed tensor bytes ({' '.join(str(err).split())[:200]})") from None
     if not shape:
         return flat
-    if int(np.prod(shape)) != flat.size:
+    if math.prod(shape) != flat.size:
         raise Refusal(f"{where}: {flat.size} values do not fill its shape {shape}")
     return flat.reshape(shape)
+
+
+def _sparse(csr: Any, shape: list[int], dtype: np.dtype, where: str) -> np.ndarray:
+    """A sparse CSR tensor densified with 0, the SDK's own default fill."""
+    if len(shape) != 2:
+        raise Refusal(f"{where}: a sparse tensor needs a 2-D shape, got {shape}")
+    values = np.frombuffer(csr.values, dtype=dtype)
+    crow = np.frombuffer(csr.crow_indices, dtype=np.int64)
+    col = np.frombuffer(csr.col_indices, dtype=np.int64)
+    if (
+        len(crow) != shape[0] + 1
+        or len(col) != len(values)
+        or (len(crow) and (crow[0] != 0 or crow[-1] != len(values)))
+        or (len(crow) and (np.diff(crow) < 0).any())
+        or (len(col) and (col.min() < 0 or col.max() >= shape[1]))
+    ):
+        raise Refusal(f"{where}: sparse CSR indices do not match its shape {shape}")
+    dense = np.zeros(shape, dtype=dtype)
+    rows = np.repeat(np.arange(shape[0]), np.diff(crow))
+    dense[rows, col] = values
+    return dense
 
 
 def _tokens(datum: Any, where: str) -> list[int]:

@@ -49,13 +49,13 @@ async def create_sampling_session(request: Request) -> Response:
             sampler = Sampler(sampler_id, req.session_id, service.backbone.name, adapter, ref.tinker_path)
             service.add_sampler(sampler)
 
-        await service.call(open_checkpoint)
+        await service.call(open_checkpoint, req.session_id)
     else:
         if req.base_model is None:
             raise Refusal("base_model: required when no model_path is given")
         service.check_base_model(req.base_model)
         base = Sampler(sampler_id, req.session_id, req.base_model, None)
-        await service.call(lambda: service.add_sampler(base))
+        await service.call(lambda: service.add_sampler(base), req.session_id)
     return finite_json({"type": "create_sampling_session", "sampling_session_id": sampler_id})
 
 
@@ -69,7 +69,7 @@ async def asample(request: Request) -> Response:
     if req.sampling_session_id is None:
         raise Refusal("sampling_session_id: required (create a sampling client first)")
     sampler_id = req.sampling_session_id
-    service.registry.sampler(sampler_id)
+    owner = service.registry.sampler(sampler_id).session_id
     backbone = service.backbone
     prompt = sampling.prompt_tokens(req.prompt, backbone.vocab_size)
     plan = sampling.plan(
@@ -86,7 +86,7 @@ async def asample(request: Request) -> Response:
         adapter = service.registry.sampler(sampler_id).adapter  # it may have been dropped since
         return sampling.sample(backbone, service.engine, adapter, plan)
 
-    request_id = service.submit("sample", work)
+    request_id = service.submit("sample", work, owner)
     # one id per sample, in the response's order: the SDK stamps them on its SampledSequences
     ids = [f"{request_id}:{i}" for i in range(req.num_samples)]
     return finite_json({"request_id": request_id, "sample_sequence_ids": ids})

@@ -4,8 +4,8 @@ POST /api/v1/client/config          feature flags (below): keep the protocol pla
 POST /api/v1/client/dynamic_config  the flags the SDK refreshes; all off
 POST /api/v1/create_session         -> {"session_id"}
 POST /api/v1/session_heartbeat      every 10 s while a ServiceClient lives
-POST /api/v1/sessions/{id}/finish   ServiceClient.close(): its clients' adapters are freed
-POST /api/v1/telemetry              the SDK's telemetry, accepted and dropped
+POST /api/v1/sessions/{id}/finish   ServiceClient.close(): its queued work dropped, its adapters freed
+POST /api/v1/telemetry              the SDK's telemetry, its envelope checked, then dropped
 GET  /api/v1/healthz, /api/v1/get_server_capabilities (the served base model)
 """
 
@@ -19,7 +19,13 @@ from starlette.responses import Response
 from turnrl.servers.guard import finite_json
 from turnrl.servers.inference.common import body_of
 from turnrl.tinker.service import TinkerService, service_of
-from turnrl.tinker.wire import ClientConfigRequest, CreateSessionRequest, SessionHeartbeatRequest
+from turnrl.tinker.wire import (
+    ClientConfigRequest,
+    CreateSessionRequest,
+    FinishSessionRequest,
+    SessionHeartbeatRequest,
+    TelemetryRequest,
+)
 
 router = APIRouter()
 
@@ -75,14 +81,16 @@ async def session_heartbeat(request: Request) -> Response:
 @router.post("/api/v1/sessions/{session_id}/finish")
 async def finish_session(session_id: str, request: Request) -> Response:
     service = service_of(request)
+    await body_of(request, FinishSessionRequest, '{"reason": {"type": "success"}}')
     models, samplers = service.registry.finish_session(session_id)
-    # after the work already queued for them: the worker runs everything in arrival order
-    await service.call(lambda: service.release(models, samplers))
+    # the session's queued work is dropped when it comes up (it has ended); the adapters go after it
+    await service.call(lambda: service.release(models, samplers), bounded=False)
     return finite_json({})
 
 
 @router.post("/api/v1/telemetry")
 async def telemetry(request: Request) -> Response:
+    await body_of(request, TelemetryRequest, '{"events": [], "platform": "", "sdk_version": "0.38.0", "session_id": "", "process_uuid": ""}')  # fmt: skip
     return finite_json({"status": "accepted"})
 
 

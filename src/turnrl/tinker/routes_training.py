@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from turnrl.servers.guard import finite_json
-from turnrl.servers.inference.common import PARSE_IN_THREAD, body_of
+from turnrl.servers.inference.common import PARSE_IN_THREAD, body_of, short
 from turnrl.servers.refusal import Refusal
 from turnrl.tinker import states, training
 from turnrl.tinker.protobuf import decode_forward_backward
@@ -29,9 +29,11 @@ from turnrl.tinker.wire import (
     CreateModelRequest,
     GetInfoRequest,
     LoadWeightsRequest,
+    OptimizerConfigIn,
     OptimStepRequest,
     SaveWeightsForSamplerRequest,
     SaveWeightsRequest,
+    unknown_field,
 )
 
 router = APIRouter()
@@ -58,11 +60,15 @@ def lora_spec(req: CreateModelRequest) -> LoraSpec:
     return LoraSpec(c.rank, c.seed, c.train_attn, c.train_mlp, c.train_unembed)
 
 
-def check_optimizer(kind: str | None) -> None:
-    if kind not in (None, "adamw"):
+def check_optimizer(config: OptimizerConfigIn | None) -> None:
+    if config is None:
+        return
+    if config.type != "adamw":
         raise Refusal(
-            f"optimizer_config.type: {kind!r} is not supported; this server trains with AdamW ('adamw')"
+            f"optimizer_config.type: {short(config.type)} is not supported; this server trains with AdamW ('adamw')"
         )
+    for key in config.model_extra or {}:  # AdamW's config is its type alone
+        raise unknown_field(f"optimizer_config.{key}", ["type"])
 
 
 def register(service: TinkerService, session_id: str, model_seq_id: int, user_metadata: Any) -> TrainingModel:
@@ -90,7 +96,7 @@ def submit_creation(service: TinkerService, kind: str, model: TrainingModel, mak
             raise
 
     try:
-        return service.submit(kind, work)
+        return service.submit(kind, work, model.session_id)
     except Refusal:
         service.registry.drop_model(model.model_id)
         raise
@@ -103,7 +109,7 @@ async def create_model(request: Request) -> Response:
     service.registry.session(req.session_id)
     service.check_base_model(req.base_model)
     lora = lora_spec(req)
-    check_optimizer(req.optimizer_config.type)
+    check_optimizer(req.optimizer_config)
     model = register(service, req.session_id, req.model_seq_id, req.user_metadata)
 
     def make() -> dict[str, Any]:
@@ -145,7 +151,7 @@ async def forward_backward(request: Request) -> Response:
     body = await request.body()
     large = len(body) > PARSE_IN_THREAD
     req = await asyncio.to_thread(decode_forward_backward, body) if large else decode_forward_backward(body)
-    service.registry.model(req.model_id)
+    owner = service.registry.model(req.model_id).session_id
     spec = training.loss_spec(req.loss_fn)
     cfg = training.loss_config(spec, req.loss_fn, req.config)
     backbone = service.backbone
@@ -158,7 +164,8 @@ async def forward_backward(request: Request) -> Response:
     def work() -> bytes:
         return training.forward_backward(backbone, service.ready_model(req.model_id), req, spec, cfg)
 
-    return future(service.submit("forward" if req.forward_only else "forward_backward", work), req.model_id)
+    kind = "forward" if req.forward_only else "forward_backward"
+    return future(service.submit(kind, work, owner), req.model_id)
 
 
 @router.post("/api/v1/optim_step")
@@ -169,12 +176,12 @@ async def optim_step(request: Request) -> Response:
         kind = req.optimizer_params.get("type")
         raise Refusal(f"optimizer_params: {kind!r} steps are not supported; this server trains with AdamW (send AdamParams)")  # fmt: skip
     adam = training.check_adam(req.adam_params or {})
-    service.registry.model(req.model_id)
+    owner = service.registry.model(req.model_id).session_id
 
     def work() -> dict[str, Any]:
         return training.optim_step(service.ready_model(req.model_id), adam)
 
-    return future(service.submit("optim_step", work), req.model_id)
+    return future(service.submit("optim_step", work, owner), req.model_id)
 
 
 @router.post("/api/v1/save_weights")
@@ -194,7 +201,7 @@ async def save_weights(request: Request) -> Response:
         current = service.ready_model(req.model_id)
         return states.save_state(service.backbone, current, ref, req.overwrite, req.user_metadata)
 
-    return future(service.submit("save_weights", work), req.model_id)
+    return future(service.submit("save_weights", work, model.session_id), req.model_id)
 
 
 @router.post("/api/v1/load_weights")
@@ -208,19 +215,19 @@ async def load_weights(request: Request) -> Response:
         if req.model_id is None:
             raise Refusal("model_id: required (or session_id and model_seq_id for a new client)")
         model_id = req.model_id
-        service.registry.model(model_id)
+        owner = service.registry.model(model_id).session_id
 
         def load() -> dict[str, Any]:
             return states.load_state(service.backbone, service.ready_model(model_id), ref, req.optimizer)
 
-        return future(service.submit("load_weights", load), model_id)
+        return future(service.submit("load_weights", load, owner), model_id)
     # create_training_client_from_state: a new client, its LoRA settings from the checkpoint
     service.registry.session(req.session_id)
     if req.model_seq_id is None:
         raise Refusal("model_seq_id: required with session_id")
     if req.base_model is not None:
         service.check_base_model(req.base_model)
-    check_optimizer(req.optimizer_config.type if req.optimizer_config else None)
+    check_optimizer(req.optimizer_config)
     model = register(service, req.session_id, req.model_seq_id, req.user_metadata)
 
     def make() -> dict[str, Any]:
@@ -243,7 +250,7 @@ async def save_weights_for_sampler(request: Request) -> Response:
             states.save_sampler_weights(service.backbone, service.ready_model(req.model_id), ref, req.user_metadata)  # fmt: skip
             return {"path": ref.tinker_path, "type": "save_weights_for_sampler"}
 
-        return future(service.submit("save_weights_for_sampler", save), req.model_id)
+        return future(service.submit("save_weights_for_sampler", save, model.session_id), req.model_id)
     if req.sampling_session_seq_id is None:
         raise Refusal("path: a name, or sampling_session_seq_id for a sampling session, is required")
     # save_weights_and_get_sampling_client(): a snapshot adapter, sampled from until dropped
@@ -256,4 +263,4 @@ async def save_weights_for_sampler(request: Request) -> Response:
         service.add_sampler(Sampler(sampler_id, current.session_id, current.base_model, adapter))
         return {"sampling_session_id": sampler_id, "type": "save_weights_for_sampler"}
 
-    return future(service.submit("save_weights_for_sampler", snapshot), req.model_id)
+    return future(service.submit("save_weights_for_sampler", snapshot, model.session_id), req.model_id)

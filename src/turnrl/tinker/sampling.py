@@ -28,7 +28,7 @@ from turnrl.servers.inference.common import short
 from turnrl.servers.refusal import Refusal
 from turnrl.tinker.backbone import Backbone
 from turnrl.tinker.protobuf import encode_sample
-from turnrl.tinker.wire import SamplingParamsIn
+from turnrl.tinker.wire import SamplingParamsIn, unknown_field
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,9 @@ class SampleLimits:
 
 def prompt_tokens(prompt: dict[str, Any], vocab_size: int) -> list[int]:
     """The token ids of the SDK's `ModelInput` JSON (`{"chunks": [{"type": "encoded_text", ...}]}`)."""
+    for key in prompt:
+        if key != "chunks":
+            raise unknown_field(f"prompt.{key}", ["chunks"])
     chunks = prompt.get("chunks")
     if not isinstance(chunks, list):
         raise Refusal("prompt.chunks: must be a list of token chunks")
@@ -58,6 +61,9 @@ def prompt_tokens(prompt: dict[str, Any], vocab_size: int) -> list[int]:
         kind = chunk.get("type") if isinstance(chunk, dict) else None
         if kind != "encoded_text":
             raise Refusal(f"prompt.chunks[{j}]: {short(kind)} chunks are not supported (token chunks only)")
+        for key in chunk:
+            if key not in ("type", "tokens"):
+                raise unknown_field(f"prompt.chunks[{j}].{key}", ["tokens", "type"])
         ids = chunk.get("tokens")
         if not isinstance(ids, list):
             raise Refusal(f"prompt.chunks[{j}].tokens: must be a list of token ids")

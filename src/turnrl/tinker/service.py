@@ -10,12 +10,21 @@ the event loop ever waits for torch.
 
 A route checks its request, registers what it creates, and hands the work to `submit`, which answers
 with the future's id at once; `call` is for the few routes whose answer is the work itself.
+
+Bounds: at most `max_waiting` requests wait for the worker at once (not counting the one it runs);
+one more is answered 503 with Retry-After, which the SDK retries after a pause, so the work queued
+(and the bodies it holds) stays bounded. Each queued request belongs to its client's session, and a
+session that has ended by the time the request comes up (closed, or expired: `Registry.expire`) has
+it dropped unrun, its future failed with one line saying why. Expiry needs no timer: every route
+passes `service_of`, and every job start, which end the sessions gone quiet.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,6 +53,18 @@ class ServiceLimits:
     sample: SampleLimits = field(default_factory=SampleLimits)
     poll_wait_s: float = 10.0
     """How long a retrieve_future waits for an unfinished job before answering 'try again'."""
+    max_waiting: int = 256
+    """Requests waiting for the worker at once; one more is a 503 with Retry-After."""
+    max_sessions: int = 256
+    """Live sessions (ServiceClients) at once."""
+    session_timeout_s: float = 300.0
+    """A session with no heartbeat and no request for this long has lost its client and ends."""
+
+
+class Busy(Refusal):
+    """`max_waiting` requests already wait for the worker: a 503 with Retry-After (`app`)."""
+
+    default_status = 503
 
 
 class TinkerService:
@@ -54,10 +75,26 @@ class TinkerService:
     ) -> None:
         self.limits = limits or ServiceLimits()
         self.backbone, self.root = backbone, state_root
-        self.registry = Registry(self.limits.max_training_clients, self.limits.max_samplers)
-        self.futures = FutureStore(self.limits.max_futures, self.limits.future_ttl_s)
-        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinker-worker")
+        limits = self.limits
+        self.registry = Registry(
+            limits.max_training_clients, limits.max_samplers, limits.max_sessions, limits.session_timeout_s
+        )
+        self.futures = FutureStore(limits.max_futures, limits.future_ttl_s)
+        self.worker = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="tinker-worker", initializer=self._on_worker
+        )
         self.engine = HFEngine(backbone.model, backbone.tokenizer)
+        self._lock = threading.Lock()
+        self.waiting = 0
+        """Requests queued for the worker and not started yet."""
+        self.dropped = 0
+        """Requests dropped unrun: their session had ended by the time they came up."""
+        self.refused_busy = 0
+        self._worker_thread: int | None = None
+        self._last_sweep = 0.0
+
+    def _on_worker(self) -> None:
+        self._worker_thread = threading.get_ident()
 
     @property
     def base_models(self) -> list[str]:
@@ -70,17 +107,46 @@ class TinkerService:
 
     # -- running work -----------------------------------------------------------------------------
 
-    def submit(self, kind: str, work: Callable[[], Any]) -> str:
-        """Queue `work` on the worker; the id of the future the SDK will poll."""
-        self.futures.reserve()
-        return self.futures.add(kind, self.worker.submit(self._run, kind, work))
+    def submit(self, kind: str, work: Callable[[], Any], session: str | None) -> str:
+        """Queue `work` of `session`'s client on the worker; the id of the future the SDK will
+        poll. 503 (`Busy`) when `max_waiting` requests already wait, 429 when the futures are full."""
+        self._enqueue()
+        try:
+            self.futures.reserve()
+        except Refusal:
+            self._started()
+            raise
+        return self.futures.add(kind, self.worker.submit(self._run, kind, work, session))
 
-    async def call(self, work: Callable[[], Any]) -> Any:
-        """Run `work` on the worker and wait for it (a Refusal it raises reaches the route)."""
-        return await asyncio.wrap_future(self.worker.submit(work))
+    async def call(self, work: Callable[[], Any], session: str | None = None, bounded: bool = True) -> Any:
+        """Run `work` on the worker and wait for it (a Refusal it raises reaches the route).
+        `bounded=False`: not refused when the queue is full (freeing adapters must not be)."""
+        self._enqueue(bounded)
+        return await asyncio.wrap_future(self.worker.submit(self._run, "call", work, session))
 
-    @staticmethod
-    def _run(kind: str, work: Callable[[], Any]) -> Any:
+    def _enqueue(self, bounded: bool = True) -> None:
+        """Count one more request waiting for the worker, or refuse it (503) when the queue is full."""
+        with self._lock:
+            if bounded and self.waiting >= self.limits.max_waiting:
+                self.refused_busy += 1
+                raise Busy(
+                    f"request: {self.waiting} requests already wait for the model on this server "
+                    f"(--max-waiting {self.limits.max_waiting}); retry later"
+                )
+            self.waiting += 1
+
+    def _started(self) -> None:
+        with self._lock:
+            self.waiting -= 1
+
+    def _run(self, kind: str, work: Callable[[], Any], session: str | None) -> Any:
+        self._started()
+        self.expire_idle()
+        why = self.registry.ended(session)
+        if why is not None:
+            with self._lock:
+                self.dropped += 1
+            raise Refusal(f"session: {session!r} {why}; this request was dropped before it ran")
         try:
             return work()
         except Refusal:
@@ -88,6 +154,24 @@ class TinkerService:
         except Exception:
             log.exception("tinker %s failed", kind)
             raise
+
+    def expire_idle(self) -> None:
+        """End the sessions gone quiet (at most once a second) and free their adapters: at once on
+        the worker, queued to it from anywhere else."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last_sweep < 1.0:
+                return
+            self._last_sweep = now
+        models, samplers = self.registry.expire(now)
+        if not (models or samplers):
+            return
+        log.warning("tinker: %d training client(s) and %d sampler(s) of idle sessions freed", len(models), len(samplers))  # fmt: skip
+        if threading.get_ident() == self._worker_thread:
+            self.release(models, samplers)
+        else:
+            self._enqueue(bounded=False)
+            self.worker.submit(self._run, "release", lambda: self.release(models, samplers), None)
 
     def close(self) -> None:
         self.worker.shutdown(wait=True, cancel_futures=True)
@@ -117,4 +201,8 @@ class TinkerService:
 
 
 def service_of(request: Request) -> TinkerService:
-    return request.app.state.tinker
+    """The service, once the sessions gone quiet are ended: every route passes here, so expiry
+    needs no timer of its own."""
+    service: TinkerService = request.app.state.tinker
+    service.expire_idle()
+    return service

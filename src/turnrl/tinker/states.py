@@ -51,6 +51,7 @@ def _write(backbone: Backbone, model: TrainingModel, with_optimizer: bool, user_
             torch.save(model.optimizer.state_dict(), directory / OPTIMIZER)
         meta = {
             "base_model": model.base_model,
+            "base": backbone.base_info(),
             "model_id": model.model_id,
             "lora": model.lora.as_dict(),
             "steps": model.steps,

@@ -19,11 +19,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from turnrl.servers.inference.common import short
 from turnrl.servers.refusal import Refusal
 from turnrl.tinker.backbone import Backbone
 from turnrl.tinker.losses import LOSSES, LossSpec
 from turnrl.tinker.protobuf import DatumIn, ForwardBackwardIn, encode_forward_backward
 from turnrl.tinker.registry import TrainingModel
+from turnrl.tinker.wire import unknown_field
 
 ADAM_DEFAULTS = {"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-12, "weight_decay": 0.0, "grad_clip_norm": 0.0}  # fmt: skip
 """The SDK's `AdamParams` fields and defaults: the optimizer's settings before the first step (every
@@ -42,11 +44,15 @@ def loss_config(spec: LossSpec, name: str, given: dict[str, float | str]) -> dic
     cfg = dict(spec.config)
     for key, value in given.items():
         if key not in spec.config:
-            known = ", ".join(spec.config) or "none"
-            raise Refusal(f"loss_fn_config.{key}: not a setting of {name} (its settings: {known})")
+            raise unknown_field(f"loss_fn_config.{key}", list(spec.config))
         if isinstance(value, str) or not math.isfinite(value):
             raise Refusal(f"loss_fn_config.{key}: must be a finite number, got {value!r}")
         cfg[key] = float(value)
+    for key in spec.config_required:
+        if key not in given:
+            raise Refusal(f"loss_fn_config.{key}: required by {name} (Tinker documents no default), e.g. loss_fn_config={{'{key}': 0.05}}")  # fmt: skip
+    if cfg.get("beta", 0.0) < 0:
+        raise Refusal(f"loss_fn_config.beta: must be >= 0, got {cfg['beta']}")
     if "clip_low_threshold" in cfg and not 0 <= cfg["clip_low_threshold"] <= 1 <= cfg["clip_high_threshold"]:
         raise Refusal(
             f"loss_fn_config: need 0 <= clip_low_threshold <= 1 <= clip_high_threshold, got "
@@ -69,7 +75,7 @@ def check_batch(req: ForwardBackwardIn, spec: LossSpec, vocab_size: int, max_con
         _check_ids(np.asarray(datum.tokens), vocab_size, f"{where}.model_input")
         for name in datum.inputs:
             if name not in allowed:
-                raise Refusal(f"{where}.loss_fn_inputs.{name}: not an input of {req.loss_fn} (it takes {', '.join(allowed)})")  # fmt: skip
+                raise unknown_field(f"{where}.loss_fn_inputs.{name}", allowed)
         for name in spec.required:
             if name not in datum.inputs:
                 raise Refusal(f"{where}.loss_fn_inputs: {req.loss_fn} needs {name!r} (it takes {', '.join(allowed)})")  # fmt: skip
@@ -87,6 +93,8 @@ def _check_inputs(datum: DatumIn, spec: LossSpec, where: str, n: int, vocab_size
     shapes = "(N,) or (N, K)" if spec.top_k else "(N,)"
     if targets.dtype.kind != "i" or targets.ndim not in ((1, 2) if spec.top_k else (1,)):
         raise Refusal(f"{where}.loss_fn_inputs.target_tokens: must be integer token ids of shape {shapes}, got {targets.dtype} {list(targets.shape)}")  # fmt: skip
+    if targets.ndim == 2 and targets.shape[1] == 0:
+        raise Refusal(f"{where}.loss_fn_inputs.target_tokens: shape {list(targets.shape)} has no candidate per position")  # fmt: skip
     if targets.shape[0] != n:
         raise Refusal(
             f"{where}.loss_fn_inputs.target_tokens: {targets.shape[0]} targets for {n} input tokens "
@@ -136,21 +144,29 @@ def forward_backward(
     the summed `loss:sum`."""
     backward = not req.forward_only
     outputs, total = [], 0.0
+    params = backbone.parameters(model.adapter) if backward else []
+    # the gradients accumulated so far: a request refused half-way leaves them as they were
+    before = [None if p.grad is None else p.grad.clone() for p in params]
     with backbone.active(model.adapter) as net:
-        for datum in req.data:
+        for i, datum in enumerate(req.data):
             targets, x = _tensors(datum, backbone.device)
             with torch.set_grad_enabled(backward):
                 lp = target_logprobs(net, datum.tokens, targets)
                 per_token = spec.fn(lp, x, cfg)
                 loss = per_token.sum()
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                for p, grad in zip(params, before, strict=True):
+                    p.grad = grad
+                raise Refusal(f"data[{i}]: the {req.loss_fn} loss is {value} (check its log-probs and advantages); nothing was applied")  # fmt: skip
             if backward:
                 loss.backward()
-            total += float(loss.detach())
+            total += value
             outputs.append(
                 {"logprobs": lp.detach().cpu().numpy(), "elementwise_loss": per_token.detach().cpu().numpy()}
             )
-    if not math.isfinite(total):
-        raise Refusal(f"loss: the {req.loss_fn} loss is {total} (check the inputs' log-probs and advantages)")
+    if not math.isfinite(total):  # finite terms whose sum overflows float64: not in practice
+        raise Refusal(f"loss: the {req.loss_fn} loss sums to {total}")
     return encode_forward_backward(outputs, {"loss:sum": total})
 
 
@@ -171,10 +187,11 @@ def check_adam(params: dict[str, Any]) -> dict[str, float]:
     out = dict(ADAM_DEFAULTS)
     for key, value in params.items():
         if key not in out:
-            raise Refusal(f"adam_params.{key}: unknown (known: {', '.join(ADAM_DEFAULTS)})")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise Refusal(f"adam_params.{key}: must be a finite number, got {value!r}")
-        out[key] = float(value)
+            raise unknown_field(f"adam_params.{key}", list(ADAM_DEFAULTS))
+        number = _number(value)
+        if number is None or not math.isfinite(number):
+            raise Refusal(f"adam_params.{key}: must be a finite number, got {short(value)}")
+        out[key] = number
     checks = {
         "learning_rate": out["learning_rate"] >= 0,
         "beta1": 0 <= out["beta1"] < 1,
@@ -187,6 +204,16 @@ def check_adam(params: dict[str, Any]) -> dict[str, float]:
         if not ok:
             raise Refusal(f"adam_params.{key}: {out[key]} is out of range")
     return out
+
+
+def _number(value: Any) -> float | None:
+    """A JSON number as a float (an integer too large for one is infinite); None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def optim_step(model: TrainingModel, adam: dict[str, float]) -> dict[str, Any]:
@@ -210,6 +237,13 @@ def optim_step(model: TrainingModel, adam: dict[str, float]) -> dict[str, Any]:
     opt.step()
     opt.zero_grad(set_to_none=True)
     model.steps += 1
+    # Namespaced: client loops merge these into their own step's metrics (tinker-cookbook's every
+    # loop does `metrics.update(optim_result.metrics)`), where a bare `step` or `learning_rate`
+    # replaced the loop's own (its metrics.jsonl then counted steps from 1, as floats).
     return {
-        "metrics": {"grad_norm": norm, "learning_rate": adam["learning_rate"], "step": float(model.steps)}
+        "metrics": {
+            "turnrl/grad_norm": norm,
+            "turnrl/learning_rate": adam["learning_rate"],
+            "turnrl/step": float(model.steps),
+        }
     }

@@ -5,13 +5,29 @@ here lists exactly the fields it sends (including its constant `type` tag); a fi
 send is refused rather than ignored (`extra="forbid"`), so a misunderstanding shows as a one-line
 4xx naming the field instead of a silently different computation. `forward_backward`'s body is
 protobuf, not JSON (`protobuf.decode_forward_backward`).
+
+Numbers are bounded where they are read: a counter is a non-negative 64-bit integer, any other
+integer fits 64 bits (an integer of thousands of digits cannot even be printed in the refusal that
+names it), and an id or a path is at most `MAX_ID` characters.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import difflib
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from turnrl.servers.inference.common import SEED_MAX, SEED_MIN
+from turnrl.servers.refusal import Refusal
+
+MAX_ID = 1024
+SeqId = Annotated[int, Field(ge=0, lt=2**63)]
+"""A counter the SDK numbers its clients and requests with."""
+Int = Annotated[int, Field(ge=-(2**63), lt=2**64)]
+Seed = Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX)]
+"""What `torch.manual_seed` accepts."""
+Id = Annotated[str, Field(max_length=MAX_ID)]
 
 
 class Wire(BaseModel):
@@ -19,26 +35,47 @@ class Wire(BaseModel):
 
 
 class ClientConfigRequest(Wire):
-    sdk_version: str = ""
+    sdk_version: Id = ""
 
 
 class CreateSessionRequest(Wire):
-    tags: list[str] = Field(default_factory=list)
+    tags: list[Id] = Field(default_factory=list)
     user_metadata: dict[str, Any] | None = None
-    sdk_version: str = ""
-    project_id: str | None = None
-    display_name: str | None = None
+    sdk_version: Id = ""
+    project_id: Id | None = None
+    display_name: Id | None = None
     type: str = "create_session"
 
 
 class SessionHeartbeatRequest(Wire):
-    session_id: str
+    session_id: Id
     type: str = "session_heartbeat"
 
 
+class FinishReason(Wire):
+    type: Id
+
+
+class FinishSessionRequest(Wire):
+    """`ServiceClient.close(status, detail)`."""
+
+    reason: FinishReason | None = None
+    detail: str | None = None
+
+
+class TelemetryRequest(Wire):
+    """The SDK's telemetry batch: its envelope checked, its events (free-form) dropped."""
+
+    events: list[dict[str, Any]]
+    platform: str
+    sdk_version: Id
+    session_id: Id
+    process_uuid: Id
+
+
 class LoraConfigIn(Wire):
-    rank: int
-    seed: int | None = None
+    rank: Int
+    seed: Seed | None = None
     train_unembed: bool = True
     train_mlp: bool = True
     train_attn: bool = True
@@ -47,13 +84,13 @@ class LoraConfigIn(Wire):
 class OptimizerConfigIn(BaseModel):
     # other optimizer families carry their own fields: read `type`, keep the rest to name it
     model_config = ConfigDict(extra="allow")
-    type: str = "adamw"
+    type: Id = "adamw"
 
 
 class CreateModelRequest(Wire):
-    session_id: str
-    model_seq_id: int
-    base_model: str
+    session_id: Id
+    model_seq_id: SeqId
+    base_model: Id
     user_metadata: dict[str, Any] | None = None
     lora_config: LoraConfigIn | None = None
     optimizer_config: OptimizerConfigIn = Field(default_factory=OptimizerConfigIn)
@@ -61,7 +98,7 @@ class CreateModelRequest(Wire):
 
 
 class GetInfoRequest(Wire):
-    model_id: str
+    model_id: Id
     type: str = "get_info"
 
 
@@ -69,40 +106,40 @@ class OptimStepRequest(Wire):
     adam_params: dict[str, Any] | None = None
     optimizer_params: dict[str, Any] | None = None
     """Another optimizer family's step (Dimuon): refused, this server trains with AdamW only."""
-    model_id: str
-    seq_id: int | None = None
+    model_id: Id
+    seq_id: SeqId | None = None
     type: str = "optim_step"
 
 
 class SaveWeightsRequest(Wire):
-    model_id: str
-    path: str | None = None
-    seq_id: int | None = None
-    ttl_seconds: int | None = None
+    model_id: Id
+    path: Id | None = None
+    seq_id: SeqId | None = None
+    ttl_seconds: Int | None = None
     overwrite: bool = False
     user_metadata: dict[str, str] | None = None
     type: str = "save_weights"
 
 
 class SaveWeightsForSamplerRequest(Wire):
-    model_id: str
-    path: str | None = None
-    sampling_session_seq_id: int | None = None
-    kind: str = "snapshot"
-    seq_id: int | None = None
-    ttl_seconds: int | None = None
+    model_id: Id
+    path: Id | None = None
+    sampling_session_seq_id: SeqId | None = None
+    kind: Id = "snapshot"
+    seq_id: SeqId | None = None
+    ttl_seconds: Int | None = None
     user_metadata: dict[str, str] | None = None
     type: str = "save_weights_for_sampler"
 
 
 class LoadWeightsRequest(Wire):
-    model_id: str | None = None
-    seq_id: int | None = None
-    session_id: str | None = None
-    model_seq_id: int | None = None
-    base_model: str | None = None
+    model_id: Id | None = None
+    seq_id: SeqId | None = None
+    session_id: Id | None = None
+    model_seq_id: SeqId | None = None
+    base_model: Id | None = None
     user_metadata: dict[str, Any] | None = None
-    path: str
+    path: Id
     optimizer: bool
     optimizer_config: OptimizerConfigIn | None = None
     weights_access_token: str | None = None
@@ -110,10 +147,10 @@ class LoadWeightsRequest(Wire):
 
 
 class CreateSamplingSessionRequest(Wire):
-    session_id: str
-    sampling_session_seq_id: int
-    base_model: str | None = None
-    model_path: str | None = None
+    session_id: Id
+    sampling_session_seq_id: SeqId
+    base_model: Id | None = None
+    model_path: Id | None = None
     type: str = "create_sampling_session"
 
 
@@ -127,23 +164,34 @@ class SamplingParamsIn(Wire):
 
 
 class SampleRequest(Wire):
-    num_samples: int = 1
+    num_samples: Int = 1
     prompt: dict[str, Any]
+    """The SDK's `ModelInput`, read by `sampling.prompt_tokens` (which refuses other chunk kinds by name)."""
     sampling_params: SamplingParamsIn
-    base_model: str | None = None
-    model_path: str | None = None
-    sampling_session_id: str | None = None
-    seq_id: int | None = None
+    base_model: Id | None = None
+    model_path: Id | None = None
+    sampling_session_id: Id | None = None
+    seq_id: SeqId | None = None
     prompt_logprobs: bool | None = None
-    topk_prompt_logprobs: int = 0
-    topk_sample_logprobs: int = 0
+    topk_prompt_logprobs: Int = 0
+    topk_sample_logprobs: Int = 0
     target_prompt_logprobs: dict[str, Any] | None = None
-    prompt_alt_tokens_k: int = 0
-    prompt_logprobs_last_n: int | None = None
+    prompt_alt_tokens_k: Int = 0
+    prompt_logprobs_last_n: Int | None = None
     record_stability_info: bool | None = None
     type: str = "sample"
 
 
 class FutureRetrieveRequest(Wire):
-    request_id: str
+    request_id: Id
     allow_metadata_only: bool = False
+
+
+def unknown_field(where: str, known: list[str] | tuple[str, ...]) -> Refusal:
+    """The refusal of an unknown key in a free-form part of a body (`where` is its full path), in
+    the words pydantic's refusals use: `a.b: unknown field; did you mean 'c'?`."""
+    where = where if len(where) <= 200 else where[:200] + "..."  # a name, not an echo of a megabyte
+    key = where.rsplit(".", 1)[-1]
+    close = difflib.get_close_matches(key, list(known), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known fields: {', '.join(known) or 'none'}"
+    return Refusal(f"{where}: unknown field{hint}")

@@ -21,7 +21,7 @@ from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.servers.guard import detail, wait_for_disconnect
 from turnrl.servers.inference.batcher import Batcher, Busy
 from turnrl.servers.refusal import Refusal
-from turnrl.servers.validation import describe_validation_error
+from turnrl.servers.validation import describe_validation_error, fields_at
 
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 """What `torch.Generator.manual_seed` accepts; beyond it, it raises."""
@@ -43,9 +43,9 @@ async def body_of(request: Request, model: type[BaseModel], example: str) -> Any
             return await asyncio.to_thread(model.model_validate_json, body)
         return model.model_validate_json(body)
     except ValidationError as err:
-        raise BadRequest(
-            describe_validation_error(list(err.errors()), list(model.model_fields), example)
-        ) from None
+        errors = list(err.errors())
+        loc = tuple(errors[0].get("loc", ())) if errors else ()  # the field the message names
+        raise BadRequest(describe_validation_error(errors, fields_at(model, loc), example)) from None
 
 
 @dataclass(frozen=True)
