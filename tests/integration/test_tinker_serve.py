@@ -173,6 +173,17 @@ def test_samples_and_compute_logprobs_equal_a_plain_forward_of_the_adapted_model
     # the same seed samples the same tokens; stop token ids end a sequence at them; stop=[] never stops
     again = sampler.sample(types.ModelInput.from_ints(prompt), 3, params).result(timeout=60)
     assert [s.tokens for s in again.sequences] == [s.tokens for s in result.sequences]
+    # and they are what turnrl's own engine samples from the same weights with the same seed
+    from turnrl.rollout.base import SamplingParams
+    from turnrl.rollout.hf import HFEngine
+
+    _, tok = load_model(BASE, torch.device("cpu"), seed=0)
+    own = HFEngine(reference, tok).generate(
+        [prompt], SamplingParams(max_new_tokens=6, n=3, temperature=1.0, seed=7)
+    )
+    assert own.response_ids == [s.tokens for s in result.sequences]
+    for lps, seq in zip(own.log_probs, result.sequences, strict=True):
+        np.testing.assert_allclose(seq.logprobs, lps, atol=1e-4)
     first = result.sequences[0].tokens[0]
     stopped = sampler.sample(
         types.ModelInput.from_ints(prompt), 3, params.model_copy(update={"stop": [first]})
