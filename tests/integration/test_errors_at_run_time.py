@@ -88,6 +88,7 @@ print("lowered:", torch.equal(actor.compute_log_prob(batch)["log_probs"], old))
 """
 
 
+@pytest.mark.slow  # ~15-50 s: the default run stays under 10 minutes on 2 cores
 @pytest.mark.timeout(300)
 def test_micro_batch_too_large_for_memory_names_the_key_to_lower():
     """A real allocation failure: the actor runs under an address-space cap with room for a small

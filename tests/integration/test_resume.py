@@ -56,6 +56,7 @@ def run_in_two_parts(tmp_path, overrides: dict, total: int, stop: int) -> tuple[
     return straight, resumed
 
 
+@pytest.mark.slow  # ~15-50 s: the default run stays under 10 minutes on 2 cores
 @pytest.mark.timeout(400)
 def test_resume_restores_every_role_ppo_with_critic_reference_and_kl(tmp_path):
     # critic warm-up, KL in the reward AND as a loss: after the resume the reference must still be

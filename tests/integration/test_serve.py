@@ -289,6 +289,7 @@ def test_an_unreachable_server_is_named():
         ServerEngine([url], cfg, eos_ids={2}, vocab_size=49152)
 
 
+@pytest.mark.slow  # ~15-50 s: the default run stays under 10 minutes on 2 cores
 def test_build_engine_runs_a_child_server_and_survives_losing_one(servers, tiny, tmp_path: Path, monkeypatch):
     model, tok = tiny
     assert isinstance(build_engine(RolloutConfig(), model, tok, tmp_path, "tiny-random"), HFEngine)

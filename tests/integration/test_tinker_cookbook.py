@@ -127,6 +127,7 @@ def metrics_rows(log_path: Path) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.slow  # ~15-50 s: the default run stays under 10 minutes on 2 cores
 def test_cookbook_supervised_loop_trains_and_logs_its_own_steps(
     served: Served, cookbook: Any, tmp_path: Path
 ) -> None:
