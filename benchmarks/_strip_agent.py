@@ -1,16 +1,7 @@
 """The two-call agent of tests/support/agents/two_calls.py, keeping the first reply as
 `content.strip()`: an edit to the history many agents make (benchmarks/agent_drift.py)."""
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "calculator",
-            "description": "Evaluate an arithmetic expression.",
-            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
-        },
-    }
-]
+from tests.support.agents.two_calls import TOOLS  # the same agent, but for the strip()
 
 
 def run(client, model, row):

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import itertools
 import secrets
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +23,8 @@ import torch
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
 
-from turnrl.models.loader import load_model, model_directory  # noqa: E402
-from turnrl.servers.listen import bind, url_of  # noqa: E402
+from tests.support.tinker_server import serving_tinker  # noqa: E402
+from turnrl.models.loader import load_model  # noqa: E402
 
 KEY = "tml-" + secrets.token_hex(8)
 BASE = "tiny-random"
@@ -44,36 +42,9 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    import uvicorn
-
-    from turnrl.servers.connections import ConnectionLimits, Connections
-    from turnrl.tinker.app import create_app
-    from turnrl.tinker.backbone import Backbone
-    from turnrl.tinker.checkpoints import StateRoot
-    from turnrl.tinker.cli import HEADER_TIMEOUT_S
-    from turnrl.tinker.service import ServiceLimits, TinkerService
-
-    model, tokenizer = load_model(BASE, torch.device("cpu"), seed=0)
-    backbone = Backbone(model, tokenizer, BASE, str(model_directory(BASE)))
     root = tmp_path_factory.mktemp("tinker_state")
-    # a short poll wait: most futures are polled while their work runs, so "try again" is exercised
-    service = TinkerService(backbone, StateRoot(root), ServiceLimits(poll_wait_s=0.01))
-    app = create_app(service, KEY)
-    # as `listen.serve_on` serves it (the connection bounds of `turnrl tinker serve`), on a thread
-    connections = Connections(ConnectionLimits(header_timeout_s=HEADER_TIMEOUT_S))
-    app.state.connections = connections
-    sock = bind("127.0.0.1", 0)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, http=connections.protocol())
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield Served(url_of(sock), root)
-    server.should_exit = True
-    thread.join(15)
-    sock.close()
+    with serving_tinker(BASE, root, KEY, poll_wait_s=0.01) as url:
+        yield Served(url, root)
 
 
 @pytest.fixture(scope="module")
