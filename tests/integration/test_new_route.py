@@ -5,22 +5,18 @@ answers, sits behind the server's key, and has its `Refusal` turned into the one
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from tests.support.app_thread import serving_app
 from tests.support.serving import HEADERS, KEY
 from turnrl.rollout.hf import HFEngine
-from turnrl.servers.connections import Connections
 from turnrl.servers.guard import finite_json
 from turnrl.servers.inference import app as inference_app
-from turnrl.servers.listen import bind, url_of
 from turnrl.servers.refusal import Refusal
 
 # ---------------------------------------------------------------- the toy route module
@@ -47,23 +43,10 @@ def url(tiny) -> Iterator[str]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(inference_app, "ROUTERS", [*inference_app.ROUTERS, toy])  # the one line
         app = inference_app.create_app(HFEngine(*tiny), "tiny-random", 2048, api_key=KEY)
-    # as `listen.serve_on` serves it, but on a thread of this process with a handle to stop it
-    connections = Connections()
-    app.state.connections = connections
-    sock = bind("127.0.0.1", 0)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, http=connections.protocol())
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.05)
     try:
-        yield url_of(sock)
+        with serving_app(app) as served:
+            yield served
     finally:
-        srv.should_exit = True
-        thread.join(10)
-        sock.close()
         app.state.server.batcher.close(5)
 
 

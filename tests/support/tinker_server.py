@@ -4,24 +4,20 @@ the real `tinker` SDK."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
+from tests.support.app_thread import serving_app
 from turnrl.models.loader import load_model, model_directory
-from turnrl.servers.listen import bind, url_of
 
 
 @contextmanager
 def serving_tinker(base: str, root: Path, key: str, poll_wait_s: float) -> Iterator[str]:
     """The service over `base` (seed 0) with its state under `root`, keyed by `key`; yields its URL.
     `poll_wait_s`: how long a poll waits for a running future (short: "try again" is exercised)."""
-    import uvicorn
-
     from turnrl.servers.connections import ConnectionLimits, Connections
     from turnrl.tinker.app import create_app
     from turnrl.tinker.backbone import Backbone
@@ -33,19 +29,5 @@ def serving_tinker(base: str, root: Path, key: str, poll_wait_s: float) -> Itera
     backbone = Backbone(model, tokenizer, base, str(model_directory(base)))
     service = TinkerService(backbone, StateRoot(root), ServiceLimits(poll_wait_s=poll_wait_s))
     app = create_app(service, key)
-    connections = Connections(ConnectionLimits(header_timeout_s=HEADER_TIMEOUT_S))
-    app.state.connections = connections
-    sock = bind("127.0.0.1", 0)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, http=connections.protocol())
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    try:
-        yield url_of(sock)
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
+    with serving_app(app, Connections(ConnectionLimits(header_timeout_s=HEADER_TIMEOUT_S))) as url:
+        yield url
