@@ -46,12 +46,45 @@ def make_trainer(overrides: list[str]) -> Trainer:
 
 def time_steps(trainer: Trainer, steps: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The warm-up step's metrics and those of the `steps` after it."""
-    batches = trainer.loader.epoch_batches()
-    per_step = []
-    for _ in range(steps + 1):
-        trainer.global_step += 1  # as fit() numbers its steps (step 0 would be critic warm-up)
-        per_step.append(trainer.step(next(batches)))
+    per_step = [trainer.step() for _ in range(steps + 1)]  # the loop of fit(), without its logging
     return per_step[0], per_step[1:]
+
+
+def stage_ops(events: list[Any]) -> dict[str, dict[str, float]]:
+    """Self CPU seconds per op name inside each `stage:<name>` label (trainer/stages.StageClock):
+    every op is charged to its innermost enclosing stage, ops outside any stage to `(none)`."""
+    out: dict[str, dict[str, float]] = {}
+    for e in events:
+        if e.name.startswith("stage:"):
+            continue
+        parent, stage = e.cpu_parent, "(none)"
+        while parent is not None:
+            if parent.name.startswith("stage:"):
+                stage = parent.name[6:]
+                break
+            parent = parent.cpu_parent
+        ops = out.setdefault(stage, {})
+        ops[e.name] = ops.get(e.name, 0.0) + e.self_cpu_time_total / 1e6
+    return out
+
+
+def profile_step(trainer: Trainer, top: int) -> None:
+    """One more step under torch.profiler; per stage, its wall share and its `top` ops by self time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        metrics = trainer.step()
+    per_stage = stage_ops(list(prof.events()))
+    step = metrics["timing_s/step"]
+    print(
+        f"\n== one profiled step ({step:.2f} s with the profiler on): top {top} ops per stage, self time =="
+    )
+    for stage, ops in sorted(per_stage.items(), key=lambda kv: -sum(kv[1].values())):
+        wall = metrics.get(f"timing_s/{stage}", 0.0)
+        total = sum(ops.values())
+        print(f"-- {stage}: wall {wall:.2f} s ({wall / step:.0%} of the step), ops' self time {total:.2f} s")
+        for name, sec in sorted(ops.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"   {sec:8.3f} s  {sec / total:6.1%}  {name}")
 
 
 def mean_of(rows: list[dict[str, Any]], key: str) -> float:
@@ -63,6 +96,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("overrides", nargs="*")
     ap.add_argument("--before", default="", help="overrides added for the 'before' column")
+    ap.add_argument("--profile", type=int, default=0, help="then profile one more step: top N ops per stage")
     args = ap.parse_args()
     columns: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = []
     if args.before:
@@ -103,6 +137,8 @@ def main() -> None:
     if args.before:
         b, a = mean_of(columns[0][2], "timing_s/step"), mean_of(columns[-1][2], "timing_s/step")
         print(f"step speed-up after/before: x{b / a:.2f}")
+    if args.profile:
+        profile_step(trainer, args.profile)
 
     # rollout: our engine vs model.generate, same prompts, lengths and sampling
     prompts = next(trainer.loader.epoch_batches())
@@ -115,7 +151,7 @@ def main() -> None:
         max_new_tokens=cfg.data.max_response_length, n=cfg.rollout.n, temperature=1.0, seed=0
     )
     ours = best_of(lambda: trainer.engine.generate(ids, params), 2)
-    actor = trainer.actor.workers[0]  # one process: the Actor itself
+    actor = trainer.actor.group.workers[0]  # one process: the Actor itself
     model = actor.model
     enc = {k: gen_batch[k].to(actor.device) for k in ("input_ids", "attention_mask")}
 

@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,6 +65,8 @@ def model_dir(args: argparse.Namespace, work: Path) -> Path:
     from rollout_speed import build  # type: ignore[import-not-found]
 
     out = work / f"random-{args.shape}"
+    if (out / "config.json").is_file():  # built by the parent; the children share it
+        return out
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     build(args.shape, getattr(torch, args.dtype), device).save_pretrained(out)
     tok = AutoTokenizer.from_pretrained(args.tokenizer)
@@ -194,6 +197,47 @@ def run_turnrl(
     return [m["timing_s/step"] for m in metrics], stages
 
 
+def run_side(side: str, work: Path) -> dict[str, Any]:
+    """Run one side (`trl` or `turnrl:<variant index>`) in a child process of this same command."""
+    out = work / f"{side.replace(':', '_')}.json"
+    cmd = [sys.executable, *sys.argv, "--side", side, "--work", str(work)]
+    rc = subprocess.run(cmd).returncode
+    if rc != 0 or not out.is_file():
+        print(f"{side}: the child process failed (exit {rc}); its row is missing")
+        return {}
+    return json.loads(out.read_text())
+
+
+def side_result(side: str, work: Path) -> dict[str, Any]:
+    """In the child: run `side` and write its row where the parent reads it."""
+    got: dict[str, Any] = {}
+    if side == "trl":
+        try:
+            import trl
+        except ImportError:
+            print("TRL is not installed: pip install -e '.[bench]' (skipping TRL)")
+            return {}
+        try:
+            t = run_trl(ARGS, ARGS.path, ARGS.chats, work)
+        except Exception as err:  # a TRL that does not run here must not cost turnrl's side
+            first = (str(err).strip().splitlines() or [""])[0][:200]
+            print(f"TRL {trl.__version__} failed ({type(err).__name__}: {first}); turnrl alone")
+            return {}
+        got["trl"] = {"version": trl.__version__, "first": t[0], "mean": statistics.mean(t[1:])}
+    else:
+        i = int(side.split(":")[1])
+        variant = ["", *ARGS.variant][i]
+        name = "turnrl" + (f" {variant}" if variant else "")
+        ARGS.overrides = [*ARGS.overrides, *variant.split()]
+        t, stages = run_turnrl(ARGS, ARGS.path, ARGS.chats, work / f"run{i}")
+        got[name] = {"first": t[0], "mean": statistics.mean(t[1:]), "stages": stages}
+    (work / f"{side.replace(':', '_')}.json").write_text(json.dumps(got))
+    return got
+
+
+ARGS = argparse.Namespace()  # the child's parsed arguments, with its model directory and prompts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct", help="any turnrl model.path")
@@ -219,14 +263,20 @@ def main() -> None:
     )
     ap.add_argument("--threads", type=int, default=0, help="torch threads for both (0 = torch's default)")
     ap.add_argument("overrides", nargs="*", help="extra turnrl key=value overrides")
+    ap.add_argument("--side", default="", help=argparse.SUPPRESS)  # internal: the child runs one side
+    ap.add_argument("--work", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    work = Path(tempfile.mkdtemp(prefix="turnrl-vs-trl-"))
+    work = Path(args.work or tempfile.mkdtemp(prefix="turnrl-vs-trl-"))
     path = model_dir(args, work)
     if args.threads:
         torch.set_num_threads(args.threads)
         args.overrides.append(f"trainer.num_threads={args.threads}")
     chats = prompts(args.prompts, args.short)
+    ARGS.__dict__.update(vars(args), path=path, chats=chats)
+    if args.side:
+        side_result(args.side, work)
+        return
     device = (
         torch.cuda.get_device_name()
         if torch.cuda.is_available()
@@ -238,32 +288,22 @@ def main() -> None:
         f"{args.steps} timed steps + 1 warm-up; turnrl overrides {args.overrides}"
     )
     result: dict[str, Any] = {}
-    if args.only != "turnrl":
-        try:
-            import trl
-        except ImportError:
-            print("TRL is not installed: pip install -e '.[bench]' (skipping TRL)")
-        else:
-            try:
-                t = run_trl(args, path, chats, work)
-            except Exception as err:  # a TRL that does not run here must not cost turnrl's side
-                first = (str(err).strip().splitlines() or [""])[0][:200]
-                print(f"TRL {trl.__version__} failed ({type(err).__name__}: {first}); turnrl alone")
-            else:
-                result["trl"] = {"version": trl.__version__, "first": t[0], "mean": statistics.mean(t[1:])}
-                print(f"TRL {trl.__version__}: {result['trl']['mean']:.2f} s/step (first {t[0]:.2f} s)")
-    if args.only != "trl":
-        base = list(args.overrides)
-        for i, variant in enumerate(["", *args.variant]):
-            name = "turnrl" + (f" {variant}" if variant else "")
-            args.overrides = base + variant.split()
-            t, stages = run_turnrl(args, path, chats, work / f"run{i}")
-            result[name] = {"first": t[0], "mean": statistics.mean(t[1:]), "stages": stages}
-            parts = "  ".join(f"{k} {v:.2f}" for k, v in stages.items() if k != "step")
-            print(f"{name}: {result[name]['mean']:.2f} s/step (first {t[0]:.2f} s)  [{parts}]", flush=True)
-            if "trl" in result:
-                result[name]["ratio"] = ratio = result["trl"]["mean"] / result[name]["mean"]
-                print(f"{name} is {ratio:.2f}x TRL's step throughput", flush=True)
+    sides = [] if args.only == "turnrl" else ["trl"]
+    sides += [] if args.only == "trl" else [f"turnrl:{i}" for i in range(1 + len(args.variant))]
+    for side in sides:
+        # each side in a fresh process, one after the other: in one shared process turnrl's update
+        # ran 5.8 s/step after TRL in float32 and 9.6 s after TRL with bf16=True (short prompts),
+        # so sharing a process measured what ran first, not turnrl
+        result.update(run_side(side, work))
+    for name, r in result.items():
+        if name == "trl":
+            print(f"TRL {r['version']}: {r['mean']:.2f} s/step (first {r['first']:.2f} s)")
+            continue
+        parts = "  ".join(f"{k} {v:.2f}" for k, v in r["stages"].items() if k != "step")
+        print(f"{name}: {r['mean']:.2f} s/step (first {r['first']:.2f} s)  [{parts}]", flush=True)
+        if "trl" in result:
+            r["ratio"] = ratio = result["trl"]["mean"] / r["mean"]
+            print(f"{name} is {ratio:.2f}x TRL's step throughput", flush=True)
     (work / "result.json").write_text(json.dumps(result, indent=1))
     print(f"result: {work / 'result.json'}")
 

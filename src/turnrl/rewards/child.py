@@ -36,7 +36,7 @@ def serve(conn: Connection, spec: dict[str, Any]) -> None:
     while True:
         try:
             message = conn.recv()
-        except EOFError:
+        except (EOFError, ConnectionResetError):  # the trainer is gone: nothing left to score for
             return
         if message is None:
             return

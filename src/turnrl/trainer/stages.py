@@ -103,7 +103,9 @@ class StageClock:
             raise ValueError(f"unknown stage '{name}'; stages: {', '.join(STAGES)}")
         stage = Stage(batch)
         start = time.perf_counter()
-        yield stage
+        # a label for torch.profiler (benchmarks/step_breakdown.py --profile): ops grouped by stage
+        with torch.profiler.record_function(f"stage:{name}"):
+            yield stage
         elapsed = time.perf_counter() - start
         for hook in self.hooks:
             hook.record(name, stage.batch, elapsed)
