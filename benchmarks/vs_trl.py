@@ -1,4 +1,4 @@
-"""GRPO step time: TRL's GRPOTrainer vs turnrl on the same work, one after the other.
+"""GRPO step time: TRL's GRPOTrainer vs turnrl on the same work, one after the other, each in a fresh process.
 
     pip install -e ".[bench]"                      # TRL
     python benchmarks/vs_trl.py                    # CPU: the embedded SmolLM2-135M, fp32
