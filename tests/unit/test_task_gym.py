@@ -198,6 +198,29 @@ def test_format_credit_is_a_task_argument():
     }  # fmt: skip
 
 
+def test_partial_credit_is_off_unless_asked_for():
+    # reasoning-gym's default score_answer: an answer containing the right one scores
+    # len(right) / len(answer): "12" against a gcd of "1" is 1 / 2 = 0.5
+    rows = gym.rows("gcd", "train", 0, size=50)
+    row = next(r for r in rows if r["reward_model"]["ground_truth"] == "1")
+    assert score(row, "<answer>12</answer>") == {
+        "score": gym.FORMAT_CREDIT,
+        "acc": 0.0,
+        "formatted": 1.0,
+        "gym_score": 0.5,
+    }  # fmt: skip: the dataset's 0.5 is reported, the reward is the format credit
+    assert score(row, "<answer>1</answer>")["score"] == 1.0
+    kept = next(
+        r
+        for r in gym.rows("gcd", "train", 0, size=50, partial_credit=True)
+        if r["reward_model"]["ground_truth"] == "1"
+    )
+    assert score(kept, "<answer>12</answer>")["score"] == 0.5
+    assert score(kept, "<answer>1234</answer>")["score"] == 0.25  # 1 / 4
+    with pytest.raises(TaskArgError, match=r"'partial_credit' must be true or false, got 'yes'"):
+        gym.rows("gcd", "train", 0, size=5, partial_credit="yes")
+
+
 def test_data_sources_route_to_the_gym_scorer():
     table = registered(extra=scorers())
     assert table[gym.SOURCE_FAMILY] is gym.compute_score
@@ -228,7 +251,7 @@ def test_unknown_dataset_lists_the_valid_ones():
 def test_unknown_and_rejected_arguments(tmp_path):
     with pytest.raises(
         TaskArgError,
-        match=r"takes no argument 'sise'; its arguments: size, val_size, format_credit, worked_example, min_terms",
+        match=r"takes no argument 'sise'; its arguments: size, val_size, format_credit, partial_credit, worked_example, min_terms",
     ):
         write_task("reasoning_gym:chain_sum", tmp_path, 0, args={"sise": 3})
     with pytest.raises(

@@ -40,8 +40,8 @@ class DataConfig:
     `reasoning_gym:<dataset>` (`reasoning_gym:chain_sum`; needs `pip install -e ".[gym]"`)."""
     task_args: dict[str, Any] = field(default_factory=dict)
     """Arguments of `data.task`'s rows, by name (`data.task_args.size=200`); a key the task does not
-    take is an error. reasoning-gym tasks take `size`, `val_size`, `format_credit`, `worked_example`
-    and the dataset's own parameters (docs/data.md). A recipe's `task_args` go with its `task`: an
+    take is an error. reasoning-gym tasks take `size`, `val_size`, `format_credit`, `partial_credit`,
+    `worked_example` and the dataset's own parameters (docs/data.md). A recipe's `task_args` go with its `task`: an
     override naming another task drops them, so only the `data.task_args.*` overrides apply."""
     train_batch_size: int = ranged(8, ">= 1")
     """Prompts per training step (each is sampled `rollout.n` times)."""

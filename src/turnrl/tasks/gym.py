@@ -23,11 +23,18 @@ both splits: no validation question or answer is ever shown.
 
 Scoring (`compute_score`), on the text of the last `<answer>...</answer>` (stripped):
 
-    score      the dataset's `score_answer`; a non-empty tagged answer scores at least
-               `format_credit` (default 0.1), so GRPO groups differ before any answer is right
+    score      1.0 for a right answer (the dataset's `score_answer` is 1.0); a non-empty tagged
+               answer scores at least `format_credit` (default 0.1), so GRPO groups differ before
+               any answer is right
     acc        1.0 when the dataset's score is 1.0 (a right answer), else 0.0
     formatted  1.0 when an `<answer>` tag was found
     gym_score  the dataset's score itself (some datasets give partial credit)
+
+Partial credit is off by default (`data.task_args.partial_credit=true` keeps it in `score`):
+reasoning-gym's default `score_answer` gives an answer that contains the right one len(right) /
+len(answer), so on `gcd` "12" earns 0.5 whenever the answer is 1 or 2. With it, the embedded model
+went from answering "1" on 96 of 100 validation questions (right on 22) to "12" on 99 after 5 steps
+(right on none): the reward was higher for the wrong constant (benchmarks/gym_recipes.py, README).
 
 The credit is for a tag holding something, never for a right answer outside the tag (the trap
 the addition task measured: the policy stays untagged), nor for copying the worked example's answer
@@ -65,7 +72,7 @@ SIZE, VAL_SIZE = 1000, 100
 VAL_SEED_OFFSET = 1_000_003  # a prime far from any seed a user types: the val stream is another one
 VAL_DRAW_FACTOR = 10
 FORMAT_CREDIT = 0.1
-OWN_ARGS = ("size", "val_size", "format_credit", "worked_example")
+OWN_ARGS = ("size", "val_size", "format_credit", "partial_credit", "worked_example")
 # the dataset config's fields turnrl sets itself
 RESERVED = ("seed", "size")
 
@@ -127,10 +134,9 @@ def split_args(dataset: str, args: dict[str, Any]) -> tuple[dict[str, Any], dict
         value = own.get(key, 1)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise TaskArgError(f"task '{PREFIX}{dataset}': '{key}' must be an integer >= 1, got {value!r}")
-    if not isinstance(own.get("worked_example", True), bool):
-        raise TaskArgError(
-            f"task '{PREFIX}{dataset}': 'worked_example' must be true or false, got {own['worked_example']!r}"
-        )
+    for key, default in (("worked_example", True), ("partial_credit", False)):
+        if not isinstance(own.get(key, default), bool):
+            raise TaskArgError(f"task '{PREFIX}{dataset}': '{key}' must be true or false, got {own[key]!r}")
     credit = own.get("format_credit", FORMAT_CREDIT)
     if isinstance(credit, bool) or not isinstance(credit, int | float) or not 0 <= credit < 1:
         raise TaskArgError(f"task '{PREFIX}{dataset}': 'format_credit' must be in [0, 1), got {credit!r}")
@@ -156,9 +162,10 @@ def make_row(
     params: str,
     credit: float,
     example: dict[str, Any] | None = None,
+    partial: bool = False,
 ) -> dict[str, Any]:
     """One verl row; with `example`, one worked exchange (its question, then `<answer>` with its
-    answer) comes before the question."""
+    answer) comes before the question. `partial`: the reward keeps the dataset's partial credit."""
     shown = [] if example is None else [
         {"role": "user", "content": example["question"]},
         {"role": "assistant", "content": f"<answer>{example['answer']}</answer>"},
@@ -182,6 +189,7 @@ def make_row(
             "params": params,
             "entry": json.dumps(entry, default=_jsonable, sort_keys=True),
             "format_credit": credit,
+            "partial_credit": partial,
             # the shown answer, which earns no format credit when copied (the scorer's trap check)
             "example_answer": None if example is None else str(example["answer"]),
         },
@@ -202,6 +210,7 @@ def rows(dataset: str, split: str, seed: int, **args: Any) -> list[dict[str, Any
     own, params = split_args(dataset, args)
     size, val_size = own.get("size", SIZE), own.get("val_size", VAL_SIZE)
     credit = float(own.get("format_credit", FORMAT_CREDIT))
+    partial = bool(own.get("partial_credit", False))
     params_json = json.dumps(params, sort_keys=True)
     train = list(create(dataset, seed, size, params))
     shown = bool(own.get("worked_example", True))
@@ -209,7 +218,16 @@ def rows(dataset: str, split: str, seed: int, **args: Any) -> list[dict[str, Any
     rng = random.Random(f"{seed}-{split}-examples")
     if split == "train":
         return [
-            make_row(dataset, e, "train", i, params_json, credit, _example(rng, train, e) if shown else None)
+            make_row(
+                dataset,
+                e,
+                "train",
+                i,
+                params_json,
+                credit,
+                _example(rng, train, e) if shown else None,
+                partial,
+            )
             for i, e in enumerate(train)
         ]
     kept = held_out(
@@ -222,7 +240,14 @@ def rows(dataset: str, split: str, seed: int, **args: Any) -> list[dict[str, Any
         )
     return [
         make_row(
-            dataset, e, "test", size + i, params_json, credit, _example(rng, train, e) if shown else None
+            dataset,
+            e,
+            "test",
+            size + i,
+            params_json,
+            credit,
+            _example(rng, train, e) if shown else None,
+            partial,
         )
         for i, e in enumerate(kept)
     ]
@@ -282,7 +307,8 @@ def compute_score(
     raw = dataset_score(dataset, info.get("params") or "{}", answer, entry)
     credit = float(info.get("format_credit", FORMAT_CREDIT))
     copied = answer is not None and answer == info.get("example_answer")
-    score = max(raw, credit) if answer and not copied else raw
+    earned = raw if raw >= 1.0 or info.get("partial_credit", False) else 0.0
+    score = max(earned, credit) if answer and not copied else earned
     return {
         "score": score,
         "acc": float(raw >= 1.0),
