@@ -204,3 +204,45 @@ def test_bad_input_is_one_line(trained, tmp_path, capsys):
         *run_eval(capsys, run, "eval.n=0", "eval.greedy=false", "--out", str(tmp_path / "o3"))[::2]
     )
     assert "nothing to evaluate" in line
+
+
+@pytest.mark.timeout(180)
+def test_with_the_bfloat16_defaults_greedy_still_equals_the_runs_validation(tmp_path, capsys, monkeypatch):
+    """Where `auto` means bfloat16 (forced here on any CPU), the run validates from its bfloat16
+    sampling copy; the eval of its checkpoint must sample from the same copy, not the float32 policy."""
+    monkeypatch.delenv("TURNRL_EXACT", raising=False)
+    monkeypatch.setattr("turnrl.models.precision.bf16_supported", lambda device: True)
+    (tmp_path / "reward.py").write_text(REWARD)
+    run = tmp_path / f"run-{uuid.uuid4().hex[:8]}"
+    overrides = {
+        "model.path": "tiny-random",
+        "data.train_files": f"[{write_rows(tmp_path / 'train.jsonl', 4)}]",
+        "data.val_files": f"[{write_rows(tmp_path / 'val.jsonl', 9)}]",
+        "data.train_batch_size": 4,
+        "data.val_batch_size": 4,
+        "data.max_response_length": 8,
+        "rollout.n": 2,
+        "actor.ppo_mini_batch_size": 4,
+        "actor.optim.lr": 5e-2,
+        "trainer.total_training_steps": 1,
+        "trainer.test_freq": 1,
+        "trainer.save_freq": 1,
+        "trainer.val_before_train": False,
+        "trainer.logger": "[jsonl]",
+        "trainer.num_threads": 1,
+        "trainer.default_local_dir": str(run),
+        "reward.custom_function.path": str(tmp_path / "reward.py"),
+    }
+    trainer = Trainer(load_config(None, [f"{k}={v}" for k, v in overrides.items()]))
+    assert trainer.cfg.rollout.dtype in ("", "bfloat16")
+    trainer.fit()
+    try:
+        out = tmp_path / "out"
+        code, _, err = run_eval(capsys, f"model.path={run}", "eval.n=0", "--out", str(out))
+        assert code == 0, err
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["config"]["rollout"]["dtype"] == "bfloat16"  # the copy, as in training
+        assert_same_as_validation(summary, val_rows(run)[-1], run / "val_samples" / "step_1.jsonl", out)
+    finally:
+        for export in (cache_root() / "exports").glob(f"{run.name}-step_*"):
+            shutil.rmtree(export, ignore_errors=True)

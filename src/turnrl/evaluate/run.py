@@ -37,7 +37,14 @@ from turnrl.rollout.base import RolloutEngine, SamplingParams
 from turnrl.runtime import seed_everything
 from turnrl.trainer import checkpoint
 from turnrl.trainer.run_dirs import resolve_model_path
-from turnrl.trainer.setup import build_reward, build_rollout, check_plugins, check_scorers, pick_device
+from turnrl.trainer.setup import (
+    build_reward,
+    build_rollout,
+    check_plugins,
+    check_scorers,
+    default_precision,
+    pick_device,
+)
 from turnrl.trainer.stages import Scored
 from turnrl.trainer.validation import scored_batches
 from turnrl.workers.engines import build_engine
@@ -76,10 +83,22 @@ def passes(cfg: Config) -> dict[str, SamplingParams]:
     return out
 
 
+def training_precision(cfg: Config) -> Config:
+    """The precisions a training run of `cfg` validates in (`trainer.setup.default_precision`): with
+    `auto` on a device that has bfloat16, greedy answers come from the bfloat16 sampling copy there,
+    so they must here too, or a run's checkpoint would not score its own `val/test_score`."""
+    t = cfg.trainer
+    model, rollout = default_precision(
+        cfg.model, cfg.rollout, t.nnodes * t.n_gpus_per_node, pick_device(t.device)
+    )
+    return dataclasses.replace(cfg, model=model, rollout=rollout)
+
+
 def evaluate(cfg: Config, out_dir: Path, run: Path | None = None, progress: bool = True) -> dict[str, Any]:
     """Evaluate `cfg.model.path` on the eval prompts; writes `out_dir/summary.json` and
     `samples.jsonl` and returns the summary. `run`: the training run the config came from."""
     start = time.perf_counter()
+    cfg = training_precision(cfg)
     check_out_dir(out_dir)
     check_plugins(cfg)  # an unknown tool: one line before the model loads
     if cfg.trainer.num_threads:
