@@ -141,7 +141,9 @@ def main() -> None:
         profile_step(trainer, args.profile)
 
     # rollout: our engine vs model.generate, same prompts, lengths and sampling
-    prompts = next(trainer.loader.epoch_batches())
+    prompts = next(trainer.loader.epoch_batches(), None)
+    if prompts is None:  # the steps above ended an epoch: the next one starts
+        prompts = next(trainer.loader.epoch_batches())
     gen_batch = stages.split_generation_input(prompts)
     ids = [
         row[m.bool()].tolist()
