@@ -29,8 +29,9 @@ from typing import Any
 from _cli import cli  # type: ignore[import-not-found]
 
 from turnrl.config import load_config
-from turnrl.evaluate.shortcuts import best_constant
-from turnrl.tasks import get
+from turnrl.evaluate.shortcuts import best_constant, rules_for, score_rules
+from turnrl.rewards.registry import BUILTIN, resolve
+from turnrl.tasks import get, scorers
 from turnrl.tasks.gym import extract_answer
 
 
@@ -83,6 +84,11 @@ def measure(dataset: str, seed: int, out: Path, args: argparse.Namespace) -> dic
     cfg = load_config(str(run / "config.yaml"), [])
     rows = get(cfg.data.task).rows("val", cfg.trainer.seed, **dict(cfg.data.task_args))
     constant, constant_acc = best_constant(rows)
+    scorer = resolve(rows[0]["data_source"], table={**BUILTIN, **scorers()})
+    rules = {
+        k: v["acc"] for k, v in score_rules(rows, scorer, rules_for(rows)).items() if "constant" not in k
+    }
+    rule = max(rules, key=rules.__getitem__, default="")
     curve = val_curve(run)
     first, last = curve[0], curve[-1]
     share, answer = collapse(run, cfg.trainer.total_training_steps)
@@ -91,6 +97,7 @@ def measure(dataset: str, seed: int, out: Path, args: argparse.Namespace) -> dic
         seed=seed, untrained=first[1], final=last[1], format0=first[2], format=last[2],
         constant=constant, constant_acc=constant_acc, curve=[round(c[1], 3) for c in curve],
         top_share=share, top_answer=answer, top_share0=share0, top_answer0=answer0,
+        rule=rule, rule_acc=rules.get(rule, float("nan")),
     )  # fmt: skip
 
 
@@ -100,16 +107,18 @@ def spread(xs: list[float]) -> str:
 
 def table(results: dict[str, list[dict[str, Any]]]) -> str:
     lines = [
-        "| dataset | seed | untrained | best constant | after training | format before / after "
-        "| accuracy at each validation | most frequent answer's share, before / after |",
-        "|---|---|---|---|---|---|---|---|",
+        "| dataset | seed | untrained | best constant | best other shortcut | after training "
+        "| format before / after | accuracy at each validation | most frequent answer's share, before / after |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     verdicts = []
     for dataset, rs in results.items():
         for r in rs:
+            shortcut = f"{r['rule_acc']:.3f} ({r['rule']})" if r["rule"] else "-"
             lines.append(
                 f"| {dataset} | {r['seed']} | {r['untrained']:.3f} | {r['constant_acc']:.3f} "
-                f'("{r["constant"]}") | **{r["final"]:.3f}** | {r["format0"]:.2f} / {r["format"]:.2f} '
+                f'("{r["constant"]}") | {shortcut} '
+                f"| **{r['final']:.3f}** | {r['format0']:.2f} / {r['format']:.2f} "
                 f"| {' / '.join(f'{c:.2f}' for c in r['curve'])} "
                 f'| {r["top_share0"]:.2f} ("{r["top_answer0"]}") / {r["top_share"]:.2f} ("{r["top_answer"]}") |'
             )

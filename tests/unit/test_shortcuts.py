@@ -50,3 +50,25 @@ def test_each_rule_scored_by_the_tasks_scorer():
 def test_arithmetic_rules_only_where_they_differ_from_the_truth():
     positive = [row("1 + 3 =", "4"), row("2 + 2 =", "4")]
     assert list(rules_for(positive)) == ["best constant (4)"]
+
+
+def test_gcd_parity_rule_on_real_gcd_rows():
+    from turnrl.evaluate.shortcuts import gcd_parity
+    from turnrl.rewards.registry import BUILTIN, resolve
+    from turnrl.tasks import scorers
+
+    pytest.importorskip("reasoning_gym")
+    rows = get("reasoning_gym:gcd").rows("val", 1, size=50, val_size=20)
+    for r in rows:  # hand check: 2 exactly when every number is even
+        numbers = [
+            int(n)
+            for n in r["prompt"][-1]["content"].split(":")[1].replace(".", " ").replace(",", " ").split()
+            if n.isdigit()
+        ]
+        assert gcd_parity(r) == ("2" if all(n % 2 == 0 for n in numbers) else "1")
+    rules = rules_for(rows)
+    assert "parity (2 if all even, else 1)" in rules
+    scores = score_rules(rows, resolve(rows[0]["data_source"], table={**BUILTIN, **scorers()}), rules)
+    right = sum(gcd_parity(r) == r["reward_model"]["ground_truth"] for r in rows) / len(rows)
+    assert scores["parity (2 if all even, else 1)"]["acc"] == pytest.approx(right) and right > 0
+    assert "parity (2 if all even, else 1)" not in rules_for(ROWS)  # other tasks: not offered

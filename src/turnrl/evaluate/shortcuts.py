@@ -11,6 +11,8 @@ held to exactly what the model is held to:
     drop the sign     the right answer without its minus sign
     never negative    the right answer where it is >= 0, else the best non-negative constant: the
                       ceiling of a policy that never writes a minus sign
+    parity (gcd)      2 when every number in the question is even, else 1: the greatest common
+                      divisor's two most common values, told apart by the last digits
 
 A rule that does not apply to a row (no expression in the question) answers nothing there.
 `benchmarks/shortcuts.py` prints them for a task's validation split.
@@ -65,6 +67,12 @@ def never_negative(rows: list[Row]) -> Rule:
     return lambda row: truth(row) if not truth(row).startswith("-") else fallback
 
 
+def gcd_parity(row: Row) -> str | None:
+    """`Find the Greatest Common Divisor (GCD) of these numbers: 26, 238.` -> 2 (both even)."""
+    numbers = [int(n) for n in re.findall(r"\d+", question(row).partition(":")[2])]
+    return None if not numbers else "2" if all(n % 2 == 0 for n in numbers) else "1"
+
+
 def rules_for(rows: list[Row]) -> dict[str, Rule]:
     """The shortcuts that apply to these rows: the constant always; the arithmetic rules where the
     questions end in an expression and some answers are negative (else they equal the truth)."""
@@ -79,6 +87,8 @@ def rules_for(rows: list[Row]) -> dict[str, Rule]:
                 "never negative (ceiling)": never_negative(rows),
             }
         )
+    if all(r["data_source"] == "reasoning_gym/gcd" for r in rows):
+        rules["parity (2 if all even, else 1)"] = gcd_parity
     return rules
 
 
