@@ -24,7 +24,7 @@ import pytest
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
 
-from tests.support.tinker_server import serving_tinker  # noqa: E402
+from tests.support.tinker_server import Served, served_under  # noqa: E402
 from turnrl.models.loader import model_directory  # noqa: E402
 
 KEY = "tml-" + secrets.token_hex(8)
@@ -32,17 +32,10 @@ BASE = "tiny-random"
 RENDERER = "qwen3_instruct"  # SmolLM2's ChatML turns; tiny-random has SmolLM2's tokenizer
 
 
-@dataclass
-class Served:
-    url: str
-    root: Path
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    root = tmp_path_factory.mktemp("tinker_state")
-    with serving_tinker(BASE, root, KEY, poll_wait_s=0.05) as url:
-        yield Served(url, root)
+    with served_under(BASE, tmp_path_factory.mktemp("tinker_state"), KEY, poll_wait_s=0.05) as running:
+        yield running
 
 
 def test_optim_step_metrics_leave_a_loops_own_metrics_alone(served: Served) -> None:

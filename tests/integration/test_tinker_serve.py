@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -23,7 +22,7 @@ import torch
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
 
-from tests.support.tinker_server import serving_tinker  # noqa: E402
+from tests.support.tinker_server import Served, served_under  # noqa: E402
 from turnrl.models.loader import load_model  # noqa: E402
 
 KEY = "tml-" + secrets.token_hex(8)
@@ -34,17 +33,10 @@ SENTENCES = [
 ]
 
 
-@dataclass
-class Served:
-    url: str
-    root: Path
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    root = tmp_path_factory.mktemp("tinker_state")
-    with serving_tinker(BASE, root, KEY, poll_wait_s=0.01) as url:
-        yield Served(url, root)
+    with served_under(BASE, tmp_path_factory.mktemp("tinker_state"), KEY, poll_wait_s=0.01) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

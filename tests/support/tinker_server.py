@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -31,3 +32,18 @@ def serving_tinker(base: str, root: Path, key: str, poll_wait_s: float) -> Itera
     app = create_app(service, key)
     with serving_app(app, Connections(ConnectionLimits(header_timeout_s=HEADER_TIMEOUT_S))) as url:
         yield url
+
+
+@dataclass
+class Served:
+    """A running service: its URL and the state root its checkpoints go under."""
+
+    url: str
+    root: Path
+
+
+@contextmanager
+def served_under(base: str, root: Path, key: str, poll_wait_s: float) -> Iterator[Served]:
+    """`serving_tinker`, yielding the URL together with `root` (the tests read checkpoints there)."""
+    with serving_tinker(base, root, key, poll_wait_s) as url:
+        yield Served(url, root)
