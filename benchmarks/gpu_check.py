@@ -103,6 +103,14 @@ def profiled(device: torch.device, fn: Any) -> list[dict[str, Any]]:
     return top_kernels(prof) if device.type == "cuda" else []
 
 
+# (label, parameters' dtype ("low": the run's bf16 or fp16), turnrl's AdamW (fused where it fits) or torch's default)
+UPDATE_RUNS = (
+    ("bf16 params", "low", True),
+    ("fp32 master, bf16 compute", torch.float32, True),
+    ("fp32 master, bf16 compute, torch's default AdamW", torch.float32, False),
+)
+
+
 def section_update(args: argparse.Namespace) -> dict[str, Any]:
     """The actor's update pass at the decode shapes, in the two precisions, timed and profiled; and
     the compiled decode step's top kernels."""
@@ -112,6 +120,7 @@ def section_update(args: argparse.Namespace) -> dict[str, Any]:
     from turnrl.models.precision import compute_dtype
     from turnrl.rollout.base import SamplingParams
     from turnrl.rollout.hf import HFEngine
+    from turnrl.workers.optim import fused_adamw_fits
 
     s, device = sizes(args.dry_run), torch.device(args.device)
     rows, width = s["prompts"] * s["n"], s["prompt"] + s["new"]
@@ -121,11 +130,14 @@ def section_update(args: argparse.Namespace) -> dict[str, Any]:
     mask, pos = torch.ones_like(ids), torch.arange(width, device=device).expand(rows, width)
     adv = torch.randn(rows, s["new"], device=device)
     out: dict[str, Any] = {"tokens_per_step": rows * width}
-    for label, params_dtype in (("bf16 params", args.dtype), ("fp32 master, bf16 compute", torch.float32)):
+    for label, params_dtype, fused in UPDATE_RUNS:
+        params_dtype = args.dtype if params_dtype == "low" else params_dtype
         model = build(s["shape"], params_dtype, device).train()
         compute = compute_dtype("auto" if device.type == "cuda" else "float32", params_dtype, device)
         attach_log_prob_method(model, compute)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+        params = list(model.parameters())
+        # turnrl's choice (workers.optim), or torch's own default (foreach) beside it
+        opt = torch.optim.AdamW(params, lr=1e-6, fused=fused_adamw_fits(params) if fused else None)
 
         def step(model: Any = model, opt: Any = opt) -> None:
             lp, _ = model.response_log_probs(ids, mask, pos, s["new"], 1.0, 1024, True)
@@ -217,6 +229,11 @@ def main() -> None:
     ap.add_argument("--assets", default=".gpu", help="the --prepare directory (tiny model and tokenizer)")
     ap.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU: check the script itself")
     ap.add_argument("--budget", type=float, default=450, help="seconds for all sections together")
+    ap.add_argument(
+        "--sections", default=",".join(SECTIONS),
+        help="which sections, comma-separated, in their fixed order (the budget is shared among them): "
+        "one call's 10 minutes hold the tests and the update, or the decode and vs_trl, not all four",
+    )  # fmt: skip
     ap.add_argument("--out", default=os.environ.get("OUT") or "gpu_check_out")
     ap.add_argument("--section", help=argparse.SUPPRESS)  # internal: run one in-process section
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
@@ -242,6 +259,15 @@ def prepare(directory: Path) -> None:
     model.save_pretrained(out)
     tok.save_pretrained(out)
     print(f"tiny-random and its tokenizer saved in {out}; carry {directory} to the GPU machine")
+
+
+def chosen_sections(spec: str) -> list[str]:
+    """`--sections a,b` as names in `SECTIONS`' order; an unknown name is one line naming it."""
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown or not names:
+        raise SystemExit(f"gpu_check: --sections {spec!r}: unknown {unknown or 'none given'}; known: {', '.join(SECTIONS)}")  # fmt: skip
+    return [n for n in SECTIONS if n in names]
 
 
 def drive(args: argparse.Namespace) -> None:
@@ -279,9 +305,11 @@ def drive(args: argparse.Namespace) -> None:
     results: dict[str, Any] = {"environment": header, "dry_run": args.dry_run}
     ceilings: dict[str, Any] = {}
     allowance = 0.0  # what the sections so far were given and did not use passes on
-    for name, share in SECTIONS.items():
+    chosen = chosen_sections(args.sections)
+    total_share = sum(SECTIONS[n] for n in chosen)
+    for name in chosen:
         left = deadline - time.perf_counter()
-        allowance += share * args.budget
+        allowance += SECTIONS[name] / total_share * args.budget
         limit = min(left, max(allowance, 30))
         if left < 20:
             results[name] = {"status": "skipped: the budget ran out"}
@@ -378,7 +406,7 @@ def render(r: dict[str, Any]) -> str:
         lines += [f"  {n.strip()}" for n in d.get("notes", [])]
     u = r.get("update", {})
     peak = c.get("matmul_TFLOPs", 0.0)
-    for label in ("bf16 params", "fp32 master, bf16 compute"):
+    for label, _, _ in UPDATE_RUNS:
         if label in u:
             x = u[label]
             mfu = f", {100 * x['TFLOPs'] / peak:.1f} % MFU" if peak else ""

@@ -71,7 +71,9 @@ def _steps(trainer: Trainer, n: int) -> list[dict[str, float]]:
         trainer.close()
 
 
-def test_grpo_on_cuda_trains_float32_master_weights_with_bfloat16_compute_by_default(tmp_path):
+def test_grpo_on_cuda_trains_float32_master_weights_with_bfloat16_compute_by_default(tmp_path, monkeypatch):
+    # the suite runs with `auto` meaning float32 (conftest): this test is of the defaults themselves
+    monkeypatch.delenv("TURNRL_EXACT", raising=False)
     cfg = load_config(
         None,
         [
