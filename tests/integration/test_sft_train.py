@@ -169,6 +169,34 @@ def test_a_stopped_run_resumes_exactly(tmp_path):
 
 
 @pytest.mark.timeout(300)
+def test_a_final_validation_that_dies_loses_no_training(tmp_path, monkeypatch):
+    val = write(tmp_path / "val.jsonl", chat_rows(4))
+    extra = {"trainer.total_training_steps": 2, "data.val_files": f"[{val}]"}
+
+    def make() -> SupervisedTrainer:
+        return SupervisedTrainer(
+            load_config(None, overrides(tmp_path, **extra), schema=SFTConfig, check=check_sft)
+        )
+
+    trainer = make()
+
+    def dies() -> dict[str, float]:
+        raise MemoryError("the final validation ran out of memory")
+
+    monkeypatch.setattr(trainer, "validate", dies)
+    with pytest.raises(MemoryError):
+        trainer.fit()
+    resumed = make()
+    assert resumed.global_step == 2 and resumed.validated_step != 2  # the training was saved first
+    resumed.fit()  # validates step 2 and writes the model, training nothing more
+    rows = metrics(resumed.run_dir)
+    assert [r["step"] for r in rows if "val/sft/loss" not in r] == [1, 2]
+    assert [r["step"] for r in rows if "val/sft/loss" in r] == [2]
+    assert (resumed.run_dir / "model" / "model.safetensors").is_file()
+    assert make().validated_step == 2  # and recorded that it did
+
+
+@pytest.mark.timeout(300)
 def test_lora_is_merged_into_the_model_directory_and_the_report_plots_the_run(tmp_path):
     val = write(tmp_path / "val.jsonl", chat_rows(6))
     sft = run(

@@ -116,9 +116,12 @@ class SupervisedTrainer:
                 if t.save_freq and self.global_step % t.save_freq == 0:
                     self.save()
             bar.close()
+            # saved before the final validation: one that dies (out of memory, killed) loses no
+            # training; the run resumed from there validates, then saves that it did
+            if self.saved_step != self.global_step:
+                self.save()
             if self.validated_step != self.global_step:
                 self.log(self.validate())
-            if self.saved_step != self.global_step:
                 self.save()
             out = write_model(self.learner.model, self.tokenizer, self.run_dir)
             log.info("model written to %s", out)

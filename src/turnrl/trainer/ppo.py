@@ -120,7 +120,7 @@ class Trainer:
     # -- the loop ------------------------------------------------------------------------------
     def fit(self) -> Path:
         """Train to `total_steps`, logging every step and validating and saving on schedule; then
-        validate (unless this step just was) and save the final state. Closes the trainer."""
+        save, validate (unless this step just was) and save again. Closes the trainer."""
         from tqdm import tqdm
 
         t = self.cfg.trainer
@@ -134,6 +134,8 @@ class Trainer:
                 unit="step",
                 dynamic_ncols=True,
             )
+            # a resumed run's state came from a checkpoint of this very step
+            saved_step = self.state.global_step if self.state.global_step > 0 else -1
             while self.state.global_step < self.total_steps:
                 metrics = self.step()
                 if t.test_freq and self.state.global_step % t.test_freq == 0:
@@ -142,11 +144,15 @@ class Trainer:
                 bar.update(1)
                 if t.save_freq and self.state.global_step % t.save_freq == 0:
                     self.save()
+                    saved_step = self.state.global_step
             bar.close()
-            # also when a run killed after its last step's checkpoint resumes: it validates then
+            # saved before the final validation: a validation that dies (out of memory, killed) loses
+            # no training; the run resumed from this checkpoint validates, then saves again
+            if saved_step != self.state.global_step:
+                self.save()
             if self.state.validated_step != self.state.global_step:
                 self.tracker.log(self.validate(), step=self.state.global_step)
-            self.save()
+                self.save()  # records the validation: resuming the finished run does not repeat it
         finally:
             self.close()
         return self.run_dir
