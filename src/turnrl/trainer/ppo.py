@@ -102,6 +102,7 @@ class Trainer:
         self.state = RunState(
             loader=self.loader.state_dict(), kl_coef=self.kl_ctrl.value if self.kl_ctrl else None
         )
+        self.saved_step = -1  # the step of the newest checkpoint on disk (-1: none)
 
     def _open_run(self, cfg: Config) -> None:
         """Create the run directory with its config.yaml, and the tracker (metrics.jsonl, ...)."""
@@ -134,8 +135,6 @@ class Trainer:
                 unit="step",
                 dynamic_ncols=True,
             )
-            # a resumed run's state came from a checkpoint of this very step
-            saved_step = self.state.global_step if self.state.global_step > 0 else -1
             while self.state.global_step < self.total_steps:
                 metrics = self.step()
                 if t.test_freq and self.state.global_step % t.test_freq == 0:
@@ -144,11 +143,10 @@ class Trainer:
                 bar.update(1)
                 if t.save_freq and self.state.global_step % t.save_freq == 0:
                     self.save()
-                    saved_step = self.state.global_step
             bar.close()
             # saved before the final validation: a validation that dies (out of memory, killed) loses
             # no training; the run resumed from this checkpoint validates, then saves again
-            if saved_step != self.state.global_step:
+            if self.saved_step != self.state.global_step:
                 self.save()
             if self.state.validated_step != self.state.global_step:
                 self.tracker.log(self.validate(), step=self.state.global_step)
@@ -276,6 +274,7 @@ class Trainer:
         state = dataclasses.replace(self.state, buffered_rollouts=buffered)
         keep = self.cfg.trainer.max_checkpoints_to_keep
         checkpoint.save(self.run_dir, state.global_step, self.roles.owned(), state.to_dict(), keep)
+        self.saved_step = state.global_step
 
     def _resume(self) -> None:
         """Go on from the newest sound checkpoint, if any: the roles load their own state, the run
@@ -284,6 +283,7 @@ class Trainer:
         if saved is None:
             return
         self.state = RunState.from_dict(saved)
+        self.saved_step = self.state.global_step  # the state came from a checkpoint of this very step
         if self.kl_ctrl and self.state.kl_coef is not None:
             self.kl_ctrl.value = float(self.state.kl_coef)
         self.loader.load_state_dict(self.state.loader)
