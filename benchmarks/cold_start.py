@@ -255,7 +255,8 @@ COLUMNS = (
     ("1hop acc", "acc/1hop"), ("2hop acc", "acc/2hop"), ("2hop demo acc", "acc/2hop_demo"),
     ("cmp acc", "acc/compare"), ("format", "format/all"), ("searches", "searches/all"),
     ("2hop bridge", "bridge_named/2hop"), ("demo bridge", "bridge_named/2hop_demo"),
-    ("cf 2hop", "cf/acc/2hop"), ("cf all", "cf/acc/all"), ("train s", "train_s"),
+    ("cf 2hop", "cf/acc/2hop"), ("cf all", "cf/acc/all"), ("original, same qs", "cf_original/acc/all"),
+    ("train s", "train_s"),
 )  # fmt: skip
 
 
@@ -268,7 +269,8 @@ def print_table(summary: dict[str, dict[str, dict[str, float]]]) -> None:
         "acc: exact match, greedy, on the held-out one-hop, two-hop (bridge; templates the demonstrations "
         "never show) and comparison questions, and '2hop demo': two-hop templates the demonstrations show, "
         "about validation entities; format: well-formed answers; searches: per episode; bridge: two-hop "
-        "episodes whose second query names the bridge entity; cf: the same on the counterfactual corpus; "
+        "episodes whose second query names the bridge entity; cf: the same on the counterfactual corpus (its "
+        "first --cf-prompts questions), beside the original corpus on those same questions; "
         "mean (min-max) over seeds"
     )
 
@@ -353,6 +355,11 @@ def main() -> None:
         stats = episode_stats(samples, rows)
         if cf is not None:
             stats.update({f"cf/{k}": v for k, v in episode_stats(cf, cf_rows).items()})
+            # the same model on the same questions of the original corpus: the only fair comparison
+            # (the counterfactual pass asks the first --cf-prompts questions, with the same indices)
+            asked = {int(s["index"]) for s in cf}
+            same = [s for s in samples if int(s["index"]) in asked]
+            stats.update({f"cf_original/{k}": v for k, v in episode_stats(same, rows).items()})
         stats.update(train_s=train_s, eval_s=eval_s)
         per_seed[cond].append(stats)
         link = report(run_dir) if run_dir and not a.no_report else None
