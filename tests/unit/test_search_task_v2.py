@@ -189,6 +189,43 @@ def test_scorer_on_hand_worked_examples(response, truth, expected):
     assert (got["score"], got["acc"], got["formatted"]) == expected
 
 
+# the bridge credit, 0.3 on a two-hop training row whose bridge is Hokle and answer "silk":
+#   right answer                                         -> 1.0 (never more)
+#   wrong answer, second query names Hokle               -> 0.1 format + 0.3 = 0.4
+#   wrong answer, only the FIRST query names Hokle       -> 0.1 (the bridge must come from a search)
+#   wrong answer, second query repeats the subject       -> 0.1
+#   second query names Hokle, no answer tag              -> 0.0 (the credit needs a well-formed answer)
+HOP1 = "<search> Stori Textiles based in town </search><information> Doc 1(Title: Stori Textiles) ... based in Hokle. </information>"  # fmt: skip
+CREDIT_CASES = [  # (response, score with the credit, score without: validation rows, the default)
+    (HOP1 + "<search> Hokle main trade </search><answer> silk </answer>", 1.0, 1.0),
+    (HOP1 + "<search> hokle trade </search><answer> copper </answer>", FORMAT_SCORE + 0.3, FORMAT_SCORE),
+    ("<search> Hokle </search><search> Stori Textiles </search><answer> copper </answer>", FORMAT_SCORE, FORMAT_SCORE),
+    (HOP1 + "<search> Stori Textiles main trade </search><answer> 1797 </answer>", FORMAT_SCORE, FORMAT_SCORE),
+    (HOP1 + "<search> Hokle main trade </search> I think it is copper", 0.0, 0.0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("response", "credited", "plain"), CREDIT_CASES)
+def test_the_bridge_credit_pays_a_second_search_for_the_bridge_hand_worked(response, credited, plain):
+    truth = {"target": ["silk"]}
+    got = compute_score("turnrl/search/2hop", response, truth, {"bridge": "Hokle", "bridge_credit": 0.3})
+    assert got["score"] == pytest.approx(credited)
+    assert compute_score("turnrl/search/2hop", response, truth, {"bridge": "Hokle"})[
+        "score"
+    ] == pytest.approx(plain)
+
+
+def test_the_bridge_credit_goes_to_two_hop_training_rows_only():
+    train, val = rows("train", 0, bridge_credit=0.3), rows("val", 0, bridge_credit=0.3)
+    credited = [r for r in train if "bridge_credit" in r["extra_info"]]
+    assert credited and all(
+        r["extra_info"]["bridge"] and r["extra_info"]["bridge_credit"] == 0.3 for r in credited
+    )
+    assert len(credited) == sum(r["data_source"] == "turnrl/search/2hop" for r in train)
+    assert not any("bridge_credit" in r["extra_info"] for r in val)
+    assert not any("bridge_credit" in r["extra_info"] for r in rows("train", 0))  # off by default
+
+
 def test_counterfactual_keeps_the_names_and_changes_the_answers(tmp_path):
     base, other = rows("val", 0), rows("val", 0, facts_seed=1)
     assert [r["prompt"] for r in base] == [r["prompt"] for r in other]  # the same questions
@@ -217,8 +254,12 @@ def test_the_worked_example_is_optional_and_about_nothing_in_the_corpus():
     [
         (
             {"exmple": False},
-            "task 'search' takes no argument 'exmple'; its arguments: example, facts_seed, val",
+            "task 'search' takes no argument 'exmple'; its arguments: example, facts_seed, val, bridge_credit",
         ),
+        ({"bridge_credit": 0.9}, "bridge_credit must be a number in [0, 0.9), got 0.9"),
+        ({"bridge_credit": -0.1}, "bridge_credit must be a number in [0, 0.9), got -0.1"),
+        ({"bridge_credit": "0.3"}, "bridge_credit must be a number in [0, 0.9), got '0.3'"),
+        ({"bridge_credit": True}, "bridge_credit must be a number"),
         ({"val": "train"}, "val must be one of held_out, demonstrated, got 'train'"),
         ({"example": "yes"}, "example must be true or false"),
         ({"facts_seed": "one"}, "facts_seed must be an integer"),

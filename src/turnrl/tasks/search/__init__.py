@@ -19,13 +19,15 @@ true: the worked example in the prompt), `facts_seed` (default 0: another value 
 counterfactual corpus, the same entities with re-sampled facts, and rows with its answers) and
 `val` (default `held_out`; `demonstrated`: the validation rows are instead the two-hop templates the
 demonstrations show, asked about validation entities, source `turnrl/search/2hop_demo`: a probe of
-whether a cold start learned to chain where it was shown how).
+whether a cold start learned to chain where it was shown how), `bridge_credit` (default 0: a process
+reward for two-hop training rows, below).
 `demos` scripts successful episodes for a supervised cold start (`turnrl data search_sft`).
 """
 
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,8 @@ DATA_SOURCES = tuple(SOURCES.values())
 N_VAL = sum(N_VAL_BY_SORT.values())
 FORMAT_SCORE = 0.1  # a well-formed wrong answer: enough to learn the protocol, far below a right one
 MAX_ANSWER_WORDS = 8  # longer is an explanation, not an answer: no format credit
-ARGS = ("example", "facts_seed", "val")
+ARGS = ("example", "facts_seed", "val", "bridge_credit")
+SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL)
 VAL_SETS = ("held_out", "demonstrated")
 
 INSTRUCTIONS = (
@@ -70,6 +73,7 @@ class Options:
     example: bool = True
     facts_seed: int = FACTS_SEED
     val: str = "held_out"
+    bridge_credit: float = 0.0
 
 
 def options(args: dict[str, Any]) -> Options:
@@ -83,7 +87,13 @@ def options(args: dict[str, Any]) -> Options:
     val = args.get("val", "held_out")
     if val not in VAL_SETS:
         raise TaskArgError(f"task 'search': val must be one of {', '.join(VAL_SETS)}, got {val!r}")
-    return Options(example, facts_seed, val)
+    credit = args.get("bridge_credit", 0.0)
+    # a wrong answer plus the credit must stay below a right one's 1: accuracy is still score >= 1
+    if isinstance(credit, bool) or not isinstance(credit, int | float) or not 0 <= credit < 1 - FORMAT_SCORE:
+        raise TaskArgError(
+            f"task 'search': bridge_credit must be a number in [0, {1 - FORMAT_SCORE:g}), got {credit!r}"
+        )
+    return Options(example, facts_seed, val, float(credit))
 
 
 def prompt(question: str, example: bool = True) -> str:
@@ -91,8 +101,10 @@ def prompt(question: str, example: bool = True) -> str:
     return f"{INSTRUCTIONS}{shown}Question: {question}\n"
 
 
-def make_row(q: Question, split_name: str, index: int, example: bool = True) -> dict[str, Any]:
-    return {
+def make_row(
+    q: Question, split_name: str, index: int, example: bool = True, bridge_credit: float = 0.0
+) -> dict[str, Any]:
+    row = {
         "data_source": SOURCES[q.sort],
         "prompt": [{"role": "user", "content": prompt(q.text, example)}],
         "ability": "fact-reasoning",
@@ -108,6 +120,9 @@ def make_row(q: Question, split_name: str, index: int, example: bool = True) -> 
             "relation": q.relation,
         },
     }
+    if bridge_credit and q.bridge is not None:  # training rows only (`rows`): validation scores answers
+        row["extra_info"]["bridge_credit"] = bridge_credit
+    return row
 
 
 def indexed(facts_seed: int = FACTS_SEED) -> tuple[list[tuple[int, Question]], list[tuple[int, Question]]]:
@@ -123,7 +138,7 @@ def rows(split_name: str, seed: int, **args: Any) -> list[dict[str, Any]]:
     opts = options(args)
     val, train = indexed(opts.facts_seed)
     if split_name == "train":
-        out = [make_row(q, "train", i, opts.example) for i, q in train]
+        out = [make_row(q, "train", i, opts.example, opts.bridge_credit) for i, q in train]
         random.Random(seed).shuffle(out)
         return out
     if split_name != "val":
@@ -153,9 +168,26 @@ def compute_score(
 ) -> dict[str, float]:
     """1 for an exact match of the last `<answer>` (Search-R1's normalisation), `FORMAT_SCORE` for a
     well-formed wrong one, else 0; `acc` is the exact match, `formatted` whether the answer is
-    well-formed (the validation's `val/accuracy` and `val/format_rate`)."""
+    well-formed (the validation's `val/accuracy` and `val/format_rate`).
+
+    A row with `extra_info.bridge_credit` (two-hop training rows of `bridge_credit` > 0) adds it to a
+    well-formed wrong answer whose episode searched for the bridge entity after its first search: a
+    process reward for the step a two-hop question needs (StepSearch, Wang et al. 2025, rewards each
+    search by the evidence it retrieves; here the evidence is known: the bridge). It pays the query,
+    the model's own text, so a passage the model writes itself cannot earn it; and a right answer
+    stays 1, above any wrong one."""
     answer = extract_answer(solution_str)
     formatted = well_formed(answer)
     acc = em_check(answer, targets(ground_truth)) if formatted and answer is not None else 0.0
     score = 1.0 if acc else FORMAT_SCORE if formatted else 0.0
+    info = extra_info if isinstance(extra_info, dict) else {}
+    credit, bridge = float(info.get("bridge_credit") or 0.0), info.get("bridge")
+    if credit and bridge and formatted and not acc and searched_for(solution_str, str(bridge)):
+        score += credit
     return {"score": score, "acc": acc, "formatted": float(formatted)}
+
+
+def searched_for(text: str, entity: str) -> bool:
+    """Whether a query after the episode's first names `entity` (case-insensitive): the second hop of a
+    two-hop question, which only the first search's results can reveal."""
+    return any(entity.lower() in query.lower() for query in SEARCH.findall(text)[1:])
