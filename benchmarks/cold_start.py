@@ -46,7 +46,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import statistics
 import sys
 import time
@@ -54,6 +53,8 @@ from pathlib import Path
 from typing import Any
 
 from _cli import cli, read_jsonl, report
+
+from turnrl.tasks.search import SEARCH
 
 TINY = {  # a smoke run: every stage and file, in a few minutes
     "seeds": 1,
@@ -71,7 +72,7 @@ TINY = {  # a smoke run: every stage and file, in a few minutes
 }
 SORTS = ("1hop", "2hop", "compare", "2hop_demo")
 TWO_HOP = ("2hop", "2hop_demo")  # sorts with a bridge entity
-QUERY = re.compile(r"<search>(.*?)</search>", re.DOTALL)
+QUERY = SEARCH  # the search task's own pattern for a query
 
 
 # -- what a condition scores, from its validation samples ------------------------------------------

@@ -209,10 +209,8 @@ CREDIT_CASES = [  # (response, score with the credit, score without: validation 
 def test_the_bridge_credit_pays_a_second_search_for_the_bridge_hand_worked(response, credited, plain):
     truth = {"target": ["silk"]}
     got = compute_score("turnrl/search/2hop", response, truth, {"bridge": "Hokle", "bridge_credit": 0.3})
-    assert got["score"] == pytest.approx(credited)
-    assert compute_score("turnrl/search/2hop", response, truth, {"bridge": "Hokle"})[
-        "score"
-    ] == pytest.approx(plain)
+    without = compute_score("turnrl/search/2hop", response, truth, {"bridge": "Hokle"})
+    assert got["score"] == pytest.approx(credited) and without["score"] == pytest.approx(plain)
 
 
 def test_the_bridge_credit_goes_to_two_hop_training_rows_only():
