@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from turnrl.models.cache_name import cache_kw, cache_of
 from turnrl.models.precision import in_compute_dtype
 
 
@@ -63,14 +64,14 @@ def response_hidden(
         position_ids=position_ids[first, :-r],
         use_cache=True,
     )
-    cache = p_out.past_key_values
+    cache = cache_of(p_out)
     cache.batch_select_indices(expand)  # index_select: differentiable, one copy per sample
     last_prompt_hidden = p_out.last_hidden_state[:, -1:, :][expand]
     r_out = trunk(
         input_ids=input_ids[:, -r:],
         attention_mask=attention_mask,
         position_ids=position_ids[:, -r:],
-        past_key_values=cache,
+        **cache_kw(cache),
         use_cache=True,
     )
     return torch.cat([last_prompt_hidden, r_out.last_hidden_state[:, :-1, :]], dim=1)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import torch
 
+from turnrl.models.cache_name import cache_kw, cache_of
 from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.rollout.graph_decode import DecodeBucket
 
@@ -148,10 +149,10 @@ class DecodeLoop:
             input_ids=token[:, None],
             attention_mask=self.mask,
             position_ids=self.next_pos,
-            past_key_values=self.cache,
+            **cache_kw(self.cache),
             use_cache=True,
         )
-        self.cache, self.logits = out.past_key_values, out.logits[:, -1, :]
+        self.cache, self.logits = cache_of(out), out.logits[:, -1, :]
         self.next_pos = self.next_pos + 1
 
     def _collect(self) -> Generation:

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, StaticLayer
 
+from turnrl.models.cache_name import cache_kw
+
 BUCKET = 128  # capacities are rounded up to this, so prompts of similar length share a graph
 
 
@@ -68,7 +70,7 @@ class DecodeBucket:
                 input_ids=token,
                 attention_mask=mask,
                 position_ids=pos,
-                past_key_values=self.cache,
+                **cache_kw(self.cache),
                 use_cache=True,
             )
             return out.logits[:, -1, :]

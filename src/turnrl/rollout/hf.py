@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch._dynamo.exc
 
+from turnrl.models.cache_name import cache_kw, cache_of
 from turnrl.rollout.attention import decode_attention
 from turnrl.rollout.base import Generation, SamplingParams, row_limits
 from turnrl.rollout.decode_loop import DecodeLoop
@@ -225,11 +226,11 @@ class HFEngine:
             input_ids=ids,
             attention_mask=mask,
             position_ids=pos,
-            past_key_values=cache,
+            **cache_kw(cache),
             use_cache=True,
             logits_to_keep=last,
         )
-        cache, logits = out.past_key_values, out.logits[:, -1, :]
+        cache, logits = cache_of(out), out.logits[:, -1, :]
         graph = None
         if self.compile_decode:  # one fixed-shape bucket per batch size and rounded capacity
             rows_per_bucket = max(1, self.batch_size // p.n) * p.n  # as `generate` cuts batches

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from turnrl.models.cache_name import cache_kw, cache_of
 from turnrl.servers.chat.response import TopLogprobs
 
 
@@ -43,14 +44,14 @@ def top_logprobs(
             out = model(
                 input_ids=torch.tensor([prompt[:-1]], device=device), use_cache=True, logits_to_keep=1
             )
-            cache = out.past_key_values
+            cache = cache_of(out)
         # the logits at the last prompt token and at each response token but the last predict the response
         rest = [prompt[-1], *response[:-1]]
         found: TopLogprobs = []
         for start in range(0, len(rest), chunk):
             piece = torch.tensor([rest[start : start + chunk]], device=device)
-            out = model(input_ids=piece, past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
+            out = model(input_ids=piece, **cache_kw(cache), use_cache=True)
+            cache = cache_of(out)
             logits = out.logits[0].float()
             if temperature > 0:
                 logits = logits / temperature
