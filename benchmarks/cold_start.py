@@ -281,6 +281,13 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m-instruct", help="model.path of the untrained model")
     ap.add_argument("--out", default="", help="output directory (default runs/cold_start-<time>)")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per condition (1, 2, ...)")
+    ap.add_argument(
+        "--seed-from",
+        type=int,
+        default=1,
+        help="first seed to run (seeds N..--seeds): two processes can run seeds apart, and a --resume "
+        "over a directory holding both stage sets makes the table",
+    )
     ap.add_argument("--steps", type=int, default=8, help="RL steps")
     ap.add_argument("--batch", type=int, default=6, help="RL prompts per step")
     ap.add_argument("--n", type=int, default=4, help="RL samples per prompt")
@@ -330,6 +337,8 @@ def main() -> None:
         help="smoke-run sizes: " + ", ".join(f"{k}={v}" for k, v in TINY.items()),
     )
     a = ap.parse_args()
+    if not 1 <= a.seed_from <= a.seeds:
+        ap.error(f"--seed-from {a.seed_from} is outside the seeds 1..{a.seeds} (--seeds)")
     if a.tiny:
         for key, value in TINY.items():
             setattr(a, key, value)
@@ -379,7 +388,7 @@ def main() -> None:
             a, a.model, out / "eval_untrained", val, 1
         )  # greedy: the same for every seed
         record("untrained", 0, samples, None, 0.0, wall, None)
-    for seed in range(1, a.seeds + 1):
+    for seed in range(a.seed_from, a.seeds + 1):
         sft_dir, sft_s = sft(a, out, seed)
         samples, eval_s = evaluate(a, str(sft_dir / "model"), out / f"eval_sft_s{seed}", val, seed)
         cf, _ = evaluate(a, str(sft_dir / "model"), out / f"cf_sft_s{seed}", cf_val, seed, cf_index)
