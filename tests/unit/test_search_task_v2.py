@@ -224,6 +224,24 @@ def test_the_bridge_credit_goes_to_two_hop_training_rows_only():
     assert not any("bridge_credit" in r["extra_info"] for r in rows("train", 0))  # off by default
 
 
+def test_train_val_two_hop_keeps_the_two_hop_questions_of_validations_templates_only(train, val):
+    picked = rows("train", 0, train="val_two_hop")
+    asked = {r["extra_info"]["template"] for r in val if r["data_source"] == "turnrl/search/2hop"}
+    # every training question that is two-hop and of a template validation asks, and no other
+    want = {
+        r["extra_info"]["index"]
+        for r in train
+        if r["data_source"] == "turnrl/search/2hop" and r["extra_info"]["template"] in asked
+    }
+    assert {r["extra_info"]["index"] for r in picked} == want and len(picked) == len(want) > 100
+    assert {r["extra_info"]["template"] for r in picked} == asked
+    assert all(TEMPLATES[r["extra_info"]["template"]].val for r in picked)
+    assert rows("val", 0, train="val_two_hop") == val  # validation is the same whatever trains
+    assert [r["extra_info"]["index"] for r in rows("train", 0, train="all")] == [
+        r["extra_info"]["index"] for r in train
+    ]
+
+
 def test_counterfactual_keeps_the_names_and_changes_the_answers(tmp_path):
     base, other = rows("val", 0), rows("val", 0, facts_seed=1)
     assert [r["prompt"] for r in base] == [r["prompt"] for r in other]  # the same questions
@@ -252,13 +270,14 @@ def test_the_worked_example_is_optional_and_about_nothing_in_the_corpus():
     [
         (
             {"exmple": False},
-            "task 'search' takes no argument 'exmple'; its arguments: example, facts_seed, val, bridge_credit",
+            "task 'search' takes no argument 'exmple'; its arguments: example, facts_seed, val, bridge_credit, train",
         ),
         ({"bridge_credit": 0.9}, "bridge_credit must be a number in [0, 0.9), got 0.9"),
         ({"bridge_credit": -0.1}, "bridge_credit must be a number in [0, 0.9), got -0.1"),
         ({"bridge_credit": "0.3"}, "bridge_credit must be a number in [0, 0.9), got '0.3'"),
         ({"bridge_credit": True}, "bridge_credit must be a number"),
         ({"val": "train"}, "val must be one of held_out, demonstrated, got 'train'"),
+        ({"train": "two_hop"}, "train must be one of all, val_two_hop, got 'two_hop'"),
         ({"example": "yes"}, "example must be true or false"),
         ({"facts_seed": "one"}, "facts_seed must be an integer"),
     ],

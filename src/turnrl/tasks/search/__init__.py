@@ -36,16 +36,19 @@ from turnrl.rewards.qa import em_check, extract_answer, targets
 from turnrl.tasks.args import TaskArgError, reject_unknown
 from turnrl.tasks.search.corpus import ENTITIES, FACTS_SEED, SEED, write_builtin_corpus
 from turnrl.tasks.search.questions import N_VAL as N_VAL_BY_SORT
-from turnrl.tasks.search.questions import Question, demonstrated_probe, split
+from turnrl.tasks.search.questions import TEMPLATES, Question, demonstrated_probe, split
 
 SOURCES = {sort: f"turnrl/search/{sort}" for sort in ("1hop", "2hop", "compare", "2hop_demo")}
 DATA_SOURCES = tuple(SOURCES.values())
 N_VAL = sum(N_VAL_BY_SORT.values())
 FORMAT_SCORE = 0.1  # a well-formed wrong answer: enough to learn the protocol, far below a right one
 MAX_ANSWER_WORDS = 8  # longer is an explanation, not an answer: no format credit
-ARGS = ("example", "facts_seed", "val", "bridge_credit")
+ARGS = ("example", "facts_seed", "val", "bridge_credit", "train")
 SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL)
 VAL_SETS = ("held_out", "demonstrated")
+# which training questions `rows("train")` gives: every one, or only the two-hop questions of the
+# templates validation asks (RL's prompts for the chaining it must extend past the demonstrations)
+TRAIN_SETS = ("all", "val_two_hop")
 
 INSTRUCTIONS = (
     "Answer the question below. Think step by step inside <think> and </think> whenever you get new "
@@ -74,6 +77,7 @@ class Options:
     facts_seed: int = FACTS_SEED
     val: str = "held_out"
     bridge_credit: float = 0.0
+    train: str = "all"
 
 
 def options(args: dict[str, Any]) -> Options:
@@ -93,7 +97,10 @@ def options(args: dict[str, Any]) -> Options:
         raise TaskArgError(
             f"task 'search': bridge_credit must be a number in [0, {1 - FORMAT_SCORE:g}), got {credit!r}"
         )
-    return Options(example, facts_seed, val, float(credit))
+    train = args.get("train", "all")
+    if train not in TRAIN_SETS:
+        raise TaskArgError(f"task 'search': train must be one of {', '.join(TRAIN_SETS)}, got {train!r}")
+    return Options(example, facts_seed, val, float(credit), train)
 
 
 def prompt(question: str, example: bool = True) -> str:
@@ -133,11 +140,14 @@ def indexed(facts_seed: int = FACTS_SEED) -> tuple[list[tuple[int, Question]], l
 
 
 def rows(split_name: str, seed: int, **args: Any) -> list[dict[str, Any]]:
-    """`val`: the held-out questions in a fixed order; `train`: the training world's questions,
-    shuffled by `seed` (the corpus is fixed, so `seed` changes only the training order)."""
+    """`val`: the held-out questions in a fixed order; `train`: the training world's questions (with
+    `train=val_two_hop` only its two-hop questions of the templates validation asks), shuffled by
+    `seed` (the corpus is fixed, so `seed` changes only the training order)."""
     opts = options(args)
     val, train = indexed(opts.facts_seed)
     if split_name == "train":
+        if opts.train == "val_two_hop":
+            train = [(i, q) for i, q in train if q.sort == "2hop" and TEMPLATES[q.template].val]
         out = [make_row(q, "train", i, opts.example, opts.bridge_credit) for i, q in train]
         random.Random(seed).shuffle(out)
         return out
