@@ -302,6 +302,11 @@ def main() -> None:
     ap.add_argument(
         "--cf-prompts", type=int, default=64, help="counterfactual: the first K questions (0 = all)"
     )
+    ap.add_argument(
+        "--no-cf",
+        action="store_true",
+        help="skip the counterfactual passes (about 15 min a model here); a later --resume without it adds them",
+    )
     ap.add_argument("--facts-seed", type=int, default=1, help="the counterfactual corpus's facts seed")
     ap.add_argument("--demos", type=int, default=192, help="SFT demonstrations")
     ap.add_argument("--two-hop-share", type=float, default=0.5, help="share of two-hop demonstrations")
@@ -391,13 +396,13 @@ def main() -> None:
     for seed in range(a.seed_from, a.seeds + 1):
         sft_dir, sft_s = sft(a, out, seed)
         samples, eval_s = evaluate(a, str(sft_dir / "model"), out / f"eval_sft_s{seed}", val, seed)
-        cf, _ = evaluate(a, str(sft_dir / "model"), out / f"cf_sft_s{seed}", cf_val, seed, cf_index)
+        cf = None if a.no_cf else evaluate(a, str(sft_dir / "model"), out / f"cf_sft_s{seed}", cf_val, seed, cf_index)[0]  # fmt: skip
         record("SFT", seed, samples, cf, sft_s, eval_s, sft_dir)
         conditions = [("RL", a.model, 0.0), ("SFT + RL", str(sft_dir / "model"), sft_s)]
         for cond, start, extra in conditions[2 if a.no_rl else a.no_rl_alone :]:
             run_dir = out / f"{'sft_rl' if extra else 'rl'}_s{seed}"
             samples, val_s, wall = rl(a, start, run_dir, val, seed)
-            cf, _ = evaluate(a, str(run_dir), out / f"cf_{run_dir.name}", cf_val, seed, cf_index)
+            cf = None if a.no_cf else evaluate(a, str(run_dir), out / f"cf_{run_dir.name}", cf_val, seed, cf_index)[0]  # fmt: skip
             record(cond, seed, samples, cf, extra + wall - val_s, val_s, run_dir)
 
     summary = summarise(per_seed)
