@@ -388,6 +388,10 @@ def main() -> None:
         )
         print(f"  {cond} (seed {seed}): {shown}; train {train_s:.0f} s, eval {eval_s:.0f} s", flush=True)
 
+    def counterfactual(model: str, name: str, seed: int) -> list[dict[str, Any]] | None:
+        """The model's samples on the counterfactual corpus (None with --no-cf)."""
+        return None if a.no_cf else evaluate(a, model, out / name, cf_val, seed, cf_index)[0]
+
     if not a.no_untrained:
         samples, wall = evaluate(
             a, a.model, out / "eval_untrained", val, 1
@@ -396,13 +400,13 @@ def main() -> None:
     for seed in range(a.seed_from, a.seeds + 1):
         sft_dir, sft_s = sft(a, out, seed)
         samples, eval_s = evaluate(a, str(sft_dir / "model"), out / f"eval_sft_s{seed}", val, seed)
-        cf = None if a.no_cf else evaluate(a, str(sft_dir / "model"), out / f"cf_sft_s{seed}", cf_val, seed, cf_index)[0]  # fmt: skip
+        cf = counterfactual(str(sft_dir / "model"), f"cf_sft_s{seed}", seed)
         record("SFT", seed, samples, cf, sft_s, eval_s, sft_dir)
         conditions = [("RL", a.model, 0.0), ("SFT + RL", str(sft_dir / "model"), sft_s)]
         for cond, start, extra in conditions[2 if a.no_rl else a.no_rl_alone :]:
             run_dir = out / f"{'sft_rl' if extra else 'rl'}_s{seed}"
             samples, val_s, wall = rl(a, start, run_dir, val, seed)
-            cf = None if a.no_cf else evaluate(a, str(run_dir), out / f"cf_{run_dir.name}", cf_val, seed, cf_index)[0]  # fmt: skip
+            cf = counterfactual(str(run_dir), f"cf_{run_dir.name}", seed)
             record(cond, seed, samples, cf, extra + wall - val_s, val_s, run_dir)
 
     summary = summarise(per_seed)
