@@ -193,7 +193,7 @@ def sft(a: argparse.Namespace, out: Path, seed: int) -> tuple[Path, float]:
         demos.name, demos / "train.jsonl",
         ["data", "search_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(seed),
          "--topk", str(a.topk), "--retry-fraction", str(a.retry_fraction),
-         "--two-hop-share", str(a.two_hop_share)],
+         "--two-hop-share", str(a.two_hop_share), "--opener", a.opener],
         out / f"demos_s{seed}.log",
     )  # fmt: skip
     sft_dir = out / f"sft_s{seed}"
@@ -310,6 +310,10 @@ def main() -> None:
     ap.add_argument("--facts-seed", type=int, default=1, help="the counterfactual corpus's facts seed")
     ap.add_argument("--demos", type=int, default=192, help="SFT demonstrations")
     ap.add_argument("--two-hop-share", type=float, default=0.5, help="share of two-hop demonstrations")
+    ap.add_argument(
+        "--opener", choices=("plain", "subject"), default="subject",
+        help="search_sft --opener: 'subject' first names what the question is about (the earlier runs: plain)",
+    )  # fmt: skip
     ap.add_argument(
         "--probe-prompts", type=int, default=32,
         help="validation rows of the demonstrated two-hop templates about validation entities (0: none)",

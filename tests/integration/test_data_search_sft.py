@@ -118,6 +118,7 @@ def test_topk_sets_the_passages_per_search(tmp_path, capsys):
         (["--n", "0"], "--n must be >= 1"),
         (["--retry-fraction", "2"], "--retry-fraction must be in [0, 1]"),
         (["--two-hop-share", "1.5"], "--two-hop-share must be in [0, 1], got 1.5"),
+        (["--opener", "loud"], "--opener must be one of plain, subject, got 'loud'"),
     ],
 )
 def test_bad_flags_are_one_line(tmp_path, capsys, flags, expected):
@@ -134,6 +135,32 @@ def test_the_two_hop_share_sets_the_mix(tmp_path, capsys):
     assert sum(r["extra_info"]["hops"] == 2 for r in rows) == 20 and "20 with 1 search" in out
     rows, _ = generate(tmp_path, capsys, "none", "--n", "40", "--two-hop-share", "0", "--retry-fraction", "0")
     assert not any(r["extra_info"]["hops"] == 2 for r in rows)
+
+
+def test_the_opener_names_the_entity_or_the_bridge_description(full, tmp_path, capsys):
+    rows, _ = full
+    _, train = indexed()
+    by_index = dict(train)
+    for r in rows:
+        q = by_index[r["extra_info"]["index"]]
+        first = r["episode"][0]["content"]
+        if q.hops == 1:  # "This question is about Gopubi." (a river: "about the Peiman River.")
+            subject = f"the {q.entities[0]}" if TEMPLATES[q.template].subject == "river" else q.entities[0]
+            assert first.startswith(f"<think> This question is about {subject}. ")
+            assert "two searches" not in first
+        else:  # the bridge as the question describes it: "the founder of Sithin Press", then the protocol
+            described = demos.BRIDGE_SUBJECT[TEMPLATES[q.template].chain[0]].format(e=q.entities[0])
+            assert first.startswith(f"<think> This question is about {described}. This takes two searches")
+    # every two-hop template the demonstrations show has a first relation with a description
+    assert {TEMPLATES[t].chain[0] for t in DEMO_TEMPLATES if TEMPLATES[t].hops == 2} <= set(demos.BRIDGE_SUBJECT)
+    # --opener plain: the earlier openers, the same episodes otherwise
+    plain, _ = generate(tmp_path, capsys, "plain", "--n", "30", "--opener", "plain")
+    for a, b in zip(plain, rows[:30], strict=True):
+        assert not a["episode"][0]["content"].startswith("<think> This question is about")
+        assert b["episode"][0]["content"].replace(a["episode"][0]["content"][len("<think> ") :], "").startswith(
+            "<think> This question is about"
+        )
+        assert a["episode"][1:] == b["episode"][1:]
 
 
 def test_generator_flags_are_refused_for_converters(tmp_path, capsys):

@@ -21,7 +21,7 @@ SHOWN_SKIPS = 10  # skipped rows listed one by one; the rest are counted
 SEARCH_SFT = "search_sft"
 CODE_SFT = "code_sft"
 TASK = "task"
-GENERATOR_FLAGS = ("n", "seed", "topk", "retry_fraction", "two_hop_share", "cache_dir")
+GENERATOR_FLAGS = ("n", "seed", "topk", "retry_fraction", "two_hop_share", "opener", "cache_dir")
 VERIFIERS = "verifiers:"
 
 
@@ -119,6 +119,11 @@ def _add_generator_args(p: argparse.ArgumentParser) -> None:
         type=float,
         help="search_sft: share of the demonstrations that are two-hop (default 0.5; the training "
         "questions alone hold about a quarter)",
+    )
+    gen.add_argument(
+        "--opener",
+        help="search_sft: how each episode's first thought begins: 'subject' (default: it first names what "
+        "the question is about, the entity or the bridge's description) or 'plain'",
     )
     gen.add_argument("--cache-dir", help="where the built-in index is built once (default: turnrl's cache)")
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 # the other datasets' flags; a verifiers environment's rows are its own tasks
 NOT_FOR_VERIFIERS = ("input", "from_hub", "split", "data_source", "arg")
-NOT_FOR_VERIFIERS += ("n", "seed", "topk", "retry_fraction", "two_hop_share", "cache_dir")
+NOT_FOR_VERIFIERS += ("n", "seed", "topk", "retry_fraction", "two_hop_share", "opener", "cache_dir")
 
 
 def run_verifiers(ns: argparse.Namespace) -> int:

@@ -83,6 +83,19 @@ BRIDGE_THOUGHTS = (
     "First step done: according to Doc {i}, it is {bridge}. The question asks about {bridge}, so I search again for {what}.",
     "First step done: Doc {i} names {bridge}. I still need {what}, so I will search for it.",
 )
+# `opener="subject"`: every opening thought first names what the question is about, copied from the
+# question: the entity itself for a one-hop question, the bridge's description for a two-hop one. The
+# choice of protocol then comes after copied words (the description's first word, "town", "founder",
+# "river", against the entity's name) rather than as the first word of the episode, where a model
+# trained on both kinds opened every greedy episode alike, chosen by the seed (README, the search agent).
+SUBJECT = "This question is about {subject}."
+BRIDGE_SUBJECT = {  # the bridge, as the two-hop questions describe it, by the first relation
+    "birthplace": "the town where {e} was born",
+    "founder": "the founder of {e}",
+    "headquarters": "the town where {e} is based",
+    "river": "the river through {e}",
+}
+OPENERS = ("plain", "subject")
 RETRY_THOUGHTS = {  # after a query that missed: with the name left out, or with it
     False: "These passages are about other {kind}, not {e}. I should search again with its name.",
     True: "The results do not say {what}. Let me try a more specific query.",
@@ -193,8 +206,10 @@ def demonstration(
     retry_fraction: float,
     report: Report,
     doc_ids: dict[str, str],
+    opener: str = "plain",
 ) -> dict[str, Any] | None:
-    """The task row of question `q` with its scripted `episode`, or None when no query finds a fact."""
+    """The task row of question `q` with its scripted `episode`, or None when no query finds a fact.
+    `opener`: one of `OPENERS` ("subject": the opening thought first names what the question is about)."""
     t = TEMPLATES[q.template]
     rng = random.Random(f"{seed}/{q.text}")  # a question's wording does not depend on --n
     answer = q.answers[0]
@@ -210,6 +225,8 @@ def demonstration(
         if hop == 0:
             one = t.hops == 1
             thought = rng.choice(FIRST_THOUGHTS if one else TWO_HOP_THOUGHTS).format(**fill)
+            if opener == "subject":
+                thought = f"{_subject(e, p, None if one else relation)} {thought}"
             # a nameless first query only where it really misses: one that hits by luck teaches nothing
             if one and rng.random() < retry_fraction and not _found(search(p.vague)[1], doc_ids[e]):
                 styles.insert(0, "vague")
@@ -227,6 +244,17 @@ def demonstration(
     assert step is not None
     report.missed.update(missed)
     return _answered(q, index, answer, rng, step, episode, first_style, report)
+
+
+def _subject(e: str, p: Phrasing, bridge_relation: str | None) -> str:
+    """The opener's first sentence: the entity the question is about, or the bridge's description
+    when the question's first hop (`bridge_relation`) names it."""
+    if bridge_relation is None:
+        return SUBJECT.format(subject=f"the {e}" if p.kind == "rivers" else e)
+    described = BRIDGE_SUBJECT.get(bridge_relation)
+    if described is None:
+        raise DemoError(f"search_sft: no bridge description for relation '{bridge_relation}' (add it to BRIDGE_SUBJECT)")
+    return SUBJECT.format(subject=described.format(e=e))
 
 
 def _wording(q: Question, e: str, p: Phrasing) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
@@ -279,10 +307,12 @@ def build(
     retry_fraction: float,
     cache: Path,
     two_hop_share: float | None = None,
+    opener: str = "subject",
 ) -> tuple[list[dict[str, Any]], Report]:
     """Demonstrations for up to `n` training questions (all when None), in a seed-shuffled order.
     `two_hop_share`: the share of the `n` questions that are two-hop (None: as they come, about a
-    quarter); a question that no query finds is skipped, so the written share can differ a little."""
+    quarter); a question that no query finds is skipped, so the written share can differ a little.
+    `opener`: how an episode's first thought begins (`OPENERS`; "plain": the protocol's first words)."""
     val, train = indexed()
     held_out = {q.text for _, q in val}
     train = [(i, q) for i, q in train if q.template in DEMO_TEMPLATES]
@@ -296,7 +326,9 @@ def build(
     report.used = len(train)
     search = InProcessSearch(cache, topk)
     doc_ids = build_doc_ids()
-    rows = [demonstration(q, i, seed, search, retry_fraction, report, doc_ids) for i, q in train]
+    if opener not in OPENERS:
+        raise DemoError(f"search_sft: --opener must be one of {', '.join(OPENERS)}, got '{opener}'")
+    rows = [demonstration(q, i, seed, search, retry_fraction, report, doc_ids, opener) for i, q in train]
     return [r for r in rows if r is not None], report
 
 
