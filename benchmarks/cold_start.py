@@ -311,7 +311,7 @@ def main() -> None:
     ap.add_argument("--demos", type=int, default=192, help="SFT demonstrations")
     ap.add_argument("--two-hop-share", type=float, default=0.5, help="share of two-hop demonstrations")
     ap.add_argument(
-        "--opener", choices=("plain", "subject"), default="subject",
+        "--opener", choices=("plain", "subject", "joined"), default="subject",
         help="search_sft --opener: 'subject' first names what the question is about (the earlier runs: plain)",
     )  # fmt: skip
     ap.add_argument(

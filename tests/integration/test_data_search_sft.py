@@ -118,7 +118,7 @@ def test_topk_sets_the_passages_per_search(tmp_path, capsys):
         (["--n", "0"], "--n must be >= 1"),
         (["--retry-fraction", "2"], "--retry-fraction must be in [0, 1]"),
         (["--two-hop-share", "1.5"], "--two-hop-share must be in [0, 1], got 1.5"),
-        (["--opener", "loud"], "--opener must be one of plain, subject, got 'loud'"),
+        (["--opener", "loud"], "--opener must be one of plain, subject, joined, got 'loud'"),
     ],
 )
 def test_bad_flags_are_one_line(tmp_path, capsys, flags, expected):
@@ -152,15 +152,28 @@ def test_the_opener_names_the_entity_or_the_bridge_description(full, tmp_path, c
             described = demos.BRIDGE_SUBJECT[TEMPLATES[q.template].chain[0]].format(e=q.entities[0])
             assert first.startswith(f"<think> This question is about {described}. This takes two searches")
     # every two-hop template the demonstrations show has a first relation with a description
-    assert {TEMPLATES[t].chain[0] for t in DEMO_TEMPLATES if TEMPLATES[t].hops == 2} <= set(demos.BRIDGE_SUBJECT)
+    assert {TEMPLATES[t].chain[0] for t in DEMO_TEMPLATES if TEMPLATES[t].hops == 2} <= set(
+        demos.BRIDGE_SUBJECT
+    )
     # --opener plain: the earlier openers, the same episodes otherwise
     plain, _ = generate(tmp_path, capsys, "plain", "--n", "30", "--opener", "plain")
     for a, b in zip(plain, rows[:30], strict=True):
         assert not a["episode"][0]["content"].startswith("<think> This question is about")
-        assert b["episode"][0]["content"].replace(a["episode"][0]["content"][len("<think> ") :], "").startswith(
-            "<think> This question is about"
+        assert (
+            b["episode"][0]["content"]
+            .replace(a["episode"][0]["content"][len("<think> ") :], "")
+            .startswith("<think> This question is about")
         )
         assert a["episode"][1:] == b["episode"][1:]
+    # --opener joined: a two-hop description and its protocol in one sentence; one-hop as "subject"
+    joined, _ = generate(tmp_path, capsys, "joined", "--n", "30", "--opener", "joined")
+    for a, b in zip(joined, rows[:30], strict=True):
+        first, subject = a["episode"][0]["content"], b["episode"][0]["content"]
+        if a["extra_info"]["hops"] == 1:
+            assert first == subject
+        else:  # "... the founder of Sithin Press, so this takes two searches. First I need ..."
+            assert ", so this takes two searches" in first
+            assert first == subject.replace(". This takes two searches", ", so this takes two searches", 1)
 
 
 def test_generator_flags_are_refused_for_converters(tmp_path, capsys):

@@ -95,7 +95,11 @@ BRIDGE_SUBJECT = {  # the bridge, as the two-hop questions describe it, by the f
     "headquarters": "the town where {e} is based",
     "river": "the river through {e}",
 }
-OPENERS = ("plain", "subject")
+# `opener="joined"`: the same, with a two-hop question's description and "this takes two searches"
+# in one sentence ("This question is about the founder of X, so this takes two searches."), so no
+# sentence boundary falls between them where a one-hop opener could start: with "subject", a model
+# that described the bridge still went on "I need to find ..." and searched once in some episodes.
+OPENERS = ("plain", "subject", "joined")
 RETRY_THOUGHTS = {  # after a query that missed: with the name left out, or with it
     False: "These passages are about other {kind}, not {e}. I should search again with its name.",
     True: "The results do not say {what}. Let me try a more specific query.",
@@ -209,7 +213,8 @@ def demonstration(
     opener: str = "plain",
 ) -> dict[str, Any] | None:
     """The task row of question `q` with its scripted `episode`, or None when no query finds a fact.
-    `opener`: one of `OPENERS` ("subject": the opening thought first names what the question is about)."""
+    `opener`: one of `OPENERS` ("subject", "joined": the opening thought first names what the question
+    is about)."""
     t = TEMPLATES[q.template]
     rng = random.Random(f"{seed}/{q.text}")  # a question's wording does not depend on --n
     answer = q.answers[0]
@@ -225,8 +230,14 @@ def demonstration(
         if hop == 0:
             one = t.hops == 1
             thought = rng.choice(FIRST_THOUGHTS if one else TWO_HOP_THOUGHTS).format(**fill)
-            if opener == "subject":
-                thought = f"{_subject(e, p, None if one else relation)} {thought}"
+            if opener != "plain":
+                subject = _subject(e, p, None if one else relation)
+                joined = opener == "joined" and not one
+                thought = (
+                    f"{subject[:-1]}, so {thought[0].lower()}{thought[1:]}"
+                    if joined
+                    else f"{subject} {thought}"
+                )
             # a nameless first query only where it really misses: one that hits by luck teaches nothing
             if one and rng.random() < retry_fraction and not _found(search(p.vague)[1], doc_ids[e]):
                 styles.insert(0, "vague")
@@ -253,7 +264,9 @@ def _subject(e: str, p: Phrasing, bridge_relation: str | None) -> str:
         return SUBJECT.format(subject=f"the {e}" if p.kind == "rivers" else e)
     described = BRIDGE_SUBJECT.get(bridge_relation)
     if described is None:
-        raise DemoError(f"search_sft: no bridge description for relation '{bridge_relation}' (add it to BRIDGE_SUBJECT)")
+        raise DemoError(
+            f"search_sft: no bridge description for relation '{bridge_relation}' (add it to BRIDGE_SUBJECT)"
+        )
     return SUBJECT.format(subject=described.format(e=e))
 
 
