@@ -311,8 +311,8 @@ def main() -> None:
     ap.add_argument("--demos", type=int, default=192, help="SFT demonstrations")
     ap.add_argument("--two-hop-share", type=float, default=0.5, help="share of two-hop demonstrations")
     ap.add_argument(
-        "--opener", choices=("plain", "subject", "joined"), default="subject",
-        help="search_sft --opener: 'subject' first names what the question is about (the earlier runs: plain)",
+        "--opener", choices=("plain", "subject", "joined"), default="joined",
+        help="search_sft --opener: 'joined'/'subject' first name what the question is about (runs before: plain)",
     )  # fmt: skip
     ap.add_argument(
         "--probe-prompts", type=int, default=32,

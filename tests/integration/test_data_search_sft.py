@@ -138,7 +138,7 @@ def test_the_two_hop_share_sets_the_mix(tmp_path, capsys):
 
 
 def test_the_opener_names_the_entity_or_the_bridge_description(full, tmp_path, capsys):
-    rows, _ = full
+    rows, _ = full  # the default opener, "joined"
     _, train = indexed()
     by_index = dict(train)
     for r in rows:
@@ -148,32 +148,29 @@ def test_the_opener_names_the_entity_or_the_bridge_description(full, tmp_path, c
             subject = f"the {q.entities[0]}" if TEMPLATES[q.template].subject == "river" else q.entities[0]
             assert first.startswith(f"<think> This question is about {subject}. ")
             assert "two searches" not in first
-        else:  # the bridge as the question describes it: "the founder of Sithin Press", then the protocol
+        else:  # the bridge as the question describes it, and the protocol in the same sentence
             described = demos.BRIDGE_SUBJECT[TEMPLATES[q.template].chain[0]].format(e=q.entities[0])
-            assert first.startswith(f"<think> This question is about {described}. This takes two searches")
+            assert first.startswith(f"<think> This question is about {described}, so this takes two searches")
     # every two-hop template the demonstrations show has a first relation with a description
     assert {TEMPLATES[t].chain[0] for t in DEMO_TEMPLATES if TEMPLATES[t].hops == 2} <= set(
         demos.BRIDGE_SUBJECT
     )
-    # --opener plain: the earlier openers, the same episodes otherwise
-    plain, _ = generate(tmp_path, capsys, "plain", "--n", "30", "--opener", "plain")
-    for a, b in zip(plain, rows[:30], strict=True):
-        assert not a["episode"][0]["content"].startswith("<think> This question is about")
-        assert (
-            b["episode"][0]["content"]
-            .replace(a["episode"][0]["content"][len("<think> ") :], "")
-            .startswith("<think> This question is about")
-        )
+    # --opener subject: two sentences ("... the founder of Sithin Press. This takes two searches ...")
+    subject, _ = generate(tmp_path, capsys, "subject", "--n", "30", "--opener", "subject")
+    for a, b in zip(subject, rows[:30], strict=True):
+        first, joined = a["episode"][0]["content"], b["episode"][0]["content"]
+        expected = joined.replace(", so this takes two searches", ". This takes two searches", 1)
+        assert first == expected and (a["extra_info"]["hops"] == 1) == (first == joined)
         assert a["episode"][1:] == b["episode"][1:]
-    # --opener joined: a two-hop description and its protocol in one sentence; one-hop as "subject"
-    joined, _ = generate(tmp_path, capsys, "joined", "--n", "30", "--opener", "joined")
-    for a, b in zip(joined, rows[:30], strict=True):
-        first, subject = a["episode"][0]["content"], b["episode"][0]["content"]
-        if a["extra_info"]["hops"] == 1:
-            assert first == subject
-        else:  # "... the founder of Sithin Press, so this takes two searches. First I need ..."
-            assert ", so this takes two searches" in first
-            assert first == subject.replace(". This takes two searches", ", so this takes two searches", 1)
+    # --opener plain: the openers without the subject sentence, the same episodes otherwise
+    plain, _ = generate(tmp_path, capsys, "plain", "--n", "30", "--opener", "plain")
+    for a, b in zip(plain, subject, strict=True):
+        first = a["episode"][0]["content"]
+        assert not first.startswith("<think> This question is about")
+        rest = first[len("<think> ") :]
+        assert b["episode"][0]["content"].endswith(rest)
+        assert b["episode"][0]["content"].startswith("<think> This question is about")
+        assert a["episode"][1:] == b["episode"][1:]
 
 
 def test_generator_flags_are_refused_for_converters(tmp_path, capsys):

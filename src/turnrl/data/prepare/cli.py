@@ -122,9 +122,9 @@ def _add_generator_args(p: argparse.ArgumentParser) -> None:
     )
     gen.add_argument(
         "--opener",
-        help="search_sft: how each episode's first thought begins: 'subject' (default: it first names what "
-        "the question is about, the entity or the bridge's description), 'joined' (the same, with a two-hop "
-        "description and 'this takes two searches' in one sentence) or 'plain'",
+        help="search_sft: how each episode's first thought begins: 'joined' (default: it first names what "
+        "the question is about, the entity or the bridge's description, a two-hop description and 'this "
+        "takes two searches' in one sentence), 'subject' (the same in two sentences) or 'plain' (neither)",
     )
     gen.add_argument("--cache-dir", help="where the built-in index is built once (default: turnrl's cache)")
 

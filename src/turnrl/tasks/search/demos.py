@@ -320,7 +320,7 @@ def build(
     retry_fraction: float,
     cache: Path,
     two_hop_share: float | None = None,
-    opener: str = "subject",
+    opener: str = "joined",
 ) -> tuple[list[dict[str, Any]], Report]:
     """Demonstrations for up to `n` training questions (all when None), in a seed-shuffled order.
     `two_hop_share`: the share of the `n` questions that are two-hop (None: as they come, about a
