@@ -72,7 +72,7 @@ def run_search_sft(ns: argparse.Namespace) -> int:
     share = ns.two_hop_share if ns.two_hop_share is not None else 0.5
     if not 0.0 <= share <= 1.0:
         raise DataError(f"--two-hop-share must be in [0, 1], got {share}")
-    opener = ns.opener if ns.opener is not None else "joined"
+    opener = ns.opener if ns.opener is not None else demos.DEFAULT_OPENER
     if opener not in demos.OPENERS:
         raise DataError(f"--opener must be one of {', '.join(demos.OPENERS)}, got '{opener}'")
     out = Path(ns.out)

@@ -100,6 +100,7 @@ BRIDGE_SUBJECT = {  # the bridge, as the two-hop questions describe it, by the f
 # sentence boundary falls between them where a one-hop opener could start: with "subject", a model
 # that described the bridge still went on "I need to find ..." and searched once in some episodes.
 OPENERS = ("plain", "subject", "joined")
+DEFAULT_OPENER = "joined"
 RETRY_THOUGHTS = {  # after a query that missed: with the name left out, or with it
     False: "These passages are about other {kind}, not {e}. I should search again with its name.",
     True: "The results do not say {what}. Let me try a more specific query.",
@@ -210,7 +211,7 @@ def demonstration(
     retry_fraction: float,
     report: Report,
     doc_ids: dict[str, str],
-    opener: str = "plain",
+    opener: str = DEFAULT_OPENER,
 ) -> dict[str, Any] | None:
     """The task row of question `q` with its scripted `episode`, or None when no query finds a fact.
     `opener`: one of `OPENERS` ("subject", "joined": the opening thought first names what the question
@@ -320,7 +321,7 @@ def build(
     retry_fraction: float,
     cache: Path,
     two_hop_share: float | None = None,
-    opener: str = "joined",
+    opener: str = DEFAULT_OPENER,
 ) -> tuple[list[dict[str, Any]], Report]:
     """Demonstrations for up to `n` training questions (all when None), in a seed-shuffled order.
     `two_hop_share`: the share of the `n` questions that are two-hop (None: as they come, about a
