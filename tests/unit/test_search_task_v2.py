@@ -110,6 +110,15 @@ def test_a_two_hop_opener_or_bridge_step_never_starts_like_a_one_hop_opener_or_a
     assert not any(a.startswith(b) or b.startswith(a) for a in bridge for b in answer if a and b)
 
 
+def test_a_bridge_step_says_it_is_not_the_answer_before_it_copies_anything():
+    """A bridge step that copied the passage first and committed after ("Doc 1 says: ... So it is X.
+    That is not the answer yet.") shared that prefix with an answer ("Doc 1 says: ... So the answer is
+    X."), and one SFT seed ended its bridge steps as answers (README). Each bridge thought's fixed text
+    before its first placeholder already says it is not the answer."""
+    for thought in search_demos.BRIDGE_THOUGHTS:
+        assert "not the answer" in thought.split("{", 1)[0], thought
+
+
 def test_one_search_of_the_question_text_rarely_shows_a_two_hop_answer(val, search, capsys):
     seen: dict[str, list[bool]] = defaultdict(list)
     both: list[bool] = []  # a comparison's answer is a name it asks about: count its two facts instead
@@ -242,6 +251,19 @@ def test_train_val_two_hop_keeps_the_two_hop_questions_of_validations_templates_
     ]
 
 
+def test_train_val_two_hop_mix_adds_one_one_hop_question_for_every_three_two_hop_ones(train, val):
+    two_hop = {r["extra_info"]["index"] for r in rows("train", 0, train="val_two_hop")}
+    mix = rows("train", 5, train="val_two_hop_mix")
+    one_hop = [r for r in mix if r["data_source"] == "turnrl/search/1hop"]
+    assert {r["extra_info"]["index"] for r in mix} - {r["extra_info"]["index"] for r in one_hop} == two_hop
+    assert len(one_hop) == round(len(two_hop) / 3)  # 330 two-hop: 110 one-hop
+    # the same one-hop questions whatever the seed (the first in the fixed order), only shuffled
+    again = rows("train", 6, train="val_two_hop_mix")
+    assert {r["extra_info"]["index"] for r in again} == {r["extra_info"]["index"] for r in mix}
+    assert [r["extra_info"]["index"] for r in again] != [r["extra_info"]["index"] for r in mix]
+    assert not {r["extra_info"]["index"] for r in mix} & {r["extra_info"]["index"] for r in val}
+
+
 def test_counterfactual_keeps_the_names_and_changes_the_answers(tmp_path):
     base, other = rows("val", 0), rows("val", 0, facts_seed=1)
     assert [r["prompt"] for r in base] == [r["prompt"] for r in other]  # the same questions
@@ -277,7 +299,7 @@ def test_the_worked_example_is_optional_and_about_nothing_in_the_corpus():
         ({"bridge_credit": "0.3"}, "bridge_credit must be a number in [0, 0.9), got '0.3'"),
         ({"bridge_credit": True}, "bridge_credit must be a number"),
         ({"val": "train"}, "val must be one of held_out, demonstrated, got 'train'"),
-        ({"train": "two_hop"}, "train must be one of all, val_two_hop, got 'two_hop'"),
+        ({"train": "two_hop"}, "train must be one of all, val_two_hop, val_two_hop_mix, got 'two_hop'"),
         ({"example": "yes"}, "example must be true or false"),
         ({"facts_seed": "one"}, "facts_seed must be an integer"),
     ],

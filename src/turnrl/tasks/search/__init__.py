@@ -46,9 +46,12 @@ MAX_ANSWER_WORDS = 8  # longer is an explanation, not an answer: no format credi
 ARGS = ("example", "facts_seed", "val", "bridge_credit", "train")
 SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL)
 VAL_SETS = ("held_out", "demonstrated")
-# which training questions `rows("train")` gives: every one, or only the two-hop questions of the
-# templates validation asks (RL's prompts for the chaining it must extend past the demonstrations)
-TRAIN_SETS = ("all", "val_two_hop")
+# which training questions `rows("train")` gives: every one; only the two-hop questions of the
+# templates validation asks (RL's prompts for the chaining it must extend past the demonstrations);
+# or those and one one-hop question for every three of them, so RL also sees questions where one
+# search is right (with two-hop prompts alone, RL taught a second search on every question: README)
+TRAIN_SETS = ("all", "val_two_hop", "val_two_hop_mix")
+MIX_ONE_HOP_PER_TWO_HOP = 1 / 3
 
 INSTRUCTIONS = (
     "Answer the question below. Think step by step inside <think> and </think> whenever you get new "
@@ -141,13 +144,17 @@ def indexed(facts_seed: int = FACTS_SEED) -> tuple[list[tuple[int, Question]], l
 
 def rows(split_name: str, seed: int, **args: Any) -> list[dict[str, Any]]:
     """`val`: the held-out questions in a fixed order; `train`: the training world's questions (with
-    `train=val_two_hop` only its two-hop questions of the templates validation asks), shuffled by
-    `seed` (the corpus is fixed, so `seed` changes only the training order)."""
+    `train=val_two_hop` only its two-hop questions of the templates validation asks; `val_two_hop_mix`
+    those and the first third as many one-hop questions, in the fixed order), shuffled by `seed` (the
+    corpus is fixed, so `seed` changes only the training order)."""
     opts = options(args)
     val, train = indexed(opts.facts_seed)
     if split_name == "train":
-        if opts.train == "val_two_hop":
-            train = [(i, q) for i, q in train if q.sort == "2hop" and TEMPLATES[q.template].val]
+        if opts.train != "all":
+            two_hop = [(i, q) for i, q in train if q.sort == "2hop" and TEMPLATES[q.template].val]
+            one_hop = [(i, q) for i, q in train if q.sort == "1hop"]
+            extra = round(len(two_hop) * MIX_ONE_HOP_PER_TWO_HOP) if opts.train == "val_two_hop_mix" else 0
+            train = two_hop + one_hop[:extra]
         out = [make_row(q, "train", i, opts.example, opts.bridge_credit) for i, q in train]
         random.Random(seed).shuffle(out)
         return out

@@ -70,18 +70,23 @@ FIRST_THOUGHTS = (
     "I have never heard of {e}. I should look up {what}.",
 )
 # A two-hop opener never starts like a one-hop one (greedy decoding commits at the first words: when
-# both began "I do not know ...", a model trained on both opened every episode as a one-hop one), and
-# a bridge step never starts like an answer (answers open with "Doc", "According", "The passage",
-# "I found"); the bridge step says why the first passage is not yet the answer.
+# both began "I do not know ...", a model trained on both opened every greedy episode as a one-hop one),
+# and a bridge step never starts like an answer (answers open with "Doc", "According", "The passage",
+# "I found"). A bridge step also says it is not the answer before it copies anything: when it first
+# copied the passage's sentence and only then went on "So it is X. That is not the answer yet." (an
+# answer goes on "So the answer is X."), one SFT seed wrote the answer's ending after the bridge's
+# start on 30 of 32 demonstrated two-hop questions (README, the search agent).
 TWO_HOP_THOUGHTS = (
     "This takes two searches. First I need {what}.",
     "This takes two searches: first {what}, then what the question asks about it.",
     "This takes two searches. The answer depends on {what}, which I must look up first.",
 )
+BRIDGE_COMMIT = "First step done, not the answer yet."
 BRIDGE_THOUGHTS = (
-    "First step done: Doc {i} says: {sentence} So it is {bridge}. That is not the answer yet. Now I need {what}.",
-    "First step done: according to Doc {i}, it is {bridge}. The question asks about {bridge}, so I search again for {what}.",
-    "First step done: Doc {i} names {bridge}. I still need {what}, so I will search for it.",
+    BRIDGE_COMMIT + " Doc {i} says: {sentence} That makes it {bridge}, and now I need {what}.",
+    BRIDGE_COMMIT
+    + " According to Doc {i}, it is {bridge}. The question asks about {bridge}, so I search again for {what}.",
+    BRIDGE_COMMIT + " Doc {i} names {bridge}. I still need {what}, so I will search for it.",
 )
 # `opener="subject"`: every opening thought first names what the question is about, copied from the
 # question: the entity itself for a one-hop question, the bridge's description for a two-hop one. The
