@@ -114,9 +114,20 @@ def test_a_bridge_step_says_it_is_not_the_answer_before_it_copies_anything():
     """A bridge step that copied the passage first and committed after ("Doc 1 says: ... So it is X.
     That is not the answer yet.") shared that prefix with an answer ("Doc 1 says: ... So the answer is
     X."), and one SFT seed ended its bridge steps as answers (README). Each bridge thought's fixed text
-    before its first placeholder already says it is not the answer."""
+    before its first placeholder says it is not the answer."""
     for thought in search_demos.BRIDGE_THOUGHTS:
         assert "not the answer" in thought.split("{", 1)[0], thought
+
+
+def test_a_bridge_step_shares_no_span_with_an_answer():
+    """A bridge step that committed first and then copied the passage as answers do ("Doc 1 says:
+    <sentence>") let answers end as bridge steps, searching again until the turn limit (README): no
+    bridge thought copies the sentence or holds an answer thought's first three words."""
+    answer_starts = {" ".join(t.split()[:3]) for t in search_demos.ANSWER_THOUGHTS}
+    assert "Doc {i} says:" in answer_starts  # the span the earlier bridge step shared
+    for thought in search_demos.BRIDGE_THOUGHTS:
+        assert "{sentence}" not in thought, thought
+        assert not [a for a in answer_starts if a in thought], thought
 
 
 def test_one_search_of_the_question_text_rarely_shows_a_two_hop_answer(val, search, capsys):

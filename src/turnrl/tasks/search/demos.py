@@ -72,21 +72,25 @@ FIRST_THOUGHTS = (
 # A two-hop opener never starts like a one-hop one (greedy decoding commits at the first words: when
 # both began "I do not know ...", a model trained on both opened every greedy episode as a one-hop one),
 # and a bridge step never starts like an answer (answers open with "Doc", "According", "The passage",
-# "I found"). A bridge step also says it is not the answer before it copies anything: when it first
-# copied the passage's sentence and only then went on "So it is X. That is not the answer yet." (an
-# answer goes on "So the answer is X."), one SFT seed wrote the answer's ending after the bridge's
-# start on 30 of 32 demonstrated two-hop questions (README, the search agent).
+# "I found"). A bridge step also says it is not the answer before it copies anything, and then
+# shares no words with an answer: when it copied the passage's sentence first and went on "So it is X.
+# That is not the answer yet." (an answer goes on "So the answer is X."), one SFT seed ended 30 of 32
+# demonstrated bridge steps as answers; when it committed first and then copied the sentence as
+# answers do ("Doc 1 says: ..."), seeds 1 and 3 wrote answers that ended as bridge steps and searched
+# again until the turn limit (README, the search agent).
 TWO_HOP_THOUGHTS = (
     "This takes two searches. First I need {what}.",
     "This takes two searches: first {what}, then what the question asks about it.",
     "This takes two searches. The answer depends on {what}, which I must look up first.",
 )
 BRIDGE_COMMIT = "First step done, not the answer yet."
+# the bridge is named after the description the opener copied from the question ("The founder of X
+# is Y"): without it, one seed named whichever entity the passage held first (a company's town for
+# its founder) on 4 of 32 demonstrated questions (README)
 BRIDGE_THOUGHTS = (
-    BRIDGE_COMMIT + " Doc {i} says: {sentence} That makes it {bridge}, and now I need {what}.",
-    BRIDGE_COMMIT
-    + " According to Doc {i}, it is {bridge}. The question asks about {bridge}, so I search again for {what}.",
-    BRIDGE_COMMIT + " Doc {i} names {bridge}. I still need {what}, so I will search for it.",
+    BRIDGE_COMMIT + " {Described} is {bridge}, so now I need {what}.",
+    BRIDGE_COMMIT + " {Described} is {bridge}. I still need {what}, so I will search for it.",
+    BRIDGE_COMMIT + " The question asks about {described}, which is {bridge}, so I search again for {what}.",
 )
 # `opener="subject"`: every opening thought first names what the question is about, copied from the
 # question: the entity itself for a one-hop question, the bridge's description for a two-hop one. The
@@ -235,6 +239,7 @@ def demonstration(
         styles = rng.sample(["question" if hop == 0 else "name", "keywords"], 2)
         if hop == 0:
             one = t.hops == 1
+            described = "" if one else _described(e, relation)
             thought = rng.choice(FIRST_THOUGHTS if one else TWO_HOP_THOUGHTS).format(**fill)
             if opener != "plain":
                 subject = _subject(e, p, None if one else relation)
@@ -249,8 +254,8 @@ def demonstration(
                 styles.insert(0, "vague")
             first_style = styles[0]
         else:
-            assert step is not None  # the bridge step: quote where the bridge entity was read
-            thought = _bridge_thought(rng, step, e, fill["what"])
+            assert step is not None  # the bridge step: the first hop found the bridge entity
+            thought = _bridge_thought(rng, described, e, fill["what"])
         step = _look_up(search, queries, styles, doc_ids[e], thought, retry)
         if step.rank < 0:
             report.missed.update(missed + step.missed[:-1])  # the last miss was followed by no search
@@ -268,12 +273,17 @@ def _subject(e: str, p: Phrasing, bridge_relation: str | None) -> str:
     when the question's first hop (`bridge_relation`) names it."""
     if bridge_relation is None:
         return SUBJECT.format(subject=f"the {e}" if p.kind == "rivers" else e)
+    return SUBJECT.format(subject=_described(e, bridge_relation))
+
+
+def _described(e: str, bridge_relation: str) -> str:
+    """The bridge as a two-hop question about `e` describes it ("the founder of Sithin Press")."""
     described = BRIDGE_SUBJECT.get(bridge_relation)
     if described is None:
         raise DemoError(
             f"search_sft: no bridge description for relation '{bridge_relation}' (add it to BRIDGE_SUBJECT)"
         )
-    return SUBJECT.format(subject=described.format(e=e))
+    return described.format(e=e)
 
 
 def _wording(q: Question, e: str, p: Phrasing) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
@@ -287,10 +297,11 @@ def _wording(q: Question, e: str, p: Phrasing) -> tuple[dict[str, str], dict[str
     return fill, queries, retry
 
 
-def _bridge_thought(rng: random.Random, prev: _Step, bridge: str, what: str) -> str:
-    """The second hop's thought: the sentence of the first hop's document that names `bridge`."""
-    sentence = _fact_sentence(prev.docs[prev.rank]["contents"], bridge)
-    return rng.choice(BRIDGE_THOUGHTS).format(i=prev.rank + 1, sentence=sentence, bridge=bridge, what=what)
+def _bridge_thought(rng: random.Random, described: str, bridge: str, what: str) -> str:
+    """The second hop's thought: `bridge`, found by the first hop, as the question `described` it,
+    and what to look up about it."""
+    cap = described[0].upper() + described[1:]
+    return rng.choice(BRIDGE_THOUGHTS).format(Described=cap, described=described, bridge=bridge, what=what)
 
 
 def _answered(
