@@ -173,6 +173,26 @@ def test_the_opener_names_the_entity_or_the_bridge_description(full, tmp_path, c
         assert a["episode"][1:] == b["episode"][1:]
 
 
+def test_the_bridge_step_names_the_bridge_after_the_question_s_description(full):
+    """ "First step done, not the answer yet. The founder of X is Y ...": the bridge entity comes right
+    after the description the opener copied, and nothing of the first passage is copied."""
+    rows, _ = full
+    _, train = indexed()
+    by_index = dict(train)
+    seen = 0
+    for r in rows:
+        q = by_index[r["extra_info"]["index"]]
+        if q.hops != 2:
+            continue
+        described = demos.BRIDGE_SUBJECT[TEMPLATES[q.template].chain[0]].format(e=q.entities[0])
+        bridge = next(m["content"] for m in r["episode"] if "First step done" in m["content"])
+        assert bridge.startswith("<think> First step done, not the answer yet. "), bridge
+        assert f"{described}, which is {q.bridge}," in bridge or f"{described[1:]} is {q.bridge}" in bridge
+        assert "Doc" not in bridge.split("</think>")[0]  # no passage quoted, none pointed at
+        seen += 1
+    assert seen > 20
+
+
 def test_generator_flags_are_refused_for_converters(tmp_path, capsys):
     assert main(["data", "gsm8k", "--input", "x.jsonl", "--out", str(tmp_path / "o"), "--n", "3"]) == 2
     assert "--n: only for search_sft" in capsys.readouterr().err
