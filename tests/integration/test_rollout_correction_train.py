@@ -73,10 +73,15 @@ def test_auto_bypass_skips_the_pass_when_the_engine_is_the_trainers_module(tmp_p
     for a, r in zip(auto, recompute, strict=True):
         assert "timing_s/old_log_prob" not in a and "timing_s/old_log_prob" in r
         assert r["rollout_corr/abs_diff_max"] < 1e-4  # what auto relies on, measured by the recompute
-        for key in ("critic/score/mean", "response_length/mean"):
-            assert a[key] == r[key], key
-        for key in ("actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "actor/pg_clipfrac"):
-            assert a[key] == pytest.approx(r[key], abs=1e-5), (a["step"], key, a[key], r[key])
+    # the first step samples from the same weights in both runs: the same episodes, the same update.
+    # The second step's episodes come from weights one update apart by rounding, and on an Intel Xeon
+    # with AMX, as one of two pytest workers, that flipped a sampled token (score mean 0.5797 against
+    # 0.5775), so only the first step is compared
+    a, r = auto[0], recompute[0]
+    for key in ("critic/score/mean", "response_length/mean"):
+        assert a[key] == r[key], key
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "actor/pg_clipfrac"):
+        assert a[key] == pytest.approx(r[key], abs=1e-5), (a["step"], key, a[key], r[key])
 
 
 @pytest.mark.timeout(300)
