@@ -86,7 +86,7 @@ TWO_HOP_THOUGHTS = (
 BRIDGE_COMMIT = "First step done, not the answer yet."
 # the bridge is named after the description the opener copied from the question ("The founder of X
 # is Y"): without it, one seed named whichever entity the passage held first (a company's town for
-# its founder) on 4 of 32 demonstrated questions (README)
+# its founder) on 7 of 32 demonstrated questions (README)
 BRIDGE_THOUGHTS = (
     BRIDGE_COMMIT + " {Described} is {bridge}, so now I need {what}.",
     BRIDGE_COMMIT + " {Described} is {bridge}. I still need {what}, so I will search for it.",
@@ -242,7 +242,7 @@ def demonstration(
             described = "" if one else _described(e, relation)
             thought = rng.choice(FIRST_THOUGHTS if one else TWO_HOP_THOUGHTS).format(**fill)
             if opener != "plain":
-                subject = _subject(e, p, None if one else relation)
+                subject = _subject(e, p, described)
                 joined = opener == "joined" and not one
                 thought = (
                     f"{subject[:-1]}, so {thought[0].lower()}{thought[1:]}"
@@ -268,12 +268,12 @@ def demonstration(
     return _answered(q, index, answer, rng, step, episode, first_style, report)
 
 
-def _subject(e: str, p: Phrasing, bridge_relation: str | None) -> str:
-    """The opener's first sentence: the entity the question is about, or the bridge's description
-    when the question's first hop (`bridge_relation`) names it."""
-    if bridge_relation is None:
+def _subject(e: str, p: Phrasing, described: str) -> str:
+    """The opener's first sentence: the bridge's description (`_described`) for a two-hop question,
+    or, where there is none (""), the entity the question is about."""
+    if not described:
         return SUBJECT.format(subject=f"the {e}" if p.kind == "rivers" else e)
-    return SUBJECT.format(subject=_described(e, bridge_relation))
+    return SUBJECT.format(subject=described)
 
 
 def _described(e: str, bridge_relation: str) -> str:
