@@ -55,6 +55,7 @@ from typing import Any
 from _cli import cli, read_jsonl, report
 
 from turnrl.tasks.search import SEARCH
+from turnrl.tasks.search.demos import DEFAULT_OPENER, OPENERS
 
 TINY = {  # a smoke run: every stage and file, in a few minutes
     "seeds": 1,
@@ -311,7 +312,7 @@ def main() -> None:
     ap.add_argument("--demos", type=int, default=192, help="SFT demonstrations")
     ap.add_argument("--two-hop-share", type=float, default=0.5, help="share of two-hop demonstrations")
     ap.add_argument(
-        "--opener", choices=("plain", "subject", "joined"), default="joined",
+        "--opener", choices=OPENERS, default=DEFAULT_OPENER,
         help="search_sft --opener: 'joined'/'subject' first name what the question is about (runs before: plain)",
     )  # fmt: skip
     ap.add_argument(
