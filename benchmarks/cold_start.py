@@ -306,7 +306,7 @@ def main() -> None:
     ap.add_argument(
         "--no-cf",
         action="store_true",
-        help="skip the counterfactual passes (about 15 min a model here); a later --resume without it adds them",
+        help="skip the counterfactual passes (64 questions: 3-4 min a model on one thread of a 2-core Xeon); a later --resume without it adds them",
     )
     ap.add_argument("--facts-seed", type=int, default=1, help="the counterfactual corpus's facts seed")
     ap.add_argument("--demos", type=int, default=192, help="SFT demonstrations")
