@@ -3,6 +3,7 @@
     python benchmarks/code_agent.py                                  # embedded SmolLM2-135M, SFT then RL sized for ~45 min on 2 cores
     python benchmarks/code_agent.py --steps 8 --demos 256 --out runs/code_agent
     python benchmarks/code_agent.py --model tiny-random --tiny       # smoke run (~2-3 min, scores are ~0)
+    python benchmarks/code_agent.py --demo-problems half             # SFT shows 10 training problems, RL trains on all 19
 
 Every stage is the real CLI in a child process, one after the other:
 
@@ -46,6 +47,9 @@ from typing import Any
 from _cli import cli, report
 
 SORTS = {"new_problem": "turnrl/code/new_problem", "new_family": "turnrl/code/new_family"}
+
+HALF = "list_sum,list_max,reverse,upper,gcd,digit_sum,factorial,fibonacci,count_even,count_vowels"
+"""Two problems of each training family: a split that leaves RL nine training problems SFT never showed."""
 
 TINY = {  # a smoke run: every stage and file, in about two minutes
     "seeds": 1,
@@ -202,6 +206,13 @@ def parse() -> argparse.Namespace:
         "--val-prompts", type=int, default=0, help="validate on the first K held-out rows (0 = all 52)"
     )
     ap.add_argument("--demos", type=int, default=192, help="SFT demonstrations")
+    ap.add_argument(
+        "--demo-problems",
+        default="",
+        help="demonstrate only these training problems (comma-separated, as `turnrl data code_sft "
+        f"--problems`; `half` = {HALF}); RL still trains on every training problem, so the "
+        "undemonstrated ones give it groups that vary (default: every training problem)",
+    )
     ap.add_argument("--sft-epochs", type=int, default=1)
     ap.add_argument("--sft-lr", type=float, default=1e-4)
     ap.add_argument("--sft-batch", type=int, default=8, help="SFT demonstrations per optimizer step")
@@ -217,6 +228,8 @@ def parse() -> argparse.Namespace:
     if a.tiny:
         for key, value in TINY.items():
             setattr(a, key, value)
+    if a.demo_problems == "half":
+        a.demo_problems = HALF
     return a
 
 
@@ -266,8 +279,9 @@ def main() -> None:
         demos, sft_dir = out / f"demos_s{seed}", out / f"sft_s{seed}"
         train_s = stages.get(f"sft_s{seed}_train_s")
         if train_s is None:
+            only = ["--problems", a.demo_problems] if a.demo_problems else []
             data_s = cli(
-                ["data", "code_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(seed)],
+                ["data", "code_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(seed), *only],
                 out / f"demos_s{seed}.log",
             )
             sft_s = cli(
@@ -287,7 +301,7 @@ def main() -> None:
 
     print(
         f"\ncode agent: {a.model}; {a.seeds} seeds; SFT {a.demos} demonstrations x {a.sft_epochs} epochs, "
-        f"lr {a.sft_lr}; RL {a.steps} steps x {a.batch} prompts x {a.n} samples, response {a.response_length} tokens"
+        f"lr {a.sft_lr}{'; demonstrated: ' + a.demo_problems if a.demo_problems else ''}; RL {a.steps} steps x {a.batch} prompts x {a.n} samples, response {a.response_length} tokens"
     )
     cols = (
         "pass_rate/new_problem",

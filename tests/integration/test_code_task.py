@@ -102,12 +102,36 @@ def test_code_sft_writes_episodes_that_run_and_pass(tmp_path, capsys, sandbox):
         assert trained == row["episode"][0]["content"] + row["episode"][2]["content"]
 
 
+def test_code_sft_demonstrates_only_the_problems_named(tmp_path, capsys):
+    # training rows take the 19 training problems in turn, so list_sum is row 0, 19, 38, ... and
+    # reverse row 4, 23, 42, ...: 5 demonstrations of the two are rows 0, 4, 19, 23, 38
+    out = tmp_path / "demos"
+    only = ["--problems", "list_sum, reverse"]
+    assert main(["data", "code_sft", "--out", str(out), "--n", "5", "--seed", "2", *only]) == 0
+    rows = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
+    task_rows = code.rows("train", 2, n_train=39)
+    assert [r["extra_info"]["index"] for r in rows] == [0, 4, 19, 23, 38]
+    for row in rows:  # the RL run's own rows, at the same indices
+        assert {k: v for k, v in row.items() if k != "episode"} == task_rows[row["extra_info"]["index"]]
+    assert "2 problems of the training families (list_sum, reverse)" in capsys.readouterr().out
+
+
+def test_demo_problems_parses_and_refuses():
+    assert code.demo_problems(None) is None
+    assert code.demo_problems(" list_sum,reverse,list_sum ") == ("list_sum", "reverse")
+    for names, why in [("lcm", "'lcm' is a validation problem"), ("sum", "'sum' is not a training problem"),
+                       (" , ", "no problem named")]:  # fmt: skip
+        with pytest.raises(ValueError, match=why):
+            code.demo_problems(names)
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
         (["--topk", "2"], "--topk: only for search_sft"),
         (["--n", "0"], "--n must be >= 1"),
         (["--input", "x.jsonl"], "code_sft generates its rows from the built-in task"),
+        (["--problems", "list_sum,count_positive"], "code_sft: --problems: 'count_positive' is a validation"),
     ],
 )
 def test_code_sft_errors_are_one_line(tmp_path, capsys, argv, expected):
@@ -115,4 +139,12 @@ def test_code_sft_errors_are_one_line(tmp_path, capsys, argv, expected):
     assert main(["data", "code_sft", *argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0], err
+    assert not out.exists()
+
+
+def test_problems_is_code_sft_only(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["data", "search_sft", "--problems", "list_sum", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--problems: only for code_sft" in err[0], err
     assert not out.exists()

@@ -21,7 +21,9 @@ SHOWN_SKIPS = 10  # skipped rows listed one by one; the rest are counted
 SEARCH_SFT = "search_sft"
 CODE_SFT = "code_sft"
 TASK = "task"
-GENERATOR_FLAGS = ("n", "seed", "topk", "retry_fraction", "two_hop_share", "opener", "cache_dir")
+GENERATOR_FLAGS = ("n", "seed", "topk", "retry_fraction", "two_hop_share", "opener", "cache_dir", "problems")
+CODE_FLAGS = ("--n", "--seed", "--problems")
+"""The generator flags code_sft takes; --problems is code_sft's alone."""
 VERIFIERS = "verifiers:"
 
 
@@ -127,6 +129,11 @@ def _add_generator_args(p: argparse.ArgumentParser) -> None:
         "takes two searches' in one sentence), 'subject' (the same in two sentences) or 'plain' (neither)",
     )
     gen.add_argument("--cache-dir", help="where the built-in index is built once (default: turnrl's cache)")
+    gen.add_argument(
+        "--problems",
+        help="code_sft: demonstrate only these training problems (comma-separated names, e.g. "
+        "list_sum,reverse; default every training problem): RL can then train on the others",
+    )
 
 
 def data_command(ns: argparse.Namespace) -> int:
@@ -174,10 +181,12 @@ def _run_generator(ns: argparse.Namespace, generator_flags: list[str]) -> int:
         )
     from turnrl.data.prepare import tasks
 
+    if "--problems" in generator_flags and ns.dataset != CODE_SFT:
+        raise DataError("--problems: only for code_sft")
     if ns.dataset == SEARCH_SFT:
         return tasks.run_search_sft(ns)
     if ns.dataset == CODE_SFT:
-        not_code = [f for f in generator_flags if f not in ("--n", "--seed")]
+        not_code = [f for f in generator_flags if f not in CODE_FLAGS]
         if not_code:
             raise DataError(f"{', '.join(not_code)}: only for search_sft")
         return tasks.run_code_sft(ns)

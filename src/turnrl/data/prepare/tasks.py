@@ -105,14 +105,19 @@ def run_code_sft(ns: argparse.Namespace) -> int:
     seed = ns.seed if ns.seed is not None else 0
     if ns.n is not None and ns.n < 1:
         raise DataError(f"--n must be >= 1, got {ns.n}")
+    try:  # a bad name fails before anything is written
+        problems = code.demo_problems(ns.problems)
+    except ValueError as err:
+        raise DataError(f"code_sft: --problems: {err}") from None
     out = Path(ns.out)
     check_out_dir(out, ns.overwrite)
-    rows, report = code.demonstrations(ns.n, seed)
+    rows, report = code.demonstrations(ns.n, seed, problems=problems)
     path = out / OUT_FILE
     write_rows(rows, path)
     print(
         f"code_sft: {report.used} demonstrations from the code task's training rows (seed {seed}), "
-        f"{len(report.problems)} problems of the training families; each runs the reference program on "
+        f"{len(report.problems)} problems of the training families ({', '.join(sorted(report.problems))}); "
+        "each runs the reference program on "
         "its example, then answers with it"
     )
     print(f"  {path}: {len(rows)} demonstrations")

@@ -38,6 +38,7 @@ an error naming the valid ones.
 """
 
 from turnrl.tasks.code.demos import build as demonstrations
+from turnrl.tasks.code.demos import demo_problems
 from turnrl.tasks.code.problems import (
     HELD_OUT_PROBLEMS,
     PROBLEMS,
@@ -77,6 +78,7 @@ __all__ = [
     "VAL_SOURCES",
     "Problem",
     "compute_score",
+    "demo_problems",
     "demonstrations",
     "draw_tests",
     "make_row",

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from turnrl.tasks.code.problems import PROBLEMS
+from turnrl.tasks.code.problems import PROBLEMS, TRAIN_PROBLEMS
 from turnrl.tasks.code.task import N_TRAIN, rows
 
 if TYPE_CHECKING:
@@ -81,12 +81,39 @@ def episode(solution: str, example_input: str, expected: str) -> list[dict[str, 
     ]
 
 
-def build(n: int | None, seed: int, **args: Any) -> tuple[list[dict[str, Any]], Report]:
+def demo_problems(names: str | None) -> tuple[str, ...] | None:
+    """The training problems a comma-separated `names` picks (None: every one), refusing a name that
+    is not a training problem (a held-out one would break the split's disjointness)."""
+    if names is None:
+        return None
+    picked = tuple(dict.fromkeys(x.strip() for x in names.split(",") if x.strip()))
+    train = [p.name for p in TRAIN_PROBLEMS]
+    bad = [x for x in picked if x not in train]
+    if not bad and picked:
+        return picked
+    if not bad:
+        why = "no problem named"
+    elif bad[0] in BY_NAME:
+        why = f"'{bad[0]}' is a validation problem, never demonstrated"
+    else:
+        why = f"'{bad[0]}' is not a training problem"
+    raise ValueError(f"{why}; training problems: {', '.join(train)}")
+
+
+def build(
+    n: int | None, seed: int, problems: tuple[str, ...] | None = None, **args: Any
+) -> tuple[list[dict[str, Any]], Report]:
     """Demonstrations for the first `n` training rows of `seed` (all `N_TRAIN` when None); `args`
-    are the task's (`example`, ...), so the prompts are the RL run's."""
+    are the task's (`example`, ...), so the prompts are the RL run's. With `problems`, the first `n`
+    training rows of those problems: the same rows, at the same indices, as the RL run's prefix."""
     count = n if n is not None else int(args.pop("n_train", N_TRAIN))
     args.pop("n_train", None)
-    train = rows("train", seed, n_train=count, **args)
+    if problems is None:
+        train = rows("train", seed, n_train=count, **args)
+    else:  # training rows take the problems in turn: enough rounds to hold `count` of the chosen ones
+        rounds = -(-count // len(problems))
+        every = rows("train", seed, n_train=rounds * len(TRAIN_PROBLEMS), **args)
+        train = [r for r in every if r["extra_info"]["problem"] in problems][:count]
     problems = [BY_NAME[row["extra_info"]["problem"]] for row in train]
     shown = [row["extra_info"]["example_input"] for row in train]
     # each run is a subprocess that mostly waits to start: a few at once, results kept in row order
