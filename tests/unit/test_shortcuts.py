@@ -72,3 +72,31 @@ def test_gcd_parity_rule_on_real_gcd_rows():
     right = sum(gcd_parity(r) == r["reward_model"]["ground_truth"] for r in rows) / len(rows)
     assert scores["parity (2 if all even, else 1)"]["acc"] == pytest.approx(right) and right > 0
     assert "parity (2 if all even, else 1)" not in rules_for(ROWS)  # other tasks: not offered
+
+
+def test_by_gender_rule_on_hand_made_family_rows():
+    pytest.importorskip("reasoning_gym")
+    from reasoning_gym.graphs.family_relationships import FamilyRelationshipsConfig
+
+    from turnrl.evaluate.shortcuts import gender
+
+    male = set(FamilyRelationshipsConfig().male_names)
+    assert {"James", "Peter"} <= male and "Karen" not in male
+
+    def fam(q: str, answer: str) -> dict:
+        return {**row(q, answer), "data_source": "reasoning_gym/family_relationships"}
+
+    rows = [
+        fam("How is James related to Karen? Provide the relationship in one word.", "son"),
+        fam("What relation is Peter to James? Answer with a single word.", "father"),
+        fam("What is James to Olivia? Answer only with the word that describes their relationship.", "son"),
+        fam("How is Karen related to Peter? Provide the relationship in one word.", "wife"),
+    ]
+    assert [gender(r, male) for r in rows] == ["male", "male", "male", "female"]
+    rules = rules_for(rows)
+    # men: son twice, father once -> "son"; the one woman: "wife". Right on rows 1, 3 and 4: 3/4
+    name = "by gender (wife if female, son if male)"
+    assert name in rules and [rules[name](r) for r in rows] == ["son", "son", "son", "wife"]
+    scorer = get("reasoning_gym:family_relationships").scorer
+    assert score_rules(rows, scorer, {name: rules[name]})[name]["acc"] == pytest.approx(0.75)
+    assert not any(k.startswith("by gender") for k in rules_for(ROWS))  # other tasks: not offered

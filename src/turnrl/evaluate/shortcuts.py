@@ -13,6 +13,9 @@ held to exactly what the model is held to:
                       ceiling of a policy that never writes a minus sign
     parity (gcd)      2 when every number in the question is even, else 1: the greatest common
                       divisor's two most common values, told apart by the last digits
+    by gender         (family_relationships) the answer most often right for the gender of the
+                      person asked about, read from the dataset's name lists ("son" for a man's
+                      name, "wife" for a woman's): chosen on the rows, like the constant
 
 A rule that does not apply to a row (no expression in the question) answers nothing there.
 `benchmarks/shortcuts.py` prints them for a task's validation split.
@@ -73,6 +76,29 @@ def gcd_parity(row: Row) -> str | None:
     return None if not numbers else "2" if all(n % 2 == 0 for n in numbers) else "1"
 
 
+FAMILY_QUESTION = re.compile(r"(?:How is|What relation is|What is) (\w+)(?: related)? to \w+\?")
+"""family_relationships' three phrasings; group 1 is the person whose relation is asked."""
+
+
+def gender(row: Row, male: set[str]) -> str | None:
+    found = FAMILY_QUESTION.search(question(row))
+    return None if found is None else "male" if found.group(1) in male else "female"
+
+
+def by_gender(rows: list[Row]) -> tuple[str, Rule]:
+    """The rule's name and the rule: per gender of the person asked about, the most common right
+    answer on `rows` (an upper bound for any policy that reads only that person's name)."""
+    from reasoning_gym.graphs.family_relationships import FamilyRelationshipsConfig  # the rows imply it
+
+    male = set(FamilyRelationshipsConfig().male_names)
+    best = {
+        sex: Counter(truth(r) for r in rows if gender(r, male) == sex).most_common(1)[0][0]
+        for sex in {gender(r, male) for r in rows} - {None}
+    }
+    name = ", ".join(f"{best[sex]} if {sex}" for sex in sorted(best))
+    return f"by gender ({name})", lambda row: best.get(gender(row, male) or "")
+
+
 def rules_for(rows: list[Row]) -> dict[str, Rule]:
     """The shortcuts that apply to these rows: the constant always; the arithmetic rules where the
     questions end in an expression and some answers are negative (else they equal the truth)."""
@@ -89,6 +115,9 @@ def rules_for(rows: list[Row]) -> dict[str, Rule]:
         )
     if all(r["data_source"] == "reasoning_gym/gcd" for r in rows):
         rules["parity (2 if all even, else 1)"] = gcd_parity
+    if all(r["data_source"] == "reasoning_gym/family_relationships" for r in rows):
+        name, rule = by_gender(rows)
+        rules[name] = rule
     return rules
 
 
