@@ -87,7 +87,7 @@ def gender(row: Row, male: set[str]) -> str | None:
 
 def by_gender(rows: list[Row]) -> tuple[str, Rule]:
     """The rule's name and the rule: per gender of the person asked about, the most common right
-    answer on `rows` (an upper bound for any policy that reads only that person's name)."""
+    answer on `rows` (an upper bound for any policy that reads only that person's gender)."""
     from reasoning_gym.graphs.family_relationships import FamilyRelationshipsConfig  # the rows imply it
 
     male = set(FamilyRelationshipsConfig().male_names)
