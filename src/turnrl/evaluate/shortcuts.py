@@ -91,10 +91,12 @@ def by_gender(rows: list[Row]) -> tuple[str, Rule]:
     from reasoning_gym.graphs.family_relationships import FamilyRelationshipsConfig  # the rows imply it
 
     male = set(FamilyRelationshipsConfig().male_names)
-    best = {
-        sex: Counter(truth(r) for r in rows if gender(r, male) == sex).most_common(1)[0][0]
-        for sex in {gender(r, male) for r in rows} - {None}
-    }
+    counts: dict[str, Counter[str]] = {}
+    for r in rows:  # each row's gender read once
+        sex = gender(r, male)
+        if sex is not None:
+            counts.setdefault(sex, Counter())[truth(r)] += 1
+    best = {sex: c.most_common(1)[0][0] for sex, c in counts.items()}
     name = ", ".join(f"{best[sex]} if {sex}" for sex in sorted(best))
     return f"by gender ({name})", lambda row: best.get(gender(row, male) or "")
 

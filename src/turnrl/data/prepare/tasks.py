@@ -117,8 +117,7 @@ def run_code_sft(ns: argparse.Namespace) -> int:
     print(
         f"code_sft: {report.used} demonstrations from the code task's training rows (seed {seed}), "
         f"{len(report.problems)} problems of the training families ({', '.join(sorted(report.problems))}); "
-        "each runs the reference program on "
-        "its example, then answers with it"
+        "each runs the reference program on its example, then answers with it"
     )
     print(f"  {path}: {len(rows)} demonstrations")
     return 0
