@@ -33,6 +33,68 @@ def cli(args: list[str], log: Path) -> float:
     return wall
 
 
+class Stages:
+    """`<out>/stages.json`: the command and wall seconds of every CLI stage that finished. With
+    `--resume` a finished stage whose output is still there is not run again, so a measurement spread
+    over several sessions (one seed each) adds up to one table.
+
+    A finished stage whose command differs from the one this run would give it (an RL run of 6 steps
+    when 24 are asked) ends the benchmark with one line naming the difference: reusing it would put
+    two settings in one table, and running it again would overwrite what it measured."""
+
+    IGNORED = ("trainer.num_threads=",)
+    """Arguments left out of the comparison: the thread count changes a stage's speed, not what it
+    computes, and adding seeds on another machine should not be refused for it."""
+
+    def __init__(self, out: Path, resume: bool) -> None:
+        self.out = out
+        self.path = out / "stages.json"
+        self.done: dict[str, Any] = json.loads(self.path.read_text()) if resume and self.path.exists() else {}
+
+    def command(self, args: list[str]) -> list[str]:
+        """`args` as recorded: `--out`'s path written `{out}` (a moved directory still resumes)."""
+        return [a.replace(str(self.out), "{out}") for a in args if not a.startswith(self.IGNORED)]
+
+    def run(self, key: str, output: Path, args: list[str], log: Path) -> float:
+        """`turnrl ARGS` as stage `key` unless it finished before with these args and `output` is
+        still there. Returns the stage's wall seconds (the recorded ones when reused)."""
+        command = self.command(args)
+        entry = self.done.get(key)
+        if entry is not None and output.exists():
+            # entries of benchmarks from before the command was recorded: seconds, or a measurement dict
+            was = entry.get("command") if isinstance(entry, dict) else None
+            if was is not None and was != command:
+                sys.exit(f"--resume: stage {key} in {self.out} {difference(was, command)}; use another --out")
+            wall = float(entry["wall_s"] if isinstance(entry, dict) else entry)
+            print(f"  {key}: reused ({wall:.0f} s{'' if was else ', command not recorded'})", flush=True)
+            return wall
+        wall = cli(args, log)
+        self.done[key] = {"wall_s": wall, "command": command}
+        self.path.write_text(json.dumps(self.done, indent=1) + "\n")
+        return wall
+
+
+def difference(was: list[str], now: list[str]) -> str:
+    """What a recorded command has that the new one lacks, and the reverse, in one phrase (an option
+    with its value counts as one word: `--n 4` where this run asks `--n 5`)."""
+    before, after = words(was), words(now)
+    gone, added = [w for w in before if w not in after], [w for w in after if w not in before]
+    if not gone and not added:
+        return "ran the same arguments in another order"
+    return f"ran `{' '.join(gone) or '(nothing more)'}` where this run asks `{' '.join(added) or '(nothing more)'}`"
+
+
+def words(args: list[str]) -> list[str]:
+    """`args` with each `--option` joined to the value after it."""
+    out: list[str] = []
+    for arg in args:
+        if out and out[-1].startswith("--") and " " not in out[-1] and not arg.startswith("--"):
+            out[-1] += f" {arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def report(run_dir: Path) -> str:
     """`turnrl report RUN_DIR`: its plots and page; returns the page's path."""
     cli(["report", str(run_dir)], run_dir.with_name(run_dir.name + "_report.log"))

@@ -21,7 +21,9 @@ program that runs + 0.9 x the pass rate) and the share of answers holding a prog
 beside it, and so is the shortcut baseline: the best constant output per row (the one expected
 output that passes most of its tests; the task draws tests so that it is at most 1 in 10).
 `--seeds N` runs SFT and SFT then RL for seeds 1..N (the untrained model once: greedy is
-seed-free); the table gives mean (min-max); `--resume` reuses the stages an earlier run finished. Each condition's wall time is split into training (data + SFT and/or RL) and
+seed-free); the table gives mean (min-max); `--resume` reuses the stages an earlier run finished
+with the same command and refuses, in one line, one that ran another (a different --steps: use
+another --out). Each condition's wall time is split into training (data + SFT and/or RL) and
 evaluation. The table is printed and written with the settings to `<out>/code_agent.json`.
 
 CPU sizing (defaults): SFT 192 demonstrations (about 450 tokens each, prompt included), one
@@ -40,11 +42,10 @@ import platform
 import statistics
 import sys
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from _cli import cli, report
+from _cli import Stages, report
 
 SORTS = {"new_problem": "turnrl/code/new_problem", "new_family": "turnrl/code/new_family"}
 
@@ -109,30 +110,11 @@ def first(metrics: dict[str, Any], *keys: str) -> float:
     raise KeyError(f"none of {keys} in {sorted(metrics)}")
 
 
-class Stages:
-    """`<out>/stages.json`: every finished stage's measurement. With `--resume` a stage already
-    measured is not run again, so seeds added in a later session join the same table."""
-
-    def __init__(self, out: Path, resume: bool) -> None:
-        self.path = out / "stages.json"
-        self.done: dict[str, Any] = json.loads(self.path.read_text()) if resume and self.path.exists() else {}
-
-    def get(self, key: str) -> Any:
-        if key in self.done:
-            print(f"  {key}: reused", flush=True)
-        return self.done.get(key)
-
-    def put(self, key: str, value: Any) -> Any:
-        self.done[key] = value
-        self.path.write_text(json.dumps(self.done, indent=1) + "\n")
-        return value
-
-
-def evaluate(a: argparse.Namespace, model: str, out: Path, val_file: Path | None, seed: int) -> dict[str, float]:  # fmt: skip
+def evaluate(a: argparse.Namespace, stages: Stages, model: str, out: Path, val_file: Path | None, seed: int) -> dict[str, float]:  # fmt: skip
     """`turnrl eval` on the held-out rows, greedy: pass rate (overall and by sort), reward, format
     rate, the greedy pass's seconds and the process's wall seconds (start-up included)."""
     args = ["eval", *common(a, val_file, seed), f"model.path={model}", "eval.n=0", "--out", str(out)]
-    wall = cli(args, out.with_suffix(".log"))
+    wall = stages.run(out.name, out / "summary.json", args, out.with_suffix(".log"))
     summary = json.loads((out / "summary.json").read_text())
     greedy = {**summary["diagnostics"]["greedy"], **summary["metrics"]["overall"]}
     per_source = summary["metrics"]["per_data_source"]
@@ -146,9 +128,10 @@ def evaluate(a: argparse.Namespace, model: str, out: Path, val_file: Path | None
     }
 
 
-def rl(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path | None, seed: int) -> dict[str, float]:  # fmt: skip
+def rl(a: argparse.Namespace, stages: Stages, model: str, run_dir: Path, val_file: Path | None, seed: int) -> dict[str, float]:  # fmt: skip
     """One RL run, measured by its final validation (the same greedy pass `turnrl eval` makes)."""
-    wall = cli(rl_args(a, model, run_dir, val_file, seed), run_dir.with_suffix(".log"))
+    args = rl_args(a, model, run_dir, val_file, seed)
+    wall = stages.run(run_dir.name, run_dir / "metrics.jsonl", args, run_dir.with_suffix(".log"))
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     final = [r for r in rows if "val/test_score/mean" in r][-1]
     return {
@@ -217,7 +200,11 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--sft-lr", type=float, default=1e-4)
     ap.add_argument("--sft-batch", type=int, default=8, help="SFT demonstrations per optimizer step")
     ap.add_argument("--seeds", type=int, default=3, help="seeds 1..N for SFT and SFT then RL")
-    ap.add_argument("--resume", action="store_true", help="reuse the stages a run in --out finished")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse the stages a run in --out finished with the same commands",
+    )
     ap.add_argument("--threads", type=int, default=0, help="torch threads per process (0 = torch's default)")
     ap.add_argument(
         "--tiny",
@@ -252,56 +239,55 @@ def main() -> None:
     val = validation_rows(a.val_prompts, out)
     results: dict[str, list[dict[str, Any]]] = {"best constant output": [best_constant(val)]}
 
-    def record(name: str, key: str, measure: Any, train_s: float, run_dir: Path | None) -> None:
+    def record(name: str, got: dict[str, float], train_s: float, run_dir: Path | None) -> None:
         """`train_s`: the processes before the measuring one (data, SFT); the measuring process's
         wall time less its validation pass is training too (RL), or start-up (eval)."""
-        got = stages.get(key)
-        if got is None:
-            got = measure()
-            wall = train_s + got["wall_s"]
-            got = stages.put(key, {
-                **got,
-                "wall_s": wall,
-                "train_s": wall - got["eval_s"] if run_dir else 0.0,
-                "run_dir": str(run_dir) if run_dir else None,
-                "report": report(run_dir) if run_dir else None,
-            })  # fmt: skip
+        wall = train_s + got["wall_s"]
+        got = {
+            **got,
+            "wall_s": wall,
+            "train_s": wall - got["eval_s"] if run_dir else 0.0,
+            "run_dir": str(run_dir) if run_dir else None,
+            "report": report(run_dir) if run_dir else None,
+        }
         results.setdefault(name, []).append(got)
         print(
-            f"  {key}: held-out pass rate {got['pass_rate']:.3f} (new problems "
+            f"  {name}: held-out pass rate {got['pass_rate']:.3f} (new problems "
             f"{got['pass_rate/new_problem']:.3f}, new families {got['pass_rate/new_family']:.3f}), "
             f"validation {got['eval_s']:.0f} s, wall {got['wall_s']:.0f} s",
             flush=True,
         )
 
-    record("untrained", "untrained", partial(evaluate, a, a.model, out / "eval_untrained", val, 1), 0.0, None)
+    record("untrained", evaluate(a, stages, a.model, out / "eval_untrained", val, 1), 0.0, None)
     for seed in range(1, a.seeds + 1):
         demos, sft_dir = out / f"demos_s{seed}", out / f"sft_s{seed}"
-        train_s = stages.get(f"sft_s{seed}_train_s")
-        if train_s is None:
-            only = ["--problems", a.demo_problems] if a.demo_problems else []
-            data_s = cli(
-                ["data", "code_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(seed), *only],
-                out / f"demos_s{seed}.log",
-            )
-            sft_s = cli(
-                ["sft", f"model.path={a.model}", f"data.train_files=[{demos / 'train.jsonl'}]",
-                 "data.max_obs_length=256",  # the code_agent recipe's rollout.multi_turn.max_obs_length
-                 f"trainer.total_epochs={a.sft_epochs}", f"trainer.train_batch_size={a.sft_batch}",
-                 "trainer.micro_batch_size=4", f"optim.lr={a.sft_lr}", f"trainer.seed={seed}",
-                 f"trainer.num_threads={a.threads}", "trainer.logger=[jsonl]", f"trainer.default_local_dir={sft_dir}"],
-                out / f"sft_s{seed}.log",
-            )  # fmt: skip
-            train_s = stages.put(f"sft_s{seed}_train_s", data_s + sft_s)
+        only = ["--problems", a.demo_problems] if a.demo_problems else []
+        data_s = stages.run(
+            demos.name, demos / "train.jsonl",
+            ["data", "code_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(seed), *only],
+            out / f"demos_s{seed}.log",
+        )  # fmt: skip
+        sft_s = stages.run(
+            sft_dir.name, sft_dir / "model",
+            ["sft", f"model.path={a.model}", f"data.train_files=[{demos / 'train.jsonl'}]",
+             "data.max_obs_length=256",  # the code_agent recipe's rollout.multi_turn.max_obs_length
+             f"trainer.total_epochs={a.sft_epochs}", f"trainer.train_batch_size={a.sft_batch}",
+             "trainer.micro_batch_size=4", f"optim.lr={a.sft_lr}", f"trainer.seed={seed}",
+             f"trainer.num_threads={a.threads}", "trainer.logger=[jsonl]", f"trainer.default_local_dir={sft_dir}"],
+            out / f"sft_s{seed}.log",
+        )  # fmt: skip
         model = str(sft_dir / "model")
-        sft_eval = partial(evaluate, a, model, out / f"eval_sft_s{seed}", val, seed)
-        record("SFT", f"sft_s{seed}", sft_eval, train_s, sft_dir)
+        record(
+            "SFT", evaluate(a, stages, model, out / f"eval_sft_s{seed}", val, seed), data_s + sft_s, sft_dir
+        )
         run = out / f"sft_rl_s{seed}"
-        record("SFT + RL", f"sft_rl_s{seed}", partial(rl, a, model, run, val, seed), train_s, run)
+        record("SFT + RL", rl(a, stages, model, run, val, seed), data_s + sft_s, run)
 
+    shown = f"; demonstrated: {a.demo_problems}" if a.demo_problems else ""
     print(
         f"\ncode agent: {a.model}; {a.seeds} seeds; SFT {a.demos} demonstrations x {a.sft_epochs} epochs, "
-        f"lr {a.sft_lr}{'; demonstrated: ' + a.demo_problems if a.demo_problems else ''}; RL {a.steps} steps x {a.batch} prompts x {a.n} samples, response {a.response_length} tokens"
+        f"lr {a.sft_lr}{shown}; RL {a.steps} steps x {a.batch} prompts x {a.n} samples, "
+        f"response {a.response_length} tokens"
     )
     cols = (
         "pass_rate/new_problem",

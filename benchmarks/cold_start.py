@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _cli import cli, read_jsonl, report
+from _cli import Stages, cli, read_jsonl, report
 
 from turnrl.tasks.search import SEARCH
 from turnrl.tasks.search.demos import DEFAULT_OPENER, OPENERS
@@ -127,26 +127,6 @@ def common(a: argparse.Namespace, val_file: Path, seed: int, index: Path | None 
         f"trainer.seed={seed}",
         f"trainer.num_threads={a.threads}",
     ]
-
-
-class Stages:
-    """`<out>/stages.json`: the wall seconds of every stage that finished. With `--resume` a finished
-    stage whose output is still there is not run again, so a measurement spread over several sessions
-    (one seed each) adds up to one table."""
-
-    def __init__(self, out: Path, resume: bool) -> None:
-        self.path = out / "stages.json"
-        self.done: dict[str, float] = (
-            json.loads(self.path.read_text()) if resume and self.path.exists() else {}
-        )
-
-    def run(self, key: str, output: Path, args: list[str], log: Path) -> float:
-        if key in self.done and output.exists():
-            print(f"  {key}: reused ({self.done[key]:.0f} s)", flush=True)
-            return self.done[key]
-        self.done[key] = cli(args, log)
-        self.path.write_text(json.dumps(self.done, indent=1) + "\n")
-        return self.done[key]
 
 
 STAGES: Stages  # set in main()
