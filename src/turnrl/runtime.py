@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import socket
+import sys
 import tempfile
 from pathlib import Path
 
@@ -21,6 +23,19 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def memory_metrics() -> dict[str, float]:
+    """This process's peak memory so far, in GiB: `perf/max_rss_gb` (resident memory, what the
+    machine runs out of on a CPU run; with Ray workers in other processes, the driver's alone) and,
+    once CUDA is in use, `perf/max_memory_allocated_gb` (the peak of torch's allocator)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # ru_maxrss is in KiB on Linux and in bytes on macOS
+    out = {"perf/max_rss_gb": peak / (2**30 if sys.platform == "darwin" else 2**20)}
+    torch = sys.modules.get("torch")  # a process that never imported torch has no CUDA memory
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["perf/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / 2**30
+    return out
 
 
 def seed_everything(seed: int, deterministic: bool = False) -> None:

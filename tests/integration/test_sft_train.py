@@ -21,7 +21,7 @@ from turnrl.tracking.report import make_report
 from turnrl.trainer.ppo import Trainer
 
 # what the clock decides, not the seed
-VARYING = ("timing_s/", "perf/throughput")
+VARYING = ("timing_s/", "perf/throughput", "perf/max_")
 
 
 def chat_rows(n: int = 24) -> list[dict]:

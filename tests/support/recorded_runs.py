@@ -22,7 +22,7 @@ RUNS = {
     "ppo_gae": [str(ROOT / "examples" / "ppo_gae.yaml")],
     "calc": [str(ROOT / "examples" / "calculator_agent.yaml")],
 }
-TIMED = ("timing_s/", "perf/throughput", "agent/tool_latency_s/")
+TIMED = ("timing_s/", "perf/throughput", "perf/max_", "agent/tool_latency_s/")
 
 
 def train(name: str, run: Path, env: dict[str, str], *extra: str) -> list[dict]:

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from turnrl.config.schema import Config
 
 # what the clock decides, not the seed
-VARYING = ("timing_s/", "perf/throughput", "perf/time_per_step", "agent/tool_latency_s")
+VARYING = ("timing_s/", "perf/throughput", "perf/max_", "perf/time_per_step", "agent/tool_latency_s")
 
 
 @functools.cache

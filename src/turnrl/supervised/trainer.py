@@ -21,7 +21,7 @@ from turnrl.config import to_yaml
 from turnrl.config.supervised_schema import RMConfig, SFTConfig
 from turnrl.data.dataset import DataError
 from turnrl.models.loader import load_tokenizer
-from turnrl.runtime import seed_everything
+from turnrl.runtime import memory_metrics, seed_everything
 from turnrl.supervised.batches import LengthGroupedLoader
 from turnrl.supervised.chat import set_chat_template
 from turnrl.supervised.checks import check_rm, check_sft
@@ -152,6 +152,7 @@ class SupervisedTrainer:
             "training/epoch": float(self.loader.epoch),
             "timing_s/step": seconds,
             "perf/throughput": tokens / seconds if seconds > 0 else 0.0,
+            **memory_metrics(),
         }
 
     # -- checkpoints -------------------------------------------------------------------------------

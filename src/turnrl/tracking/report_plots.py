@@ -98,6 +98,7 @@ PLOTS: tuple[PlotSpec, ...] = (
     ),
     PlotSpec("validation_time", "Validation time", "seconds", r"timing_s/validate"),
     PlotSpec("throughput", "Throughput (tokens per second)", "tokens/s", r"perf/throughput"),
+    PlotSpec("memory", "Peak memory of the trainer process", "GiB", r"perf/max_(rss|memory_allocated)_gb"),
 )
 
 

@@ -9,6 +9,7 @@ import torch
 
 from turnrl.batch import Batch
 from turnrl.rewards.scorer import OWN_PREFIX, own_metrics
+from turnrl.runtime import memory_metrics
 
 
 def _stats(prefix: str, x: torch.Tensor) -> dict[str, float]:
@@ -99,4 +100,5 @@ def timing_metrics(timing: dict[str, float], batch: Batch, step_time: float) -> 
     tokens = batch["attention_mask"].sum().item()
     out["perf/total_num_tokens"] = tokens
     out["perf/throughput"] = tokens / step_time if step_time > 0 else 0.0
+    out.update(memory_metrics())
     return out
