@@ -49,7 +49,14 @@ class Stages:
     def __init__(self, out: Path, resume: bool) -> None:
         self.out = out
         self.path = out / "stages.json"
-        self.done: dict[str, Any] = json.loads(self.path.read_text()) if resume and self.path.exists() else {}
+        self.done: dict[str, Any] = {}
+        if resume and self.path.exists():
+            try:
+                self.done = json.loads(self.path.read_text())
+            except json.JSONDecodeError as e:  # a hand edit gone wrong: say so, do not run over it
+                sys.exit(f"--resume: {self.path} is not valid JSON ({e}); mend or delete it")
+            if not isinstance(self.done, dict):
+                sys.exit(f"--resume: {self.path} holds a {type(self.done).__name__}, not the stages' record")
 
     def command(self, args: list[str]) -> list[str]:
         """`args` as recorded: `--out`'s path written `{out}` (a moved directory still resumes)."""

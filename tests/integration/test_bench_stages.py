@@ -77,6 +77,17 @@ def test_a_stage_whose_output_is_gone_runs_again_and_old_records_are_read(tmp_pa
     assert bench.Stages(tmp_path, resume=False).done == {}  # without --resume nothing recorded is read
 
 
+@pytest.mark.parametrize(
+    ("text", "says"), [("{not json", "is not valid JSON (Expecting"), ("[1, 2]", "holds a list, not")]
+)
+def test_a_broken_record_is_refused_in_one_line(tmp_path, text, says):
+    (tmp_path / "stages.json").write_text(text)
+    with pytest.raises(SystemExit) as refused:
+        load_cli().Stages(tmp_path, resume=True)
+    assert str(refused.value).startswith(f"--resume: {tmp_path / 'stages.json'} {says}")
+    assert "\n" not in str(refused.value)
+
+
 def test_words_joins_options_to_their_values():
     bench = load_cli()
     assert bench.words(["data", "code_sft", "--out", "d", "--n", "4", "--tiny", "--seed", "1"]) == [
