@@ -102,6 +102,19 @@ def words(args: list[str]) -> list[str]:
     return out
 
 
+def sft_args(a: Any, train_file: Path, run_dir: Path, seed: int, max_obs_length: int) -> list[str]:
+    """`turnrl sft` on a benchmark's demonstrations, sized by its --model, --sft-epochs, --sft-batch,
+    --sft-lr and --threads; `max_obs_length` is the agent recipe's
+    `rollout.multi_turn.max_obs_length`, so SFT cuts tool output where RL will."""
+    return [
+        "sft", f"model.path={a.model}", f"data.train_files=[{train_file}]",
+        f"data.max_obs_length={max_obs_length}", f"trainer.total_epochs={a.sft_epochs}",
+        f"trainer.train_batch_size={a.sft_batch}", "trainer.micro_batch_size=4", f"optim.lr={a.sft_lr}",
+        f"trainer.seed={seed}", f"trainer.num_threads={a.threads}", "trainer.logger=[jsonl]",
+        f"trainer.default_local_dir={run_dir}",
+    ]  # fmt: skip
+
+
 def report(run_dir: Path) -> str:
     """`turnrl report RUN_DIR`: its plots and page; returns the page's path."""
     cli(["report", str(run_dir)], run_dir.with_name(run_dir.name + "_report.log"))

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _cli import Stages, report
+from _cli import Stages, report, sft_args
 
 SORTS = {"new_problem": "turnrl/code/new_problem", "new_family": "turnrl/code/new_family"}
 
@@ -267,15 +267,8 @@ def main() -> None:
             ["data", "code_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(seed), *only],
             out / f"demos_s{seed}.log",
         )  # fmt: skip
-        sft_s = stages.run(
-            sft_dir.name, sft_dir / "model",
-            ["sft", f"model.path={a.model}", f"data.train_files=[{demos / 'train.jsonl'}]",
-             "data.max_obs_length=256",  # the code_agent recipe's rollout.multi_turn.max_obs_length
-             f"trainer.total_epochs={a.sft_epochs}", f"trainer.train_batch_size={a.sft_batch}",
-             "trainer.micro_batch_size=4", f"optim.lr={a.sft_lr}", f"trainer.seed={seed}",
-             f"trainer.num_threads={a.threads}", "trainer.logger=[jsonl]", f"trainer.default_local_dir={sft_dir}"],
-            out / f"sft_s{seed}.log",
-        )  # fmt: skip
+        args = sft_args(a, demos / "train.jsonl", sft_dir, seed, max_obs_length=256)  # code_agent's
+        sft_s = stages.run(sft_dir.name, sft_dir / "model", args, out / f"sft_s{seed}.log")
         model = str(sft_dir / "model")
         record(
             "SFT", evaluate(a, stages, model, out / f"eval_sft_s{seed}", val, seed), data_s + sft_s, sft_dir

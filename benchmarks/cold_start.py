@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _cli import Stages, cli, read_jsonl, report
+from _cli import Stages, cli, read_jsonl, report, sft_args
 
 from turnrl.tasks.search import SEARCH
 from turnrl.tasks.search.demos import DEFAULT_OPENER, OPENERS
@@ -178,15 +178,8 @@ def sft(a: argparse.Namespace, out: Path, seed: int) -> tuple[Path, float]:
         out / f"demos_s{seed}.log",
     )  # fmt: skip
     sft_dir = out / f"sft_s{seed}"
-    sft_s = STAGES.run(
-        sft_dir.name, sft_dir / "model",
-        ["sft", f"model.path={a.model}", f"data.train_files=[{demos / 'train.jsonl'}]",
-         "data.max_obs_length=500",  # the search_agent recipe's rollout.multi_turn.max_obs_length
-         f"trainer.total_epochs={a.sft_epochs}", f"trainer.train_batch_size={a.sft_batch}",
-         "trainer.micro_batch_size=4", f"optim.lr={a.sft_lr}", f"trainer.seed={seed}",
-         f"trainer.num_threads={a.threads}", "trainer.logger=[jsonl]", f"trainer.default_local_dir={sft_dir}"],
-        out / f"sft_s{seed}.log",
-    )  # fmt: skip
+    args = sft_args(a, demos / "train.jsonl", sft_dir, seed, max_obs_length=500)  # search_agent's
+    sft_s = STAGES.run(sft_dir.name, sft_dir / "model", args, out / f"sft_s{seed}.log")
     return sft_dir, data_s + sft_s
 
 
