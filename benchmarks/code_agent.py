@@ -4,6 +4,7 @@
     python benchmarks/code_agent.py --steps 8 --demos 256 --out runs/code_agent
     python benchmarks/code_agent.py --model tiny-random --tiny       # smoke run (~2-3 min, scores are ~0)
     python benchmarks/code_agent.py --demo-problems half             # SFT shows 10 training problems, RL trains on all 19
+    python benchmarks/code_agent.py --demo-problems half --retry-fraction 0.3   # and a third of them fix a wrong first try
 
 Every stage is the real CLI in a child process, one after the other:
 
@@ -196,6 +197,11 @@ def parse() -> argparse.Namespace:
         f"--problems`; `half` = {HALF}); RL still trains on every training problem, so the "
         "undemonstrated ones give it groups that vary (default: every training problem)",
     )
+    ap.add_argument(
+        "--retry-fraction", type=float, default=0.0,
+        help="share of repair demonstrations (`turnrl data code_sft --retry-fraction`): a sibling "
+        "problem's program first, its wrong output read, then the right program",
+    )  # fmt: skip
     ap.add_argument("--sft-epochs", type=int, default=1)
     ap.add_argument("--sft-lr", type=float, default=1e-4)
     ap.add_argument("--sft-batch", type=int, default=8, help="SFT demonstrations per optimizer step")
@@ -262,6 +268,7 @@ def main() -> None:
     for seed in range(1, a.seeds + 1):
         demos, sft_dir = out / f"demos_s{seed}", out / f"sft_s{seed}"
         only = ["--problems", a.demo_problems] if a.demo_problems else []
+        only += ["--retry-fraction", str(a.retry_fraction)] if a.retry_fraction else []
         data_s = stages.run(
             demos.name, demos / "train.jsonl",
             ["data", "code_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(seed), *only],

@@ -17,6 +17,7 @@ from turnrl.rewards.registry import registered
 from turnrl.servers.sandbox.process import SandboxProcess
 from turnrl.supervised.sft_data import load_conversations
 from turnrl.tasks import code, scorers
+from turnrl.tasks.code import demos
 from turnrl.tasks.code.problems import PROBLEMS, TRAIN_FAMILIES
 
 
@@ -116,6 +117,49 @@ def test_code_sft_demonstrates_only_the_problems_named(tmp_path, capsys):
     assert "2 problems of the training families (list_sum, reverse)" in capsys.readouterr().out
 
 
+def test_code_sft_repair_demonstrations_try_a_sibling_first(tmp_path, capsys):
+    out = tmp_path / "demos"
+    named = ("list_sum", "list_max", "reverse", "upper")
+    argv = ["--n", "10", "--seed", "2", "--problems", ",".join(named), "--retry-fraction", "0.5"]
+    assert main(["data", "code_sft", "--out", str(out), *argv]) == 0
+    rows = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
+    by_name = {p.name: p for p in PROBLEMS}
+    repairs = [r for r in rows if len(r["episode"]) == 5]
+    # 5 of the 10 rows are drawn; on one of them the sibling's program prints the right output too
+    # (as `repair` returns None for below), so 4 show a mistake and the rest are plain demonstrations
+    assert len(repairs) == 4 and all(len(r["episode"]) == 3 for r in rows if r not in repairs)
+    assert "4 first run another problem's program of the family" in capsys.readouterr().out
+    for row in repairs:
+        problem = by_name[row["extra_info"]["problem"]]
+        wrong, seen, fix, observation, final = row["episode"]
+        expected = row["prompt"][0]["content"].rsplit("Example output:\n", 1)[1].strip()
+        # the first program is a named sibling's (same family, never a problem left to RL), and wrong here
+        (other,) = [by_name[n] for n in named if wrong["content"].endswith(by_name[n].solution + "</code>")]
+        assert other.family == problem.family and other.name != problem.name
+        assert seen["role"] == "observation" and seen["content"] != expected
+        assert fix["content"].startswith(
+            f"That is not {expected}, so this program solves another problem.\n<code>"
+        )
+        assert fix["content"].endswith(problem.solution + "</code>")
+        assert observation["content"] == expected and final["content"] == answer(problem.solution)
+    # SFT trains the three model turns of a repair and neither observation
+    tok = load_tokenizer("tiny-random")
+    path = str(out / "train.jsonl")
+    examples = load_conversations([path], tok, SFTDataConfig(train_files=[path]), {tok.eos_token_id})
+    for example, row in zip(examples, rows, strict=True):
+        trained = tok.decode([i for i, m in zip(example.ids, example.mask, strict=True) if m])
+        assert trained == "".join(turn["content"] for turn in row["episode"][::2])
+
+
+def test_a_sibling_that_happens_to_be_right_makes_no_repair():
+    by_name = {p.name: p for p in PROBLEMS}
+    # on the one-number list "7" the largest is the sum: list_max's program is not a mistake there
+    assert demos.repair(by_name["list_max"].solution, by_name["list_sum"].solution, "7", "7") is None
+    # on "3 4" it prints 4, not 7: the repair shows it, then the right program's run
+    steps = demos.repair(by_name["list_max"].solution, by_name["list_sum"].solution, "3 4", "7")
+    assert [t["content"] for t in steps[1::2]] == ["4", "7"]
+
+
 def test_demo_problems_parses_and_refuses():
     assert code.demo_problems(None) is None
     assert code.demo_problems(" list_sum,reverse,list_sum ") == ("list_sum", "reverse")
@@ -132,6 +176,7 @@ def test_demo_problems_parses_and_refuses():
         (["--n", "0"], "--n must be >= 1"),
         (["--input", "x.jsonl"], "code_sft generates its rows from the built-in task"),
         (["--problems", "list_sum,count_positive"], "code_sft: --problems: 'count_positive' is a validation"),
+        (["--retry-fraction", "1.5"], "--retry-fraction must be in [0, 1], got 1.5"),
     ],
 )
 def test_code_sft_errors_are_one_line(tmp_path, capsys, argv, expected):

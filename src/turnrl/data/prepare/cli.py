@@ -22,7 +22,7 @@ SEARCH_SFT = "search_sft"
 CODE_SFT = "code_sft"
 TASK = "task"
 GENERATOR_FLAGS = ("n", "seed", "topk", "retry_fraction", "two_hop_share", "opener", "cache_dir", "problems")
-CODE_FLAGS = ("--n", "--seed", "--problems")
+CODE_FLAGS = ("--n", "--seed", "--problems", "--retry-fraction")
 """The generator flags code_sft takes; --problems is code_sft's alone."""
 VERIFIERS = "verifiers:"
 
@@ -113,8 +113,10 @@ def _add_generator_args(p: argparse.ArgumentParser) -> None:
     gen.add_argument(
         "--retry-fraction",
         type=float,
-        help="share of first queries that leave the entity's name out, miss, and are followed by a "
-        "second, named search (default 0.1)",
+        help="search_sft: share of first queries that leave the entity's name out, miss, and are followed "
+        "by a second, named search (default 0.1); code_sft: share of demonstrations that first run "
+        "another problem's program of the family, see the wrong output, then run and answer with the "
+        "right one (default 0)",
     )
     gen.add_argument(
         "--two-hop-share",

@@ -105,13 +105,16 @@ def run_code_sft(ns: argparse.Namespace) -> int:
     seed = ns.seed if ns.seed is not None else 0
     if ns.n is not None and ns.n < 1:
         raise DataError(f"--n must be >= 1, got {ns.n}")
+    retry = ns.retry_fraction if ns.retry_fraction is not None else 0.0
+    if not 0.0 <= retry <= 1.0:
+        raise DataError(f"--retry-fraction must be in [0, 1], got {retry}")
     try:  # a bad name fails before anything is written
         problems = code.demo_problems(ns.problems)
     except ValueError as err:
         raise DataError(f"code_sft: --problems: {err}") from None
     out = Path(ns.out)
     check_out_dir(out, ns.overwrite)
-    rows, report = code.demonstrations(ns.n, seed, problems=problems)
+    rows, report = code.demonstrations(ns.n, seed, problems=problems, retry_fraction=retry)
     path = out / OUT_FILE
     write_rows(rows, path)
     print(
@@ -119,6 +122,10 @@ def run_code_sft(ns: argparse.Namespace) -> int:
         f"{len(report.problems)} problems of the training families ({', '.join(sorted(report.problems))}); "
         "each runs the reference program on its example, then answers with it"
     )
+    if report.repairs:
+        print(
+            f"  {report.repairs} first run another problem's program of the family, see it is wrong, then fix it"
+        )
     print(f"  {path}: {len(rows)} demonstrations")
     return 0
 

@@ -12,10 +12,25 @@ replaced in the program, since the python tool passes none); the observation is 
 run in a Python subprocess and rendered by the python tool's own `render_run`, so it is what the
 tool would show. A demonstration is kept only when the run printed the example's expected output.
 Only training rows are used: their problems' families never appear in validation.
+
+A *repair* demonstration (`retry_fraction` of them) first tests the program of another problem of the
+same family, the mistake a small model makes on a problem it was never shown (gcd's program for an
+lcm question), reads an output that is not the example's, says so, and then tests and answers with
+the right program:
+
+    assistant    <code>... the sibling's program ...</code>
+    observation  2
+    assistant    That is not 36, so this program solves another problem.\n<code>... the right one ...</code>
+    observation  36
+    assistant    <answer>...</answer>
+
+The sibling is a demonstrated problem (with `problems`, one of those named), so no program of a
+problem left for RL to discover appears in a demonstration, not even as the wrong one.
 """
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +58,8 @@ class Report:
     used: int = 0
     problems: dict[str, int] = field(default_factory=dict)
     """Demonstrations per problem."""
+    repairs: int = 0
+    """Demonstrations that first test another problem's program (`retry_fraction`)."""
 
 
 def probe_program(solution: str, example_input: str) -> str:
@@ -81,6 +98,34 @@ def episode(solution: str, example_input: str, expected: str) -> list[dict[str, 
     ]
 
 
+def repair(wrong: str, solution: str, example_input: str, expected: str) -> list[dict[str, str]] | None:
+    """Test `wrong` (another problem's program) first, see that its output is not `expected`, then
+    the episode of the right `solution`; None when `wrong` happens to print `expected` on this input
+    (there is no mistake to show)."""
+    from turnrl.agent.tools.python import render_run
+
+    probe = probe_program(wrong, example_input)
+    result = run_python(probe)
+    if result.ok and result.stdout.strip() == expected.strip():
+        return None
+    right = episode(solution, example_input, expected)
+    # the fewest words that tie the output to the example's: the response budget is a few hundred tokens
+    noticed = f"That is not {expected.strip()}, so this program solves another problem.\n"
+    return [
+        {"role": "assistant", "content": f"<code>\n{probe}</code>"},
+        {"role": "observation", "tag": OBS_TAG, "content": render_run(result)},
+        {"role": "assistant", "content": noticed + right[0]["content"]},
+        *right[1:],
+    ]
+
+
+def sibling(problem: str, allowed: tuple[str, ...], rng: random.Random) -> str | None:
+    """Another problem of `problem`'s family among `allowed` (training problems), drawn by `rng`."""
+    family = BY_NAME[problem].family
+    others = [p for p in allowed if p != problem and BY_NAME[p].family == family]
+    return rng.choice(others) if others else None
+
+
 def demo_problems(names: str | None) -> tuple[str, ...] | None:
     """The training problems a comma-separated `names` picks (None: every one), refusing a name that
     is not a training problem (a held-out one would break the split's disjointness)."""
@@ -101,11 +146,16 @@ def demo_problems(names: str | None) -> tuple[str, ...] | None:
 
 
 def build(
-    n: int | None, seed: int, problems: tuple[str, ...] | None = None, **args: Any
+    n: int | None,
+    seed: int,
+    problems: tuple[str, ...] | None = None,
+    retry_fraction: float = 0.0,
+    **args: Any,
 ) -> tuple[list[dict[str, Any]], Report]:
     """Demonstrations for the first `n` training rows of `seed` (all `N_TRAIN` when None); `args`
     are the task's (`example`, ...), so the prompts are the RL run's. With `problems`, the first `n`
-    training rows of those problems: the same rows, at the same indices, as the RL run's prefix."""
+    training rows of those problems: the same rows, at the same indices, as the RL run's prefix.
+    `retry_fraction` of them (drawn with `seed`) are repair demonstrations (module docstring)."""
     count = n if n is not None else int(args.pop("n_train", N_TRAIN))
     args.pop("n_train", None)
     if problems is None:
@@ -114,13 +164,24 @@ def build(
         rounds = -(-count // len(problems))
         every = rows("train", seed, n_train=rounds * len(TRAIN_PROBLEMS), **args)
         train = [r for r in every if r["extra_info"]["problem"] in problems][:count]
-    problems = [BY_NAME[row["extra_info"]["problem"]] for row in train]
+    picked = [BY_NAME[row["extra_info"]["problem"]] for row in train]
     shown = [row["extra_info"]["example_input"] for row in train]
+    rng = random.Random(seed)
+    repaired = set(rng.sample(range(len(train)), round(retry_fraction * len(train))))
+    allowed = problems or tuple(p.name for p in TRAIN_PROBLEMS)
+    wrong = [sibling(p.name, allowed, rng) if i in repaired else None for i, p in enumerate(picked)]
+
+    def make(p: Any, x: str, other: str | None) -> tuple[list[dict[str, str]], bool]:
+        expected = p.solve(x)
+        fixed = repair(BY_NAME[other].solution, p.solution, x, expected) if other else None
+        return (fixed, True) if fixed else (episode(p.solution, x, expected), False)
+
     # each run is a subprocess that mostly waits to start: a few at once, results kept in row order
     with ThreadPoolExecutor(WORKERS) as pool:
-        episodes = list(pool.map(lambda p, x: episode(p.solution, x, p.solve(x)), problems, shown))
+        episodes = list(pool.map(make, picked, shown, wrong))
     report = Report(used=len(train))
-    for row, problem, steps in zip(train, problems, episodes, strict=True):
+    for row, problem, (steps, is_repair) in zip(train, picked, episodes, strict=True):
         row["episode"] = steps
         report.problems[problem.name] = report.problems.get(problem.name, 0) + 1
+        report.repairs += is_repair
     return train, report
