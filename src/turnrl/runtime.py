@@ -25,13 +25,27 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory in bytes. Linux's `VmHWM` first: `ru_maxrss` survives
+    exec, so a run started by a large parent (a pytest worker, a benchmark driver, a Ray raylet)
+    would report the parent's peak, not its own."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # "VmHWM:   123456 kB"
+    except OSError:
+        pass  # no procfs (macOS): the rusage figure, which has no such carry-over there
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # ru_maxrss is in KiB on Linux and in bytes on macOS
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
 def memory_metrics() -> dict[str, float]:
     """This process's peak memory so far, in GiB: `perf/max_rss_gb` (resident memory, what the
     machine runs out of on a CPU run; with Ray workers in other processes, the driver's alone) and,
     once CUDA is in use, `perf/max_memory_allocated_gb` (the peak of torch's allocator)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    # ru_maxrss is in KiB on Linux and in bytes on macOS
-    out = {"perf/max_rss_gb": peak / (2**30 if sys.platform == "darwin" else 2**20)}
+    out = {"perf/max_rss_gb": peak_rss_bytes() / 2**30}
     torch = sys.modules.get("torch")  # a process that never imported torch has no CUDA memory
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         out["perf/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / 2**30

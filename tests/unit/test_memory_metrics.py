@@ -18,8 +18,17 @@ print(json.dumps({"before": before, "after": after, "torch": "torch" in __import
 """
 
 
+# a parent that touched 600 MiB starts the child: Linux's ru_maxrss would carry the parent's peak
+# across exec, and the child would report 0.6 GiB before touching anything
+PARENT = f"""
+import subprocess, sys
+ballast = b"x" * (600 * 2**20)
+print(subprocess.run([sys.executable, "-c", {CHILD!r}], capture_output=True, text=True, check=True).stdout)
+"""
+
+
 def test_peak_rss_grows_by_what_the_process_touched():
-    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", PARENT], capture_output=True, text=True, check=True)
     got = json.loads(out.stdout)
     before, after = got["before"]["perf/max_rss_gb"], got["after"]["perf/max_rss_gb"]
     # 300 MiB = 300 / 1024 = 0.293 GiB, give or take the interpreter's own few MiB
