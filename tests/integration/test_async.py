@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tiny_runs import SERVER_RUN, tiny_overrides
+from tests.support.tiny_runs import SERVER_RUN, VARYING, tiny_overrides
 from turnrl.config import load_config
 from turnrl.trainer.ppo import Trainer
 
-VOLATILE = ("timing_s/", "perf/throughput", "perf/max_", "async/")
+VOLATILE = (*VARYING, "async/")
 
 
 def run(tmp_path: Path, name: str, **extra: object) -> Path:

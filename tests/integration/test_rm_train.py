@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from tests.support.tiny_runs import metrics
+from tests.support.tiny_runs import VARYING, metrics
 from turnrl.batch import Batch
 from turnrl.cli import main
 from turnrl.config.schema import RewardModelConfig, RewardModelSubConfig
@@ -149,11 +149,10 @@ def test_rm_with_lora_resumes_exactly_and_merges_its_head(tmp_path):
     straight = rm("a", 4)
     rm("b", 2)
     resumed = rm("b", 4)
-    varying = ("timing_s/", "perf/throughput", "perf/max_")
     a, b = metrics(straight), metrics(resumed)
     assert [r["step"] for r in b] == [1, 2, 2, 3, 4, 4]  # train rows, and the validation at each run's end
     for ra, rb in zip(a, [r for r in b if r["step"] != 2 or "rm/loss" in r], strict=True):
-        keys = {k for k in ra if not k.startswith(varying)}
+        keys = {k for k in ra if not k.startswith(VARYING)}
         assert {k: ra[k] for k in keys} == {k: rb[k] for k in keys}, ra["step"]
 
     # merged: transformers alone reproduces the margin the run validated with (the head trained, not reset)

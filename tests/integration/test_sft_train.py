@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.support.chat_templates import TOOL_TEMPLATE
-from tests.support.tiny_runs import metrics
+from tests.support.tiny_runs import VARYING, metrics
 from turnrl.cli import main
 from turnrl.config import load_config
 from turnrl.config.supervised_schema import SFTConfig
@@ -19,9 +19,6 @@ from turnrl.supervised.sft_data import load_conversations
 from turnrl.supervised.trainer import SupervisedTrainer
 from turnrl.tracking.report import make_report
 from turnrl.trainer.ppo import Trainer
-
-# what the clock decides, not the seed
-VARYING = ("timing_s/", "perf/throughput", "perf/max_")
 
 
 def chat_rows(n: int = 24) -> list[dict]:

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from tests.support.pinned_cpu import pinned_env
+from tests.support.tiny_runs import VARYING
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "refactor"
@@ -22,7 +23,6 @@ RUNS = {
     "ppo_gae": [str(ROOT / "examples" / "ppo_gae.yaml")],
     "calc": [str(ROOT / "examples" / "calculator_agent.yaml")],
 }
-TIMED = ("timing_s/", "perf/throughput", "perf/max_", "agent/tool_latency_s/")
 
 
 def train(name: str, run: Path, env: dict[str, str], *extra: str) -> list[dict]:
@@ -51,7 +51,7 @@ def recorded(name: str) -> list[dict]:
 
 
 def untimed(row: dict) -> dict:
-    return {k: v for k, v in row.items() if not k.startswith(TIMED)}
+    return {k: v for k, v in row.items() if not k.startswith(VARYING)}
 
 
 def main() -> None:
