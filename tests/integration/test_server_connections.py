@@ -72,6 +72,23 @@ def test_half_sent_heads_are_closed_at_the_header_timeout_and_keyed_clients_go_o
                 time.sleep(0.4)
 
 
+def test_a_client_still_sending_after_the_408_reads_it(index_dir):
+    """The 408 is followed by a half-close, not a close: a socket closed while its client still
+    sends answers with a reset, and a reset can discard the 408 before the client reads it (the
+    first test above failed so, once in a loaded CI run). Here the client sends a byte every 50 ms
+    until 0.4 s after the 1 s timeout, and only then reads."""
+    with LocalRetriever(index_dir, extra_args=["--header-timeout", "1"]) as server:
+        slow = raw(server.base_url)
+        slow.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\n")
+        start = time.monotonic()
+        while time.monotonic() - start < 1.4:
+            slow.sendall(b"X")
+            time.sleep(0.05)
+        time.sleep(0.1)
+        got = answer(slow)
+        assert got.startswith(b"HTTP/1.1 408 "), got[:80]
+
+
 def test_a_connection_beyond_the_cap_is_a_503_with_retry_after(index_dir):
     """Its request is read and answered 503 (a clean refusal the client can retry), and none of the
     server's code runs for it; the connections within the cap are served as before."""

@@ -35,6 +35,8 @@ from turnrl.errors import TurnrlInputError
 
 MAX_CONNECTIONS = 1024
 HEADER_TIMEOUT_S = 10.0
+LINGER_S = 1.0
+"""Seconds a connection answered 408 stays half-open, reading and dropping what its client still sends."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,7 @@ class _LimitedMixin(_H11Base):
     _connections: Connections  # set on the built class; uvicorn's protocol has its own `connections`
     _timer: asyncio.TimerHandle | None = None
     _counted = False
+    _lingering = False
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -137,6 +140,8 @@ class _LimitedMixin(_H11Base):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return  # answered 408 and half-closed: the rest of the head is read and dropped
         super().data_received(data)
         if self.cycle is not None and not self.cycle.response_complete:
             self._disarm()  # a complete head arrived: the application has the request
@@ -162,7 +167,15 @@ class _LimitedMixin(_H11Base):
         self._connections.header_timeouts += 1
         limit = self._connections.limits.header_timeout_s
         self.transport.write(_timed_out(f"request headers not complete within {limit:g}s (--header-timeout)"))
-        self.transport.close()
+        if not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        # a lingering close: closing a socket whose client is still sending makes the kernel answer
+        # with a reset, which can discard the 408 before the client reads it. Send FIN after the 408,
+        # drop what still arrives, and close a moment later.
+        self._lingering = True
+        self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
 
 
 async def _busy(scope: Any, receive: Any, send: Any) -> None:
