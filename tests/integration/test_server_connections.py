@@ -113,6 +113,26 @@ def test_a_connection_beyond_the_cap_is_a_503_with_retry_after(index_dir):
         assert health["open"] == 1  # this request's own
 
 
+def test_a_client_still_sending_its_body_after_the_503_reads_it(index_dir):
+    """The 503 is written once the head is in, before the body: a client that sends all of a
+    large body and only then reads (as an HTTP client does) met a socket the server had closed with
+    the body unread, and the kernel's reset took the 503 with it. The refusal now half-closes and
+    drops the rest of the body, as the 408 does."""
+    with LocalRetriever(index_dir, extra_args=["--max-connections", "1", "--header-timeout", "30"]) as server:
+        held = raw(server.base_url)  # the one connection the cap allows
+        time.sleep(0.3)
+        body = b"x" * (8 << 20)
+        extra = raw(server.base_url)
+        extra.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+        extra.sendall(b"Content-Length: %d\r\n\r\n" % len(body))
+        time.sleep(0.2)  # the 503 is written now, with 8 MiB still to come
+        for i in range(0, len(body), 1 << 16):
+            extra.sendall(body[i : i + (1 << 16)])
+        got = answer(extra)
+        assert got.startswith(b"HTTP/1.1 503 "), got[:80]
+        held.close()
+
+
 @pytest.mark.parametrize(
     ("flags", "said"),
     [

@@ -10,8 +10,9 @@ complete request runs no application code): a thousand such heads left a retriev
 descriptors and its keyed clients timing out. Here:
 
 - a connection beyond `max_connections` open ones is answered `503` with `Retry-After` once its
-  request head is in (counted in `refused_connections`), then closed: the client reads a clean
-  refusal it can retry, and the server runs none of its work (the head is still bounded by the
+  request head is in (counted in `refused_connections`), then closed after a lingering half-close
+  (what the client still sends, a request body, is read and dropped for `LINGER_S`): the client
+  reads a clean refusal it can retry, and the server runs none of its work (the head is still bounded by the
   header timeout). The process's file-descriptor limit is raised, up to its hard limit, to hold
   `max_connections` and the server's own files;
 - a connection that has not sent a complete request head `header_timeout_s` after it opened, or
@@ -36,7 +37,7 @@ from turnrl.errors import TurnrlInputError
 MAX_CONNECTIONS = 1024
 HEADER_TIMEOUT_S = 10.0
 LINGER_S = 1.0
-"""Seconds a connection answered 408 stays half-open, reading and dropping what its client still sends."""
+"""Seconds a connection answered 408 or 503 stays half-open, reading and dropping what its client still sends."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,9 @@ class _LimitedMixin(_H11Base):
         if connections.open >= connections.limits.max_connections:
             connections.refused_connections += 1
             self.app = _busy  # its request is answered 503, none of the server's code runs
+            # the 503 goes out once the head is in, often before the body: uvicorn's close after
+            # it lingers, as the 408's does (the request cycle closes `self.transport`)
+            self.transport = _LingerOnClose(transport, self._close_lingering)
         else:
             connections.open += 1
             self._counted = True
@@ -167,15 +171,36 @@ class _LimitedMixin(_H11Base):
         self._connections.header_timeouts += 1
         limit = self._connections.limits.header_timeout_s
         self.transport.write(_timed_out(f"request headers not complete within {limit:g}s (--header-timeout)"))
-        if not self.transport.can_write_eof():
-            self.transport.close()
+        self._close_lingering()
+
+    def _close_lingering(self) -> None:
+        """Close after a refusal (408, 503) without losing it: closing a socket whose client is
+        still sending makes the kernel answer with a reset, which can discard the response before
+        the client reads it. Send FIN after the response, read and drop what still arrives, and
+        close `LINGER_S` later."""
+        transport = getattr(self.transport, "wrapped", self.transport)
+        if transport.is_closing():
             return
-        # a lingering close: closing a socket whose client is still sending makes the kernel answer
-        # with a reset, which can discard the 408 before the client reads it. Send FIN after the 408,
-        # drop what still arrives, and close a moment later.
+        if not transport.can_write_eof():
+            transport.close()
+            return
         self._lingering = True
-        self.transport.write_eof()
-        self.loop.call_later(LINGER_S, self.transport.close)
+        transport.write_eof()
+        transport.resume_reading()  # uvicorn pauses reading a body nobody receives: drain it
+        self.loop.call_later(LINGER_S, transport.close)
+
+
+class _LingerOnClose:
+    """A refused connection's transport, as uvicorn's request cycle sees it: `close()` lingers."""
+
+    def __init__(self, transport: Any, linger: Any) -> None:
+        self.wrapped, self._linger = transport, linger
+
+    def close(self) -> None:
+        self._linger()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
 
 
 async def _busy(scope: Any, receive: Any, send: Any) -> None:
