@@ -39,3 +39,21 @@ def test_fused_only_where_it_applies():
     assert fused_adamw_fits([torch.zeros(2, requires_grad=True)]) is True
     assert fused_adamw_fits([]) is None
     assert fused_adamw_fits([torch.zeros(2, device="meta")]) is None  # neither a CPU nor a CUDA tensor
+
+
+def test_a_step_frees_the_gradients_it_spent():
+    """After a step (taken or skipped) no gradient is held: between updates they would keep a
+    second copy of the trainable weights' size alive through rollouts and validation. The step
+    still used them: the weights moved by the update the gradient asked for."""
+    model = _model(0)
+    opt = Optimizer(model, OptimConfig(lr=1e-2))
+    before = [p.detach().clone() for p in model.parameters()]
+    model(torch.ones(4, 8)).pow(2).mean().backward()
+    assert all(p.grad is not None for p in model.parameters())
+    out = opt.step()
+    assert out["actor/grad_norm"] > 0
+    assert all(p.grad is None for p in model.parameters())
+    assert all((p - b).abs().max().item() > 0 for p, b in zip(model.parameters(), before, strict=True))
+    model(torch.ones(4, 8)).pow(2).mean().backward()
+    opt.step(finite_loss=False)  # skipped: nothing moves, nothing is kept either
+    assert all(p.grad is None for p in model.parameters())

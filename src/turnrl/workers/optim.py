@@ -91,6 +91,9 @@ class Optimizer:
         out[f"{self.name}/grad_norm"] = float(grad_norm)
         self.opt.step()
         self.scheduler.step()
+        # the gradients are spent: kept, they would hold one more model's worth of memory through
+        # the rollouts and validations until the next update (0.5 GiB for the embedded model)
+        self.zero_grad()
         return out
 
     def schedule_state(self) -> dict[str, Any]:
