@@ -64,23 +64,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import chz
-import tinker
-from tinker_cookbook import renderers
-from tinker_cookbook.completers import StopCondition
-from tinker_cookbook.eval.evaluators import SamplingClientEvaluator
-from tinker_cookbook.rl import train as rl_train
-from tinker_cookbook.rl.types import (
-    Action,
-    ActionExtra,
-    Env,
-    EnvGroupBuilder,
-    Observation,
-    RLDataset,
-    RLDatasetBuilder,
-    StepResult,
-)
-from tinker_cookbook.tokenizer_utils import get_tokenizer, register_tokenizer
+try:  # the cookbook is no turnrl dependency: without it, one line saying what to install
+    import chz
+    import tinker
+    from tinker_cookbook import renderers
+    from tinker_cookbook.completers import StopCondition
+    from tinker_cookbook.eval.evaluators import SamplingClientEvaluator
+    from tinker_cookbook.rl import train as rl_train
+    from tinker_cookbook.rl.types import (
+        Action,
+        ActionExtra,
+        Env,
+        EnvGroupBuilder,
+        Observation,
+        RLDataset,
+        RLDatasetBuilder,
+        StepResult,
+    )
+    from tinker_cookbook.tokenizer_utils import get_tokenizer, register_tokenizer
+except ModuleNotFoundError as err:
+    sys.exit(
+        f"tinker_cookbook_rl.py: needs tinker-cookbook ({err.name} is not installed): pip install tinker-cookbook"
+    )
 
 from turnrl.models.loader import model_directory
 from turnrl.rewards.registry import registered, resolve

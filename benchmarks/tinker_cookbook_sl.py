@@ -108,7 +108,12 @@ def read_metrics(log_path: Path) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    default_data = str(resources.files("tinker_cookbook") / "example_data" / "conversations.jsonl")
+    try:  # the cookbook is no turnrl dependency: without it, one line saying what to install
+        default_data = str(resources.files("tinker_cookbook") / "example_data" / "conversations.jsonl")
+    except ModuleNotFoundError as err:
+        sys.exit(
+            f"tinker_cookbook_sl.py: needs tinker-cookbook ({err.name} is not installed): pip install tinker-cookbook"
+        )
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--base-url", default=os.environ.get("TINKER_BASE_URL", ""), help="the service")
     p.add_argument("--model", default="smollm2-135m-instruct", help="the served base model")
