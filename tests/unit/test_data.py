@@ -59,6 +59,27 @@ def test_overlong_prompts_are_dropped_and_counted(tmp_path, caplog):
             {"prompt": [{"content": "hi"}], "reward_model": {"ground_truth": "1"}},
             "needs 'role' and 'content'",
         ),
+        # once converted with str(): the model was prompted with "['a', 'b']", "None" or "5"
+        (
+            {"prompt": [{"role": "user", "content": ["a", "b"]}], "reward_model": {"ground_truth": "1"}},
+            r"row 0: 'prompt' message 0 \('user'\) content must be text, got list$",
+        ),
+        (
+            {"prompt": [{"role": "user", "content": None}], "reward_model": {"ground_truth": "1"}},
+            "content must be text, got NoneType$",
+        ),
+        (
+            {"prompt": [{"role": "user", "content": 5}], "reward_model": {"ground_truth": "1"}},
+            "content must be text, got int$",
+        ),
+        (
+            {"prompt": [{"role": "bogus", "content": "hi"}], "reward_model": {"ground_truth": "1"}},
+            "'prompt' message 0 needs a 'role' of system, user, assistant, tool; got 'bogus'$",
+        ),
+        (
+            {"prompt": [{"role": 5, "content": "hi"}], "reward_model": {"ground_truth": "1"}},
+            "needs a 'role' of system, user, assistant, tool; got 5$",
+        ),
     ],
 )
 def test_malformed_rows_name_file_and_row(tmp_path, row, message):

@@ -3,6 +3,7 @@ and conversations over `data.max_length` dropped or cut, counted and said."""
 
 import json
 import logging
+import re
 
 import pytest
 
@@ -59,6 +60,35 @@ def test_bad_tool_call_arguments_are_named(tok, tmp_path):
     }
     with pytest.raises(DataError, match=r"row 0: message 1: the arguments of tool call 'calc' are not JSON"):
         load(tok, [write(tmp_path / "c.jsonl", [row])])
+
+
+@pytest.mark.parametrize(
+    ("messages", "said"),
+    [
+        # an empty answer was trained on (1 token: the end of turn) when content was null or missing
+        (
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None}],
+            "message 1 ('assistant')",
+        ),
+        ([{"role": "user"}, {"role": "assistant", "content": "x"}], "message 0 ('user')"),
+    ],
+)
+def test_a_message_without_content_is_named(tok, tmp_path, messages, said):
+    with pytest.raises(DataError, match=rf"row 0: {re.escape(said)} needs 'content' \(text; an assistant may instead have tool_calls\)$"):  # fmt: skip
+        load(tok, [write(tmp_path / "c.jsonl", [{"messages": messages}])])
+
+
+def test_an_assistant_calling_a_tool_needs_no_content(tok, tmp_path):
+    call = {"function": {"name": "calc", "arguments": "{}"}}
+    row = {
+        "messages": [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "content": "4"},
+            {"role": "assistant", "content": "4"},
+        ]
+    }
+    assert len(load(tok, [write(tmp_path / "c.jsonl", [row])])) == 1
 
 
 def test_overlong_conversations_are_dropped_and_counted(tok, tmp_path, caplog):

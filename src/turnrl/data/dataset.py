@@ -94,6 +94,10 @@ def _jsonl_hint(line: str, lineno: int, suffix: str) -> str:
     return ""
 
 
+ROLES = ("system", "user", "assistant", "tool")
+"""The chat roles a row's messages may have (RL prompts, RM prompts and SFT conversations alike)."""
+
+
 def _messages(row: dict[str, Any], prompt_key: str, where: str) -> list[dict[str, str]]:
     prompt = row.get(prompt_key)
     if prompt is None:
@@ -103,12 +107,17 @@ def _messages(row: dict[str, Any], prompt_key: str, where: str) -> list[dict[str
         return [{"role": "user", "content": prompt}]
     if not isinstance(prompt, list) or not prompt:
         raise DataError(f"{where}: '{prompt_key}' must be a non-empty list of {{role, content}} messages")
-    for m in prompt:
+    for j, m in enumerate(prompt):
         if not isinstance(m, dict) or "role" not in m or "content" not in m:
             raise DataError(
                 f"{where}: every '{prompt_key}' message needs 'role' and 'content', got {m!r:.80}"
             )
-    return [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt]
+        # checked, not converted: str() would hand the model "['a', 'b']" or "None" as its prompt
+        if m["role"] not in ROLES:
+            raise DataError(f"{where}: '{prompt_key}' message {j} needs a 'role' of {', '.join(ROLES)}; got {m['role']!r:.40}")  # fmt: skip
+        if not isinstance(m["content"], str):
+            raise DataError(f"{where}: '{prompt_key}' message {j} ('{m['role']}') content must be text, got {type(m['content']).__name__}")  # fmt: skip
+    return [{"role": m["role"], "content": m["content"]} for m in prompt]
 
 
 def _ground_truth(row: dict[str, Any], where: str) -> Any:

@@ -12,12 +12,10 @@ import json
 from typing import Any
 
 from turnrl.config.supervised_schema import SFTDataConfig
-from turnrl.data.dataset import DataError, read_rows
+from turnrl.data.dataset import ROLES, DataError, read_rows
 from turnrl.supervised.chat import Messages, Tokenized, tokenize_conversation
 from turnrl.supervised.episodes import EpisodeEncoder
 from turnrl.supervised.rows import Overlong, none_left, required
-
-ROLES = ("system", "user", "assistant", "tool")
 
 
 def load_conversations(
@@ -90,6 +88,8 @@ def _message(m: Any, j: int, inline: bool, where: str) -> dict[str, Any]:
         content = json.dumps(content, ensure_ascii=False)  # a structured tool result, shown as JSON
     if content is not None and not isinstance(content, str):
         raise DataError(f"{where}: message {j} ('{role}') content must be text, got {type(content).__name__}")
+    if content is None and not (role == "assistant" and m.get("tool_calls")):  # only a call may go without
+        raise DataError(f"{where}: message {j} ('{role}') needs 'content' (text; an assistant may instead have tool_calls)")  # fmt: skip
     out: dict[str, Any] = {"role": role, "content": content or ""}
     for key in ("name", "tool_call_id"):  # templates that label tool results read these
         if m.get(key) is not None:
