@@ -100,7 +100,7 @@ REAL_PROCESS_CASES = {
     ),
     "no samples per prompt": (
         ["train", "rollout.n=0", NO_MODEL],
-        "turnrl train: 'rollout.n' must be >= 1, got 0",
+        "turnrl train: 'rollout.n' must be in [1, 65536] (a group's size; more is a typo), got 0",
     ),
     "sft steps below 0": (
         ["sft", "trainer.total_training_steps=-1", NO_MODEL],

@@ -33,7 +33,7 @@ def agent(**settings: Any) -> dict[str, Any]:
 RULES = [
     # every size must be positive (declared on the fields; tests/unit/test_config_ranges.py checks them)
     *(
-        ({key.replace(".", "__"): 0}, rf"'{re.escape(key)}' must be >= 1, got 0")
+        ({key.replace(".", "__"): 0}, rf"'{re.escape(key)}' must be (>= 1|in \[1, 65536\] .*), got 0")
         for key in (
             "data.train_batch_size",
             "data.max_prompt_length",

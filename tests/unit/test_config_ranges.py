@@ -140,7 +140,13 @@ def test_every_built_in_recipe_passes(name):
         ("rollout.temperature=.inf", "'rollout.temperature' must be finite and > 0, got inf"),
         ("actor.entropy_coeff=-inf", "'actor.entropy_coeff' must be finite, got -inf"),
         ("actor.optim.betas=[0.9,1.0]", "'actor.optim.betas[1]' must be in [0, 1), got 1.0"),
-        ("rollout.n=0", "'rollout.n' must be >= 1, got 0"),
+        ("rollout.n=0", "'rollout.n' must be in [1, 65536] (a group's size; more is a typo), got 0"),
+        # a group of 10^20 once reached the engine: an OverflowError, or a list of 10^9 rows
+        (
+            "rollout.n=100000000000000000000",
+            "'rollout.n' must be in [1, 65536] (a group's size; more is a typo), got 100000000000000000000",
+        ),
+        ("actor.optim.betas=[0.9]", "'actor.optim.betas' must hold two values (beta1, beta2), got 1"),
         ("rollout.top_p=0", "'rollout.top_p' must be in (0, 1], got 0.0"),
         ("data.max_response_length=-5", "'data.max_response_length' must be >= 1, got -5"),
         ("trainer.save_freq=-1", "'trainer.save_freq' must be >= 0 (0 = only at the end), got -1"),
@@ -148,7 +154,8 @@ def test_every_built_in_recipe_passes(name):
         ("reward.timeout_s=-1", "'reward.timeout_s' must be >= 0 (0 = no limit), got -1.0"),
         ("algorithm.gamma=1.5", "'algorithm.gamma' must be in [0, 1], got 1.5"),
         ("rollout.server.timeout_s=0", "'rollout.server.timeout_s' must be > 0, got 0.0"),
-        ("eval.n=-1", "'eval.n' must be >= 0 (0 = no sampled pass), got -1"),
+        ("eval.n=-1", "'eval.n' must be in [0, 65536] (0 = no sampled pass), got -1"),
+        ("eval.n=1000000000", "'eval.n' must be in [0, 65536] (0 = no sampled pass), got 1000000000"),
         (
             "trainer.total_epochs=0",
             "'trainer.total_epochs'=0 with trainer.total_training_steps=0 trains nothing",

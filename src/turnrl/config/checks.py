@@ -9,10 +9,11 @@ code is checked too. They only read the config (idempotent) and import nothing h
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from turnrl.config.agent_schema import (
@@ -29,6 +30,7 @@ from turnrl.config.schema import (
     ActorConfig,
     Config,
     JudgeConfig,
+    OptimConfig,
 )
 from turnrl.errors import TurnrlInputError
 
@@ -60,6 +62,22 @@ def check_ranges(cfg: Any) -> None:
         want = spec if finite or spec == "finite" else f"finite and {spec}"
         why = f" ({note})" if note else ""
         raise ConfigError(f"'{key}' must be {want}{why}, got {value}")
+    for key, optim in _optim_sections(cfg):  # each beta is ranged above; how many there are, here
+        if len(optim.betas) != 2:
+            raise ConfigError(f"'{key}.betas' must hold two values (beta1, beta2), got {len(optim.betas)}")
+
+
+def _optim_sections(node: Any, prefix: str = "") -> Iterator[tuple[str, OptimConfig]]:
+    """Every optimizer section of a config tree (`actor.optim`, `critic.optim`, `optim`), by key,
+    skipping sections whose `enable` is false (as the ranges do)."""
+    if getattr(node, "enable", True) is False:
+        return
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if isinstance(value, OptimConfig):
+            yield prefix + f.name, value
+        elif dataclasses.is_dataclass(value):
+            yield from _optim_sections(value, f"{prefix}{f.name}.")
 
 
 def check_config(cfg: Config) -> None:

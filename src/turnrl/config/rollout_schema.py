@@ -41,7 +41,7 @@ class RolloutConfig:
     `rollout.server`) or `vllm` (in-process vLLM, `pip install turnrl[vllm]`)."""
     server: ServerConfig = field(default_factory=ServerConfig)
     """Inference servers for `rollout.engine=server`."""
-    n: int = ranged(8, ">= 1")
+    n: int = ranged(8, "in [1, 65536]", "a group's size; more is a typo")
     """Samples per prompt: the group size for GRPO-style estimators."""
     temperature: float = ranged(1.0, "> 0")
     """Sampling temperature; old log-probs are computed at this temperature too."""
@@ -79,7 +79,7 @@ class RolloutConfig:
     `rollout_corr/*` and is corrected like any engine's (`algorithm.rollout_correction`)."""
     val_temperature: float = ranged(0.0, ">= 0", "0 = greedy")
     """Temperature for validation; 0 = greedy."""
-    val_n: int = ranged(1, ">= 1")
+    val_n: int = ranged(1, "in [1, 65536]")
     """Samples per validation prompt."""
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     """Agent mode: multi-turn episodes with tools."""

@@ -532,7 +532,7 @@ class EvalConfig:
     greedy: bool = True
     """Run the greedy pass: one response per prompt at temperature 0 (training's `val/test_score`
     when `rollout.val_temperature=0` and `rollout.val_n=1`, the defaults)."""
-    n: int = ranged(8, ">= 0", "0 = no sampled pass")
+    n: int = ranged(8, "in [0, 65536]", "0 = no sampled pass")
     """Responses per prompt in the sampled pass (0 = no sampled pass); pass@k is reported for
     k = 1, 2, 4, ... up to n, and for n itself."""
     temperature: float = ranged(1.0, ">= 0")
