@@ -123,6 +123,17 @@ REAL_PROCESS_CASES = {
         ["data", "task", "addition", "--out", "notes/addition"],
         "turnrl data: --out notes/addition: notes is a file, not a directory",
     ),
+    # a name over 255 bytes: every file-system call on it raised ENAMETOOLONG, a traceback
+    "eval model.path with a 300-byte name": (
+        ["eval", "model.path=" + "a" * 300],
+        "turnrl eval: 'model.path': a name in the path is 300 bytes long, more than a file system allows "
+        "(255): '" + "a" * 40 + "...'",
+    ),
+    "train model.path with a 300-byte name": (
+        ["train", "model.path=/tmp/" + "a" * 300],
+        "turnrl train: 'model.path': a name in the path is 300 bytes long, more than a file system allows "
+        "(255): '" + "a" * 40 + "...'",
+    ),
     "export --out in /proc": (
         ["export", "no_run", "--out", "/proc/x"],
         "turnrl export: --out /proc/x: cannot create (No such file or directory)",

@@ -65,6 +65,33 @@ def check_ranges(cfg: Any) -> None:
     for key, optim in _optim_sections(cfg):  # each beta is ranged above; how many there are, here
         if len(optim.betas) != 2:
             raise ConfigError(f"'{key}.betas' must hold two values (beta1, beta2), got {len(optim.betas)}")
+    for key, path in _paths(cfg):
+        check_path_length(key, path)
+
+
+NAME_MAX = 255
+"""Bytes in one file or directory name (Linux, macOS): a longer one makes every file-system call on
+the path raise ENAMETOOLONG, which would otherwise surface as a traceback from wherever it is first read."""
+
+
+def check_path_length(key: str, path: str) -> None:
+    """Raise ConfigError when a name in `path` is longer than the file system allows."""
+    for part in path.split("/"):
+        if len(part.encode()) > NAME_MAX:
+            raise ConfigError(
+                f"'{key}': a name in the path is {len(part.encode())} bytes long, more than a file system "
+                f"allows ({NAME_MAX}): '{part[:40]}...'"
+            )
+
+
+def _paths(node: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """Every `path` setting of a config tree (`model.path`, `teacher.model.path`, ...), by key."""
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _paths(value, f"{prefix}{f.name}.")
+        elif f.name == "path" and isinstance(value, str):
+            yield prefix + f.name, value
 
 
 def _optim_sections(node: Any, prefix: str = "") -> Iterator[tuple[str, OptimConfig]]:

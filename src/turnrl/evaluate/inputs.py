@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from turnrl.config import Config, ConfigError, load_config
+from turnrl.config.checks import check_path_length
 from turnrl.config.loader import read_recipe
 from turnrl.data.dataset import DataError
 from turnrl.errors import TurnrlInputError
@@ -41,6 +42,7 @@ def eval_config(recipe: str | None, overrides: list[str]) -> tuple[Config, Path 
     run = None
     if recipe is None:
         probe = load_config(None, overrides, check=None)  # only to read model.path
+        check_path_length("model.path", probe.model.path)  # read on the disk just below
         run = train_run_of(Path(probe.model.path).expanduser())
     cfg = load_config(run / "config.yaml" if run else recipe, overrides)
     check_eval(cfg)
