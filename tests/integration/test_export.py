@@ -3,6 +3,7 @@ generates what turnrl's own greedy rollout generates (full fine-tuning and LoRA)
 critic's token-classification logits are turnrl's values."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -225,4 +226,25 @@ def test_non_empty_out_is_untouched(full_run, tmp_path, capsys):
 def test_critic_on_a_run_without_one(full_run, tmp_path, capsys):
     line = run_cli(capsys, full_run, "--critic", "--out", tmp_path / "out")
     assert str(full_run / "checkpoints") in line and "critic" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_truncated_checkpoint_is_refused_not_loaded(full_run, tmp_path, capsys):
+    """Its manifest's size and hash catch it. Before, with every checkpoint corrupt the export fell
+    back to the newest one and loaded it: a safetensors traceback; with `--step` it loaded it unchecked."""
+    run = tmp_path / "run"
+    shutil.copytree(full_run, run)
+    for step in ("step_1", "step_2"):
+        weights = run / "checkpoints" / step / "actor" / "weights.safetensors"
+        weights.write_bytes(weights.read_bytes()[: 1 << 16])
+    line = run_cli(capsys, run, "--out", tmp_path / "out")
+    assert line == (
+        f"turnrl export: checkpoint {run / 'checkpoints' / 'step_2'} is corrupt (actor/weights.safetensors has "
+        f"65536 bytes, the manifest says {(full_run / 'checkpoints/step_2/actor/weights.safetensors').stat().st_size}), "
+        f"and so is every other checkpoint of {run}"
+    )
+    line = run_cli(capsys, run, "--step", 1, "--out", tmp_path / "out")
+    assert line.startswith(
+        f"turnrl export: checkpoint {run / 'checkpoints' / 'step_1'} is corrupt: actor/weights"
+    )
     assert not (tmp_path / "out").exists()

@@ -114,10 +114,16 @@ def checkpoint_of(run_dir: Path, step: int | None) -> Path:
     if not found:
         raise ExportError(f"run directory {run_dir} has no checkpoint under {run_dir / 'checkpoints'}")
     if step is None:
-        return checkpoint.latest(run_dir) or found[max(found)]
+        if (path := checkpoint.latest(run_dir)) is not None:
+            return path
+        newest = found[max(found)]  # every one fails its manifest: a load would read a corrupt file
+        problem = checkpoint.manifest_problem(newest)
+        raise ExportError(f"checkpoint {newest} is corrupt ({problem}), and so is every other checkpoint of {run_dir}")  # fmt: skip
     if step not in found:
         listed = ", ".join(map(str, found))
         raise ExportError(f"no checkpoint step_{step} in {run_dir / 'checkpoints'}; steps: {listed}")
+    if problem := checkpoint.manifest_problem(found[step]):
+        raise ExportError(f"checkpoint {found[step]} is corrupt: {problem}")
     return found[step]
 
 
