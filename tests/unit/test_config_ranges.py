@@ -147,6 +147,23 @@ def test_every_built_in_recipe_passes(name):
             "'rollout.n' must be in [1, 65536] (a group's size; more is a typo), got 100000000000000000000",
         ),
         ("actor.optim.betas=[0.9]", "'actor.optim.betas' must hold two values (beta1, beta2), got 1"),
+        # once "model directory . has no config.json", from wherever the empty path was first read
+        (
+            "model.path=",
+            "'model.path' is empty: name the model (a Hugging Face directory or Hub id, a turnrl run, "
+            "a .gguf file, or smollm2-135m-instruct, the default)",
+        ),
+        # a value where a section is: once "bad value for '?' ...: Merge error: int is not a subclass"
+        (
+            "actor.optim=5",
+            "bad value for 'actor.optim' in override 'actor.optim=5': 'actor.optim' is a section of settings, "
+            "not one value; set its keys (actor.optim.NAME=VALUE; --list-keys lists them)",
+        ),
+        (
+            "eval=5",
+            "bad value for 'eval' in override 'eval=5': 'eval' is a section of settings, not one value; set "
+            "its keys (eval.NAME=VALUE; --list-keys lists them)",
+        ),
         ("rollout.top_p=0", "'rollout.top_p' must be in (0, 1], got 0.0"),
         ("data.max_response_length=-5", "'data.max_response_length' must be >= 1, got -5"),
         ("trainer.save_freq=-1", "'trainer.save_freq' must be >= 0 (0 = only at the end), got -1"),

@@ -67,6 +67,11 @@ def check_ranges(cfg: Any) -> None:
             raise ConfigError(f"'{key}.betas' must hold two values (beta1, beta2), got {len(optim.betas)}")
     for key, path in _paths(cfg):
         check_path_length(key, path)
+        if key == "model.path" and not path.strip():  # the others' empty value means "none"
+            raise ConfigError(
+                "'model.path' is empty: name the model (a Hugging Face directory or Hub id, a turnrl run, "
+                "a .gguf file, or smollm2-135m-instruct, the default)"
+            )
 
 
 NAME_MAX = 255

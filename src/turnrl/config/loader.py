@@ -169,24 +169,27 @@ def load_config(
 ) -> T:
     """Build a checked config from an optional YAML recipe and `a.b=value` overrides: a `Config`
     for `turnrl train`, or another schema (SFT, reward-model training) with its own `check`."""
-    layers: list[tuple[str, dict[str, Any]]] = []
+    layers: list[tuple[str, dict[str, Any], str]] = []  # (where, settings, an override's dotted key)
     if recipe:
         path = resolve_recipe(recipe)
-        layers.append((str(path), read_recipe(path)))
+        layers.append((str(path), read_recipe(path), "?"))
     for item in overrides or []:
         key, value = _parse_override(item)
-        layers.append((f"override '{item}'", _nest(key, value)))
+        layers.append((f"override '{item}'", _nest(key, value), key))
     if recipe:
-        _drop_task_args_of_a_replaced_task(layers[0][1], [tree for _, tree in layers[1:]])
+        _drop_task_args_of_a_replaced_task(layers[0][1], [tree for _, tree, _ in layers[1:]])
 
     merged = OmegaConf.structured(schema)
-    for source, tree in layers:
+    for source, tree, dotted in layers:
         _check_keys(tree, source, schema=schema)
         try:
             merged = OmegaConf.merge(merged, tree)
         except OmegaConfBaseException as err:
-            key = getattr(err, "full_key", None) or "?"
+            # a section given a value (`eval=5`, `actor.optim=5`) has no full key: the override's is it
+            key = getattr(err, "full_key", None) or dotted
             msg = str(err).splitlines()[0]
+            if "is not a subclass of" in msg:  # OmegaConf's words for a value where a section is
+                msg = f"'{key}' is a section of settings, not one value; set its keys ({key}.NAME=VALUE; --list-keys lists them)"  # fmt: skip
             raise ConfigError(f"bad value for '{key}' in {source}: {msg}") from None
     cfg: T = OmegaConf.to_object(merged)  # type: ignore[assignment]
     if check is not None:
