@@ -92,6 +92,9 @@ def test_malformed_rows_name_file_and_row(tmp_path, row, message):
 def test_missing_file_bad_json_and_unknown_suffix(tmp_path):
     with pytest.raises(DataError, match="not found"):
         read_rows(tmp_path / "nope.jsonl")
+    (tmp_path / "dir.jsonl").mkdir()  # once "not found" too
+    with pytest.raises(DataError, match=r"data file .*dir\.jsonl is a directory, not a file$"):
+        read_rows(tmp_path / "dir.jsonl")
     (tmp_path / "b.jsonl").write_text('{"a": 1}\n{not json\n')
     with pytest.raises(DataError, match=r"b\.jsonl:2: not valid JSON"):
         read_rows(tmp_path / "b.jsonl")

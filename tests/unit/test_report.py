@@ -97,6 +97,22 @@ def test_run_dir_without_metrics(tmp_path, capsys):
     assert "no metrics file" in (run / "report" / "report.html").read_text()
 
 
+def test_a_failed_report_always_says_why(tmp_path, capsys):
+    """Exit 1 once came with no reason: rows whose values are text or lists, or a metrics.jsonl
+    that is a directory ("does not exist" before)."""
+    run = write_rows(tmp_path / "run", [{"step": 1, "a": "str"}, {"step": 2, "a": [1]}])
+    assert main(["report", str(run)]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"turnrl report: {run / 'metrics.jsonl'}: no metric holds a number, so there is nothing to plot"
+    ]
+    other = tmp_path / "other"
+    (other / "metrics.jsonl").mkdir(parents=True)
+    assert main(["report", str(other)]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"turnrl report: no metrics file: {other / 'metrics.jsonl'} is a directory, not a file"
+    ]
+
+
 def test_missing_run_dir_is_one_line_and_writes_nothing(tmp_path, capsys):
     missing = tmp_path / "nope"
     assert main(["report", str(missing)]) == 2

@@ -115,6 +115,9 @@ def test_bad_parquet_and_missing_file(tmp_path: Path) -> None:
         read_corpus(tmp_path / "b.parquet", show_progress=False)
     with pytest.raises(CorpusError, match="corpus file not found"):
         read_corpus(tmp_path / "missing.jsonl", show_progress=False)
+    (tmp_path / "dir.jsonl").mkdir()  # once "not found" too
+    with pytest.raises(CorpusError, match=r"dir\.jsonl: the corpus is a directory, not a file$"):
+        read_corpus(tmp_path / "dir.jsonl", show_progress=False)
 
 
 def test_builtin_corpus_is_deterministic_and_self_consistent() -> None:

@@ -32,10 +32,18 @@ class Example:
     raw_prompt: list[dict[str, str]]
 
 
+def check_data_file(path: str | Path, key: str = "") -> None:
+    """Raise DataError unless `path` is a file, naming it (and `key`, the setting that gave it)."""
+    named = f" ({key})" if key else ""
+    if Path(path).is_dir():
+        raise DataError(f"data file {path} is a directory, not a file{named}")
+    if not Path(path).is_file():
+        raise DataError(f"data file not found: {path}{named}")
+
+
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"data file not found: {path}")
+    check_data_file(path)
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         rows = _read_parquet(path)

@@ -10,7 +10,7 @@ from pathlib import Path
 from turnrl.config import Config, ConfigError, load_config
 from turnrl.config.checks import check_path_length
 from turnrl.config.loader import read_recipe
-from turnrl.data.dataset import DataError
+from turnrl.data.dataset import check_data_file
 from turnrl.errors import TurnrlInputError
 from turnrl.models import sources
 from turnrl.runtime import ensure_writable_dir
@@ -76,8 +76,7 @@ def eval_files(cfg: Config) -> list[str]:
             resolve_data_files(cfg)
         files, key = list(cfg.data.val_files), "data.val_files"
     for f in files:
-        if not Path(f).is_file():  # before the model loads
-            raise DataError(f"data file not found: {f} ({key})")
+        check_data_file(f, key)  # before the model loads
     return files
 
 

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from turnrl.config import to_yaml
 from turnrl.config.supervised_schema import RMConfig, SFTConfig
-from turnrl.data.dataset import DataError
+from turnrl.data.dataset import check_data_file
 from turnrl.models.loader import load_tokenizer
 from turnrl.runtime import memory_metrics, seed_everything
 from turnrl.supervised.batches import LengthGroupedLoader
@@ -89,8 +89,7 @@ class SupervisedTrainer:
 
     def _read_data(self, cfg: SFTConfig | RMConfig) -> None:
         for f in [*cfg.data.train_files, *cfg.data.val_files]:
-            if not Path(f).is_file():
-                raise DataError(f"data file not found: {f}")
+            check_data_file(f)
         self.tokenizer = load_tokenizer(cfg.model.path, cfg.model.cache_dir)
         set_chat_template(self.tokenizer, cfg.data.chat_template)
         self.objective = objective_for(cfg, self.tokenizer)

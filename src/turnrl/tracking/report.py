@@ -58,6 +58,9 @@ def _number(value: Any) -> float | None:
 
 def read_metrics(path: Path) -> MetricsLog:
     log = MetricsLog()
+    if path.is_dir():
+        log.problems.append(f"no metrics file: {path} is a directory, not a file")
+        return log
     if not path.is_file():
         log.problems.append(
             f"no metrics file: {path} does not exist (did the run log with trainer.logger=[jsonl]?)"
@@ -140,6 +143,8 @@ def make_report(run_dir: Path) -> Report:
         problems.append(f"{k}: {n} non-finite value(s) (NaN/inf) not plotted")
     if log.series and not plots:
         problems.append("none of the metrics in the file is one that the report plots")
+    elif log.rows and not log.series:  # rows whose values are all text or lists: the exit code says 1
+        problems.append(f"{run_dir / 'metrics.jsonl'}: no metric holds a number, so there is nothing to plot")
     html = out / "report.html"
     html.write_text(render(run_dir, log, plots, absent, problems), encoding="utf-8")
     return Report(html, plots, problems)

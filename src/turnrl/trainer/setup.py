@@ -15,7 +15,7 @@ import torch
 from turnrl.config import Config, ConfigError
 from turnrl.config.rollout_schema import RolloutConfig
 from turnrl.config.schema import ModelConfig
-from turnrl.data.dataset import DataError, Example, load_examples
+from turnrl.data.dataset import Example, check_data_file, load_examples
 from turnrl.models.loader import ModelError, cache_root, load_tokenizer, tokenizer_difference
 from turnrl.models.precision import auto_bf16, fallback_note
 from turnrl.rewards.judge import Judge
@@ -107,8 +107,7 @@ def build_data(cfg: Config) -> Data:
     check_plugins(cfg)
     resolve_data_files(cfg)
     for f in [*cfg.data.train_files, *cfg.data.val_files]:
-        if not Path(f).is_file():  # fail before the minute-long model load
-            raise DataError(f"data file not found: {f}")
+        check_data_file(f)  # fail before the minute-long model load
     # a training run as `model.path` is exported (once) here, before any model loads
     tokenizer = load_tokenizer(resolve_model_path(cfg.model.path, cfg.model.cache_dir), cfg.model.cache_dir)
     check_teacher_tokenizer(cfg, tokenizer)

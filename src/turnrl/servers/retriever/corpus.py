@@ -105,6 +105,8 @@ def read_corpus(path: str | Path, show_progress: bool = True) -> tuple[list[str]
     from tqdm.auto import tqdm
 
     path = Path(path)
+    if path.is_dir():
+        raise CorpusError(f"{path}: the corpus is a directory, not a file")
     if not path.is_file():
         raise CorpusError(f"{path}: corpus file not found")
     is_parquet = path.suffix == ".parquet"
