@@ -86,17 +86,35 @@ def ensure_writable_dir(path: Path, what: str, error: type[Exception] = TurnrlIn
     return path
 
 
-def write_problem(path: Path) -> str:
-    """Why creating directory `path` and writing a file in it fails ('' if it works); see
-    `ensure_writable_dir`."""
+def _nearest_existing(path: Path) -> tuple[Path, list[Path]]:
+    """(`path` or its nearest existing ancestor: where mkdir would write first, the missing
+    directories below it, deepest first)."""
     missing: list[Path] = []
     probe = path
     while not os.path.lexists(probe) and probe.parent != probe:
         missing.append(probe)
-        probe = probe.parent  # the nearest existing ancestor: where mkdir would write first
-    if not probe.is_dir():
-        kind = "is a file, not a directory" if probe.is_file() else "is not a directory"
-        return kind if probe == path else f"{probe} {kind}"
+        probe = probe.parent
+    return probe, missing
+
+
+def directory_problem(path: Path) -> str:
+    """Why `path` cannot be a directory ('' if it is one or could be made): it or an ancestor is a
+    file, `is a file, not a directory` / `notes is a file, not a directory`. It only looks and creates
+    nothing (`write_problem` also tries)."""
+    probe, _ = _nearest_existing(path)
+    if probe.is_dir():
+        return ""
+    kind = "is a file, not a directory" if probe.is_file() else "is not a directory"
+    return kind if probe == path else f"{probe} {kind}"
+
+
+def write_problem(path: Path) -> str:
+    """Why creating directory `path` and writing a file in it fails ('' if it works); see
+    `ensure_writable_dir`."""
+    problem = directory_problem(path)
+    if problem:
+        return problem
+    _, missing = _nearest_existing(path)
     created: list[Path] = []
     step = "create"
     try:

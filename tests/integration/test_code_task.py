@@ -173,7 +173,8 @@ def test_demo_problems_parses_and_refuses():
     ("argv", "expected"),
     [
         (["--topk", "2"], "--topk: only for search_sft"),
-        (["--n", "0"], "--n must be >= 1"),
+        (["--n", "0"], "--n must be a positive integer, got 0"),
+        (["--n", "100000000000"], "--n must be at most 5,000, got 100000000000"),  # ran for days before
         (["--input", "x.jsonl"], "code_sft generates its rows from the built-in task"),
         (["--problems", "list_sum,count_positive"], "code_sft: --problems: 'count_positive' is a validation"),
         (["--retry-fraction", "1.5"], "--retry-fraction must be in [0, 1], got 1.5"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -115,7 +116,9 @@ def test_topk_sets_the_passages_per_search(tmp_path, capsys):
     ("flags", "expected"),
     [
         (["--input", "x.jsonl"], "search_sft generates its rows from the built-in corpus"),
-        (["--n", "0"], "--n must be >= 1"),
+        (["--n", "0"], "--n must be a positive integer, got 0"),
+        (["--topk", "100000"], "--topk must be between 1 and the corpus size (400), got 100000"),
+        (["--topk", "0"], "--topk must be between 1 and the corpus size (400), got 0"),
         (["--retry-fraction", "2"], "--retry-fraction must be in [0, 1]"),
         (["--two-hop-share", "1.5"], "--two-hop-share must be in [0, 1], got 1.5"),
         (["--opener", "loud"], "--opener must be one of plain, subject, joined, got 'loud'"),
@@ -126,6 +129,17 @@ def test_bad_flags_are_one_line(tmp_path, capsys, flags, expected):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_a_cache_dir_that_is_a_file_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("afile").write_text("hi\n")
+    for cache, why in [("afile", "is a file"), ("afile/sub", "afile is a file")]:
+        assert main(["data", "search_sft", "--out", "o", "--cache-dir", cache]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"turnrl data: --cache-dir {cache}: {why}, not a directory"
+        ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"] and Path("afile").read_text() == "hi\n"
 
 
 def test_the_two_hop_share_sets_the_mix(tmp_path, capsys):
@@ -195,7 +209,11 @@ def test_the_bridge_step_names_the_bridge_after_the_question_s_description(full)
 
 def test_generator_flags_are_refused_for_converters(tmp_path, capsys):
     assert main(["data", "gsm8k", "--input", "x.jsonl", "--out", str(tmp_path / "o"), "--n", "3"]) == 2
-    assert "--n: only for search_sft" in capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines() == ["turnrl data: --n: only for search_sft and code_sft"]
+    assert main(["data", "gsm8k", "--input", "x.jsonl", "--out", str(tmp_path / "o"), "--seed", "3"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "turnrl data: --seed: only for task, search_sft and code_sft"
+    ]
     assert main(["data", "gsm8k", "--out", str(tmp_path / "o")]) == 2
     assert "give the dataset's files with --input FILE" in capsys.readouterr().err
 

@@ -112,3 +112,24 @@ def test_data_task_bad_arg_syntax_is_one_line(tmp_path, cli):
         "turnrl data: --arg 'size' is not of the form KEY=VALUE (e.g. --arg size=200)"
     )
     assert not out.exists()
+
+
+def test_a_row_count_that_is_not_one_stops_the_run_before_any_model_loads(tmp_path, cli, monkeypatch):
+    from turnrl.trainer import setup
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the tokenizer loaded: the task argument was checked too late")
+
+    monkeypatch.setattr(setup, "load_tokenizer", no_model)
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    line = one_line_error(
+        cli(
+            "train",
+            "model.path=tiny-random",
+            "data.task_args.n_train=abc",
+            f"trainer.default_local_dir={run}",
+            f"model.cache_dir={cache}",
+        )
+    )
+    assert line == "turnrl train: task 'addition': argument 'n_train' must be a positive integer, got 'abc'"
+    assert not run.exists() and not cache.exists()  # no run directory, no cached rows

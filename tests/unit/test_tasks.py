@@ -18,6 +18,7 @@ from turnrl.models.loader import load_tokenizer
 from turnrl.rewards.registry import registered
 from turnrl.servers.retriever.corpus import read_corpus
 from turnrl.tasks import TASKS, UnknownTask, addition, calculator, code, get, scorers, search, write_task
+from turnrl.tasks.args import MAX_ROWS, TaskArgError, check_count, parse_arg
 
 # sha256 (first 16 hex digits) of each split's JSONL at seed 0, and its row count: the rows every
 # earlier run trained and validated on. A change here changes what `turnrl train` learns.
@@ -129,7 +130,11 @@ def test_data_task_takes_a_seed_and_writes_the_corpus(tmp_path):
     [
         (["chess"], "unknown built-in task 'chess'; valid: addition, calculator, code, search"),
         ([], "name the task: turnrl data task NAME --out DIR"),
-        (["addition", "--n", "3"], "--n: only for search_sft"),
+        (["addition", "--n", "3"], "--n: only for search_sft and code_sft"),
+        (
+            ["addition", "--topk", "3", "--problems", "x"],
+            "--topk: only for search_sft; --problems: only for code_sft",
+        ),
         (["addition", "--input", "x.jsonl"], "task generates its rows from the built-in task"),
     ],
 )
@@ -139,6 +144,52 @@ def test_data_task_errors_are_one_line_and_exit_2(tmp_path, capsys, argv, expect
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0], err
     assert not out.exists()
+
+
+COUNT = "must be a positive integer, got"
+
+
+@pytest.mark.parametrize(
+    ("name", "arg", "expected"),
+    [
+        ("addition", "n_train=abc", f"task 'addition': argument 'n_train' {COUNT} 'abc'"),
+        ("addition", "n_train=1e30", f"task 'addition': argument 'n_train' {COUNT} '1e30'"),
+        ("addition", "n_train=nan", f"task 'addition': argument 'n_train' {COUNT} 'nan'"),
+        ("addition", "n_train=[1", f"task 'addition': argument 'n_train' {COUNT} '[1'"),
+        ("addition", "n_train=2.5", f"task 'addition': argument 'n_train' {COUNT} 2.5"),
+        ("addition", "n_train=true", f"task 'addition': argument 'n_train' {COUNT} True"),
+        ("addition", "n_train=-1", f"task 'addition': argument 'n_train' {COUNT} -1"),
+        ("addition", "n_train=0", f"task 'addition': argument 'n_train' {COUNT} 0"),
+        (
+            "addition",
+            "n_train=100000000000000000000",  # hung before
+            "task 'addition': argument 'n_train' must be at most 100,000, got 100000000000000000000",
+        ),
+        ("calculator", "n_train=-5", f"task 'calculator': argument 'n_train' {COUNT} -5"),
+        ("calculator", "n_val=0", f"task 'calculator': argument 'n_val' {COUNT} 0"),
+        ("calculator", "n_val=abc", f"task 'calculator': argument 'n_val' {COUNT} 'abc'"),
+        (
+            "calculator",
+            "n_val=100001",
+            "task 'calculator': argument 'n_val' must be at most 100,000, got 100001",
+        ),
+        ("code", "n_train=100001", "task 'code': argument 'n_train' must be at most 100,000, got 100001"),
+    ],
+)
+def test_a_row_count_that_is_not_one_is_one_line_and_writes_nothing(tmp_path, capsys, name, arg, expected):
+    out = tmp_path / "o"
+    assert main(["data", "task", name, "--out", str(out), "--arg", arg]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"turnrl data: {expected}"]
+    assert not out.exists()
+    with pytest.raises(TaskArgError) as err:  # the same line from the rows themselves (data.task_args)
+        TASKS[name].rows("val", 0, **dict([parse_arg(arg)]))
+    assert str(err.value) == expected
+
+
+def test_the_row_counts_take_up_to_max_rows():
+    assert check_count(MAX_ROWS, "n") == MAX_ROWS
+    assert len(calculator.rows("val", 0, n_train=1, n_val=3)) == 3
+    assert len(addition.rows("train", 0, n_train=1)) == 1
 
 
 def test_a_converter_refuses_a_task_name(tmp_path, capsys):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from turnrl.errors import TurnrlInputError
+from turnrl.models.loader import cache_root
 from turnrl.runtime import ensure_writable_dir
 
 
@@ -66,3 +67,23 @@ def test_the_caller_picks_the_error_class(tmp_path):
     (tmp_path / "f").write_text("")
     with pytest.raises(ReportError, match="report directory"):
         ensure_writable_dir(tmp_path / "f", "report directory", ReportError)
+
+
+def test_a_cache_that_is_a_file_is_named_by_where_it_came_from(tmp_path, monkeypatch):
+    afile = tmp_path / "afile"
+    afile.write_text("hi\n")
+    monkeypatch.delenv("TURNRL_CACHE", raising=False)
+    assert cache_root(str(tmp_path / "cache")) == tmp_path / "cache"
+    assert not (tmp_path / "cache").exists()  # resolving creates nothing
+    with pytest.raises(TurnrlInputError) as err:
+        cache_root(str(afile))
+    assert str(err.value) == f"model.cache_dir {afile}: is a file, not a directory"
+    with pytest.raises(TurnrlInputError) as err:
+        cache_root(str(afile / "sub"), "--cache-dir")
+    assert str(err.value) == f"--cache-dir {afile / 'sub'}: {afile} is a file, not a directory"
+    monkeypatch.setenv("TURNRL_CACHE", str(afile))
+    with pytest.raises(TurnrlInputError) as err:
+        cache_root()
+    assert str(err.value) == f"TURNRL_CACHE {afile}: is a file, not a directory"
+    assert cache_root(str(tmp_path)) == tmp_path  # a cache directory given wins over the variable
+    assert afile.read_text() == "hi\n"

@@ -24,6 +24,7 @@ import torch
 
 from turnrl.errors import TurnrlInputError
 from turnrl.models import sources
+from turnrl.runtime import directory_problem
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,21 @@ class ModelError(TurnrlInputError):
     """A model path that cannot be loaded; the message names it and the accepted forms."""
 
 
-def cache_root(cache_dir: str = "") -> Path:
-    return Path(cache_dir or os.environ.get("TURNRL_CACHE") or Path.home() / ".cache" / "turnrl")
+def cache_root(cache_dir: str = "", what: str = "model.cache_dir") -> Path:
+    """turnrl's cache: `cache_dir` (given as `what`: `model.cache_dir`, `--cache-dir`), else
+    `$TURNRL_CACHE`, else `~/.cache/turnrl`. One that is a file, or lies under one, is a one-line
+    ModelError naming where it came from (`--cache-dir afile: is a file, not a directory`)."""
+    env = os.environ.get("TURNRL_CACHE")
+    if cache_dir:
+        path, named = Path(cache_dir), what
+    elif env:
+        path, named = Path(env), "TURNRL_CACHE"
+    else:
+        path, named = Path.home() / ".cache" / "turnrl", "the cache directory"
+    problem = directory_problem(path)
+    if problem:
+        raise ModelError(f"{named} {path}: {problem}")
+    return path
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:

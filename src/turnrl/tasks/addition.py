@@ -39,7 +39,7 @@ import random
 import re
 from typing import Any
 
-from turnrl.tasks.args import reject_unknown
+from turnrl.tasks.args import count_arg, reject_unknown
 
 DATA_SOURCE = "turnrl/addition"
 QUESTION = "Compute {a} + {b}. Respond with only <answer>NUMBER</answer>."
@@ -94,10 +94,16 @@ def _example(rng: random.Random, a: int, b: int, shown: list[Problem]) -> Proble
             return c, d
 
 
-def rows(split: str, seed: int, n_train: int = N_TRAIN, **args: Any) -> list[dict[str, Any]]:
+def task_args(args: dict[str, Any]) -> int:
+    """`n_train` from `data.task_args`, refusing unknown keys and a count that is not one (`args.count_arg`)."""
+    reject_unknown(args, ("n_train",), "addition")
+    return count_arg(args, "n_train", N_TRAIN, "addition")
+
+
+def rows(split: str, seed: int, **args: Any) -> list[dict[str, Any]]:
     """`train`: `n_train` rows drawn from `seed` over the training problems; `val`: every held-out
     problem once, in (a, b) order, each with a worked example from the training problems."""
-    reject_unknown(args, ("n_train",), "addition")  # its keywords come from data.task_args
+    n_train = task_args(args)  # its keywords come from data.task_args
     train_problems, val_problems = split_problems()
     if split == "train":
         rng = random.Random(seed)

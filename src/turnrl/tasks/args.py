@@ -24,6 +24,32 @@ class TaskArgError(TurnrlInputError):
     """A task argument the task does not take, or one written in a form that cannot be read."""
 
 
+MAX_ROWS = 100_000
+"""The most rows a count argument (`n_train`, `n_val`) may ask for: far above any real run (the tasks'
+defaults are 32 to 2048 rows), yet made in seconds (the code task's in about two minutes) and under a
+gigabyte of memory; a million calculator rows would take about 7 GB. A larger count is a slip of the
+keyboard, which would otherwise run until memory or patience ran out."""
+
+
+def check_count(
+    value: Any, what: str, most: int | None = MAX_ROWS, error: type[Exception] = TaskArgError
+) -> int:
+    """`value` when it is a whole number from 1 to `most` (None: no upper bound); else `error`, one
+    line naming `what`: `task 'addition': argument 'n_train' must be a positive integer, got 'abc'`,
+    `--n must be at most 5,000, got 9000`. A bool is refused although Python counts it an int:
+    `n_train=true` is a mistake, not one row."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise error(f"{what} must be a positive integer, got {value!r}")
+    if most is not None and value > most:
+        raise error(f"{what} must be at most {most:,}, got {value!r}")
+    return value
+
+
+def count_arg(args: Mapping[str, Any], key: str, default: int, task: str) -> int:
+    """Task argument `key` of `task` (`default` when not given), a count of rows checked by `check_count`."""
+    return check_count(args.get(key, default), f"task '{task}': argument '{key}'")
+
+
 def reject_unknown(args: Mapping[str, Any], allowed: Iterable[str], task: str = "the task") -> None:
     """TaskArgError naming the first key of `args` not in `allowed`, and the keys `task` takes.
     A task's `rows(split, seed, **args)` calls it first: `reject_unknown(args, ("n_train",), "addition")`."""

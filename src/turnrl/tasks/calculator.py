@@ -15,7 +15,7 @@ import random
 import re
 from typing import Any
 
-from turnrl.tasks.args import reject_unknown
+from turnrl.tasks.args import count_arg, reject_unknown
 
 DATA_SOURCE = "turnrl/calculator"
 SYSTEM = (
@@ -71,15 +71,20 @@ def _seen(rows: list[dict[str, Any]]) -> set[str]:
     return {r["extra_info"][k] for r in rows for k in ("problem", "example")}
 
 
-def rows(
-    split: str, seed: int, n_train: int = N_TRAIN, n_val: int = N_VAL, **args: Any
-) -> list[dict[str, Any]]:
+def task_args(args: dict[str, Any]) -> tuple[int, int]:
+    """(n_train, n_val) from `data.task_args`, refusing unknown keys and a count that is not one
+    (`args.count_arg`)."""
+    reject_unknown(args, ("n_train", "n_val"), "calculator")
+    return count_arg(args, "n_train", N_TRAIN, "calculator"), count_arg(args, "n_val", N_VAL, "calculator")
+
+
+def rows(split: str, seed: int, **args: Any) -> list[dict[str, Any]]:
     """`train` from `seed`, `val` from `10_000 + seed`; validation indices follow the training ones.
 
     Held out by the problem: a validation product that training asks or shows as its example (in
     either order) is drawn again, so `extra_info.problem` never repeats across the splits (with
     8.1 million products a collision is rare, but the guarantee should not rest on luck)."""
-    reject_unknown(args, ("n_train", "n_val"), "calculator")  # its keywords come from data.task_args
+    n_train, n_val = task_args(args)  # its keywords come from data.task_args
     rng = random.Random(seed)
     train = [make_row(rng, "train", i) for i in range(n_train)]
     if split == "train":

@@ -21,9 +21,19 @@ SHOWN_SKIPS = 10  # skipped rows listed one by one; the rest are counted
 SEARCH_SFT = "search_sft"
 CODE_SFT = "code_sft"
 TASK = "task"
-GENERATOR_FLAGS = ("n", "seed", "topk", "retry_fraction", "two_hop_share", "opener", "cache_dir", "problems")
-CODE_FLAGS = ("--n", "--seed", "--problems", "--retry-fraction")
-"""The generator flags code_sft takes; --problems is code_sft's alone."""
+GENERATORS = (TASK, SEARCH_SFT, CODE_SFT)
+TAKEN_BY = {
+    "n": (SEARCH_SFT, CODE_SFT),
+    "seed": GENERATORS,
+    "topk": (SEARCH_SFT,),
+    "retry_fraction": (SEARCH_SFT, CODE_SFT),
+    "two_hop_share": (SEARCH_SFT,),
+    "opener": (SEARCH_SFT,),
+    "cache_dir": (SEARCH_SFT,),
+    "problems": (CODE_SFT,),
+}
+"""Each generator option and the generators that take it: the one table the refusals are worded from."""
+GENERATOR_FLAGS = tuple(TAKEN_BY)
 VERIFIERS = "verifiers:"
 
 
@@ -152,15 +162,30 @@ def run(ns: argparse.Namespace) -> int:
         from turnrl.data.prepare.verifiers import run_verifiers
 
         return run_verifiers(ns)
-    generator_flags = [f"--{k.replace('_', '-')}" for k in GENERATOR_FLAGS if getattr(ns, k) is not None]
+    given = [k for k in GENERATOR_FLAGS if getattr(ns, k) is not None]
     _check_task_only_args(ns)
-    if ns.dataset in (TASK, SEARCH_SFT, CODE_SFT):
-        return _run_generator(ns, generator_flags)
-    if generator_flags:
-        raise DataError(
-            f"{', '.join(generator_flags)}: only for search_sft" + " and task" * ("--seed" in generator_flags)
-        )
+    if ns.dataset in GENERATORS:
+        return _run_generator(ns, given)
+    _refuse_others_flags(ns.dataset, given)
     return _run_converter(ns)
+
+
+def _refuse_others_flags(dataset: str, given: list[str]) -> None:
+    """One line naming the generator options given that `dataset` does not take, and what takes them
+    (`TAKEN_BY`): `--n: only for search_sft and code_sft`; `--topk, --opener: only for search_sft`."""
+    foreign: dict[tuple[str, ...], list[str]] = {}
+    for key in given:
+        if dataset not in TAKEN_BY[key]:
+            foreign.setdefault(TAKEN_BY[key], []).append(f"--{key.replace('_', '-')}")
+    if foreign:
+        raise DataError(
+            "; ".join(f"{', '.join(flags)}: only for {_listed(takers)}" for takers, flags in foreign.items())
+        )
+
+
+def _listed(names: tuple[str, ...]) -> str:
+    """`search_sft`, `search_sft and code_sft`, `task, search_sft and code_sft`."""
+    return " and ".join((", ".join(names[:-1]), names[-1])) if len(names) > 1 else names[0]
 
 
 def _check_task_only_args(ns: argparse.Namespace) -> None:
@@ -173,7 +198,7 @@ def _check_task_only_args(ns: argparse.Namespace) -> None:
         raise DataError(f"{ns.dataset}: --arg is only for turnrl data task NAME")
 
 
-def _run_generator(ns: argparse.Namespace, generator_flags: list[str]) -> int:
+def _run_generator(ns: argparse.Namespace, given: list[str]) -> int:
     """task, search_sft, code_sft: rows made from built-in data, so no converter option applies."""
     if ns.input or ns.from_hub or ns.split or ns.data_source:
         what = "the built-in corpus" if ns.dataset == SEARCH_SFT else "the built-in task"
@@ -183,18 +208,11 @@ def _run_generator(ns: argparse.Namespace, generator_flags: list[str]) -> int:
         )
     from turnrl.data.prepare import tasks
 
-    if "--problems" in generator_flags and ns.dataset != CODE_SFT:
-        raise DataError("--problems: only for code_sft")
+    _refuse_others_flags(ns.dataset, given)
     if ns.dataset == SEARCH_SFT:
         return tasks.run_search_sft(ns)
     if ns.dataset == CODE_SFT:
-        not_code = [f for f in generator_flags if f not in CODE_FLAGS]
-        if not_code:
-            raise DataError(f"{', '.join(not_code)}: only for search_sft")
         return tasks.run_code_sft(ns)
-    only_sft = [f for f in generator_flags if f != "--seed"]
-    if only_sft:
-        raise DataError(f"{', '.join(only_sft)}: only for search_sft")
     return tasks.run_task(ns)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from turnrl.data.dataset import DataError
 from turnrl.data.prepare.output import check_out_dir
 from turnrl.tasks import TASKS, get, write_task
-from turnrl.tasks.args import parse_args
+from turnrl.tasks.args import check_count, parse_args
 
 OUT_FILE = "train.jsonl"
 
@@ -63,10 +63,11 @@ def run_search_sft(ns: argparse.Namespace) -> int:
     n, topk = ns.n, ns.topk if ns.topk is not None else SearchToolConfig().topk
     retry = ns.retry_fraction if ns.retry_fraction is not None else 0.1
     seed = ns.seed if ns.seed is not None else 0
-    if n is not None and n < 1:
-        raise DataError(f"--n must be >= 1, got {n}")
-    if topk < 1:
-        raise DataError(f"--topk must be >= 1, got {topk}")
+    if n is not None:  # no upper bound: the training questions are the most it can use
+        check_count(n, "--n", None, DataError)
+    size = demos.corpus_size()
+    if not 1 <= topk <= size:  # the index's own check, made before anything is built or written
+        raise DataError(f"--topk must be between 1 and the corpus size ({size}), got {topk}")
     if not 0.0 <= retry <= 1.0:
         raise DataError(f"--retry-fraction must be in [0, 1], got {retry}")
     share = ns.two_hop_share if ns.two_hop_share is not None else 0.5
@@ -75,9 +76,10 @@ def run_search_sft(ns: argparse.Namespace) -> int:
     opener = ns.opener if ns.opener is not None else demos.DEFAULT_OPENER
     if opener not in demos.OPENERS:
         raise DataError(f"--opener must be one of {', '.join(demos.OPENERS)}, got '{opener}'")
+    cache = cache_root(ns.cache_dir or "", "--cache-dir")
     out = Path(ns.out)
     check_out_dir(out, ns.overwrite)
-    rows, report = demos.build(n, seed, topk, retry, cache_root(ns.cache_dir or ""), share, opener)
+    rows, report = demos.build(n, seed, topk, retry, cache, share, opener)
     if not rows:
         raise DataError(
             f"no demonstration could be made ({len(report.skipped)} skipped); nothing written to {out}"
@@ -101,10 +103,11 @@ def run_search_sft(ns: argparse.Namespace) -> int:
 def run_code_sft(ns: argparse.Namespace) -> int:
     """Write the code task's demonstrations (`turnrl.tasks.code.demos`) as `train.jsonl`."""
     from turnrl.tasks import code
+    from turnrl.tasks.code.demos import MAX_DEMOS
 
     seed = ns.seed if ns.seed is not None else 0
-    if ns.n is not None and ns.n < 1:
-        raise DataError(f"--n must be >= 1, got {ns.n}")
+    if ns.n is not None:
+        check_count(ns.n, "--n", MAX_DEMOS, DataError)
     retry = ns.retry_fraction if ns.retry_fraction is not None else 0.0
     if not 0.0 <= retry <= 1.0:
         raise DataError(f"--retry-fraction must be in [0, 1], got {retry}")

@@ -44,6 +44,11 @@ if TYPE_CHECKING:
     from turnrl.servers.sandbox.client import RunResult
 
 BY_NAME = {p.name: p for p in PROBLEMS}
+MAX_DEMOS = 5_000
+"""The most demonstrations (`turnrl data code_sft --n`; the default is `N_TRAIN`): each runs its program
+in a subprocess (about 30 ms), so this many take a few minutes; and the training rows drawn for a
+single chosen problem (`problems`), 5,000 rounds of the 19 training problems, stay within the task's
+`args.MAX_ROWS`."""
 RUN_TIMEOUT = 10.0
 WORKERS = 4
 OBS_TAG = "observation"  # the code_agent recipe's rollout.multi_turn.python.obs_tag

@@ -6,7 +6,7 @@ import random
 from typing import Any
 
 from turnrl.rewards import code as code_reward
-from turnrl.tasks.args import TaskArgError, reject_unknown
+from turnrl.tasks.args import TaskArgError, count_arg, reject_unknown
 from turnrl.tasks.code.problems import NEW_FAMILY_PROBLEMS, NEW_PROBLEMS, TRAIN_PROBLEMS, Problem
 
 DATA_SOURCE = "turnrl/code"
@@ -101,12 +101,10 @@ def make_row(
 def task_args(args: dict[str, Any]) -> tuple[bool, int]:
     """(example, n_train) from `data.task_args`, refusing unknown keys and wrong kinds."""
     reject_unknown(args, TASK_ARGS, "code")
-    example, n_train = args.get("example", True), args.get("n_train", N_TRAIN)
+    example = args.get("example", True)
     if not isinstance(example, bool):
         raise TaskArgError(f"task 'code': argument 'example' must be true or false, got {example!r}")
-    if isinstance(n_train, bool) or not isinstance(n_train, int) or n_train < 1:
-        raise TaskArgError(f"task 'code': argument 'n_train' must be a positive integer, got {n_train!r}")
-    return example, n_train
+    return example, count_arg(args, "n_train", N_TRAIN, "code")
 
 
 def rows(split: str, seed: int, **args: Any) -> list[dict[str, Any]]:

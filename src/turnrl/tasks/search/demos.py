@@ -377,6 +377,11 @@ def interleave(questions: list[tuple[int, Question]], share: float) -> list[tupl
     return out
 
 
+def corpus_size() -> int:
+    """Documents in the built-in corpus: the most passages one search can return (`topk`)."""
+    return len(build_corpus().docs)
+
+
 def build_doc_ids() -> dict[str, str]:
     """Title -> document id of the built-in corpus (the index `InProcessSearch` searches)."""
     return dict(build_corpus().doc_ids)
