@@ -27,6 +27,15 @@ def test_malformed_json_line_names_file_and_line(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_a_directory_as_input_is_said_to_be_one(tmp_path, capsys):
+    src = tmp_path / "train.jsonl"
+    src.mkdir()  # once "input file not found"
+    out = tmp_path / "out"
+    assert run("gsm8k", "--input", src, "--split", "train", "--out", out) == 2
+    assert one_line_error(capsys) == f"turnrl data: input file {src} is a directory, not a file"
+    assert not out.exists()
+
+
 def test_missing_field_fails_naming_the_row_and_writes_nothing(tmp_path, capsys):
     good = write_jsonl(tmp_path / "a" / "train.jsonl", [{"question": "a", "answer": "#### 1"}])
     bad = write_json(tmp_path / "b" / "test.json", [{"question": "a", "answer": "#### 1"}, {"question": "b"}])

@@ -50,6 +50,8 @@ class HubSplit:
 
 
 def read_examples(path: Path) -> list[Example]:
+    if path.is_dir():
+        raise DataError(f"input file {path} is a directory, not a file")
     if not path.is_file():
         raise DataError(f"input file not found: {path}")
     suffix = path.suffix.lower()
