@@ -16,6 +16,7 @@ import base64
 import os
 import select
 import socket
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,7 +25,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.cli import console_script
 from tests.support.proc_scan import cmdlines_with
+from turnrl.servers.sandbox.config import cpu_count, max_workers
 from turnrl.servers.sandbox.process import SandboxProcess
 
 MAX_BODY, MAX_FILES, MAX_FILES_BYTES, MAX_CODE, MAX_STDIN = 4 << 20, 8, 1 << 20, 64 << 10, 64 << 10
@@ -157,7 +160,7 @@ REFUSALS: list[tuple[str, Any, int, str]] = [
         "NaN memory",
         b'{"code": "1", "memory_limit_MB": NaN}',
         422,
-        "memory_limit_MB: Input should be a finite number",
+        "memory_limit_MB: Input should be a valid integer",
     ),
     (
         "huge memory",
@@ -264,6 +267,24 @@ def test_bad_requests_get_one_line_naming_the_field(
     server: SandboxProcess, body: Any, status: int, start: str
 ) -> None:
     assert_refused(post(server, body, JSON if isinstance(body, bytes) else None), status, start)
+
+
+@pytest.mark.usefixtures("healthy_after")
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ({**CANARY, "run_timeout": "5"}, "run_timeout: Input should be a valid number"),
+        ({**CANARY, "run_timeout": True}, "run_timeout: Input should be a valid number"),
+        ({**CANARY, "memory_limit_MB": "128"}, "memory_limit_MB: Input should be a valid integer"),
+    ],
+)
+def test_a_string_or_a_bool_for_a_number_is_refused(server: SandboxProcess, body: Any, detail: str) -> None:
+    """Strict types (servers.validation.StrictRequest): each was once run with the number it looks
+    like (5 s, 1 s, 128 MB); a JSON integer is still a number of seconds."""
+    r = post(server, body)
+    assert r.status_code == 422 and r.json() == {"detail": detail}, r.text
+    ok = post(server, {**CANARY, "run_timeout": 5, "memory_limit_MB": 128})
+    assert ok.status_code == 200 and ok.json()["run_result"]["stdout"] == "42\n", ok.text
 
 
 @pytest.mark.usefixtures("healthy_after")
@@ -414,6 +435,43 @@ def test_a_client_that_leaves_mid_run_frees_its_slot_and_dir(server: SandboxProc
     assert os.listdir(health["work_root"]) == [], "the departed client's run dir is still there"
     assert time.monotonic() - start < 8  # not at the run's 60 s timeout
     assert cmdlines_with(marker) == [], "the departed client's program still runs"
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        (["--max-run-timeout", "0"], "--max-run-timeout 0: must be finite and > 0"),
+        (["--max-run-timeout", "nan"], "--max-run-timeout nan: must be finite and > 0"),
+        (["--max-run-timeout", "inf"], "--max-run-timeout inf: must be finite and > 0"),
+        (["--max-run-timeout", "5"], "--max-run-timeout 5: must be >= 10, the run_timeout of a request that sends none (default_run_timeout)"),
+        (["--max-run-timeout", "1e300"], "--max-run-timeout 1e+300: at most 86400 seconds (a day)"),
+        (
+            ["--workers", "100000"],
+            f"--workers 100000: at most {max_workers()} here (64 per CPU, {cpu_count()} CPUs): each worker "
+            "is a run at once, with a prepared sandbox process and two cgroups of its own",
+        ),
+        (["--header-timeout", "inf"], "--header-timeout inf: must be finite and >= 1 second (a connection that sends nothing would hold its socket for ever)"),
+    ],
+    ids=["timeout 0", "timeout nan", "timeout inf", "timeout below the default", "timeout 1e300", "100000 workers", "header timeout inf"],
+)  # fmt: skip
+def test_impossible_settings_are_one_line_at_start_up(flags: list[str], line: str) -> None:
+    """The real console script: once `--max-run-timeout 0` named an internal field and the wrong
+    value (`default_run_timeout: must be in (0, 0.0], got 10.0`), inf was served, and 100000
+    workers made cgroups for minutes without a word (a server that starts anyway fails by the timeout)."""
+    env = {k: v for k, v in os.environ.items() if k != "TURNRL_API_KEY"}
+    proc = subprocess.run(
+        [console_script(), "sandbox", "serve", "--port", "0", *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert proc.returncode == 2 and proc.stdout == "", (
+        proc.returncode,
+        proc.stdout[-2000:],
+        proc.stderr[-2000:],
+    )
+    assert proc.stderr == f"turnrl sandbox serve: error: {line}\n"
 
 
 @pytest.mark.usefixtures("healthy_after")

@@ -244,6 +244,56 @@ def test_bad_requests_get_one_line(child, body, status, words):
     assert httpx.get(child.url + "/health", headers=child.headers, timeout=2).status_code == 200
 
 
+BAD_ARGUMENTS = [
+    {"role": "user", "content": "What is 2+2?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "calculator", "arguments": "{bad"}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "4"},
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (
+            {"messages": BAD_ARGUMENTS},
+            "messages[1].tool_calls[0].function.arguments: not JSON (Expecting property name enclosed in "
+            "double quotes at line 1 column 2): '{bad'",
+        ),
+        ({"messages": HELLO, "temperature": "1"}, "temperature: Input should be a valid number"),
+        ({"messages": HELLO, "max_tokens": "3"}, "max_tokens: Input should be a valid integer"),
+        ({"messages": HELLO, "max_tokens": True}, "max_tokens: Input should be a valid integer"),
+        ({"messages": HELLO, "logprobs": "yes"}, "logprobs: Input should be a valid boolean"),
+    ],
+    ids=[
+        "arguments not JSON",
+        "temperature a string",
+        "max_tokens a string",
+        "max_tokens true",
+        "logprobs yes",
+    ],
+)
+def test_what_was_taken_for_something_else_is_a_400_naming_it(child, client, body, detail):
+    """Once served: tool-call arguments that are no JSON (the template showed the model the broken
+    text), and numbers and booleans sent as strings or `true` (read as 3, 1.0, ...)."""
+    r = httpx.post(child.url + "/v1/chat/completions", json=body, headers=child.headers, timeout=30)
+    assert r.status_code == 400 and r.json() == {"detail": detail}, r.text
+    assert httpx.get(child.url + "/health", headers=child.headers, timeout=2).status_code == 200
+    # JSON integers for floats are numbers (what the SDK sends for temperature=1), and good arguments pass
+    good = [
+        *BAD_ARGUMENTS[:1],
+        {**BAD_ARGUMENTS[1], "tool_calls": CONVERSATION[1]["tool_calls"]},
+        BAD_ARGUMENTS[2],
+    ]
+    answer = chat(client, messages=good, max_tokens=2, temperature=1, top_p=1, seed=0)
+    assert answer.choices[0].finish_reason in ("stop", "length")
+
+
 def test_the_sdk_sees_the_refusals(child, client):
     with pytest.raises(openai.BadRequestError, match="tool_choice: a named function is not supported"):
         chat(client, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "calculator"}})
@@ -291,9 +341,9 @@ def test_a_client_that_leaves_has_its_chat_stopped(child, client):
 @pytest.mark.parametrize(
     "arguments", ['{"n": ' + "9" * 5000 + "}", "[" * 100_000], ids=["5000-digit integer", "100000 brackets"]
 )
-def test_tool_call_arguments_python_cannot_hold_are_kept_as_text_not_a_500(child, arguments):
+def test_tool_call_arguments_python_cannot_hold_are_a_400_not_a_500(child, arguments):
     """JSON with an integer past Python's digit limit (ValueError) or nesting past the recursion
-    limit: the template shows the client's text as sent, as for any arguments that are not JSON."""
+    limit: refused as arguments that are not JSON are, in one line naming them."""
     messages = [
         *HELLO,
         {
@@ -311,7 +361,8 @@ def test_tool_call_arguments_python_cannot_hold_are_kept_as_text_not_a_500(child
         headers=child.headers,
         timeout=60,
     )
-    assert r.status_code in (200, 400, 413), r.text  # served, or a prompt past the model's context
-    if r.status_code != 200:
-        assert "\n" not in r.json()["detail"]
+    assert r.status_code == 400 and r.json() == {
+        "detail": "messages[2].tool_calls[0].function.arguments: JSON this server cannot read (an integer "
+        "over 4300 digits, or nested too deep)"
+    }, r.text
     assert httpx.get(child.url + "/health", headers=child.headers, timeout=2).status_code == 200

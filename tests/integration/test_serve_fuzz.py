@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from tests.support.cli import console_script
 from tests.support.serving import EQ, TIME
 from turnrl.models.weights_dir import write_weights_dir
 from turnrl.rollout.hf import HFEngine
@@ -106,7 +108,7 @@ def refused(r: httpx.Response, status: int, *words: str) -> None:
         ({"prompt": [1.5, 2]}, 400, ["prompt"]),
         ({"prompt": [1, 2], "n": "many"}, 400, ["n:"]),
         ({"prompt": [1, 2], "stop": 5}, 400, ["stop"]),
-        ({"prompt": [1, 2], "max_tokens": True, "temperature": [1]}, 400, ["temperature"]),
+        ({"prompt": [1, 2], "max_tokens": True, "temperature": [1]}, 400, ["max_tokens", "1 more problem"]),
         ({"prompt": [[1, 2]], "seed": 2**64}, 400, ["seed"]),
         ({"prompt": [[1, 2]], "seed": -(2**63) - 1}, 400, ["seed"]),
         ({"prompt": [[1, 2]], "temperature": -1}, 400, ["temperature"]),
@@ -132,6 +134,37 @@ def test_bad_completion_requests(served: Served, body: Any, status: int, words: 
         r = served.client.post("/v1/completions", json=body)
     refused(r, status, *words)
     served.unharmed()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("max_tokens", "3", "max_tokens: Input should be a valid integer"),
+        ("max_tokens", True, "max_tokens: Input should be a valid integer"),
+        ("max_tokens", 3.0, "max_tokens: Input should be a valid integer"),
+        ("temperature", "1", "temperature: Input should be a valid number"),
+        ("temperature", True, "temperature: Input should be a valid number"),
+        ("seed", "7", "seed: Input should be a valid integer"),
+        ("ignore_eos", "yes", "ignore_eos: Input should be a valid boolean"),
+        ("ignore_eos", 1, "ignore_eos: Input should be a valid boolean"),
+    ],
+)
+def test_a_string_or_a_bool_for_a_number_is_refused(
+    served: Served, field: str, value: Any, words: str
+) -> None:
+    """Strict types (servers.validation.StrictRequest): once `"max_tokens": "3"` was read as 3 and
+    `"temperature": "1"` as 1.0; a client that sends a number as text has a bug worth a 400."""
+    r = served.client.post("/v1/completions", json={**REF, field: value})
+    refused(r, 400, words)
+    assert r.json()["detail"] == words
+    served.unharmed()
+
+
+def test_a_json_integer_for_a_float_is_a_number(served: Served) -> None:
+    """What the OpenAI SDK sends for `temperature=1`, `top_p=1`: JSON integers, taken as floats."""
+    r = served.client.post("/v1/completions", json={**REF, "temperature": 1, "top_p": 1, "seed": 3})
+    assert r.status_code == 200, r.text
+    assert served.client.post("/v1/completions", json={**REF, "temperature": 0.0}).status_code == 200
 
 
 def test_fields_real_clients_send_are_accepted(served: Served) -> None:
@@ -307,6 +340,46 @@ def test_start_up_refusals_are_one_line(cli: Any, capsys: Any, monkeypatch: Any,
         with pytest.raises(SystemExit) as stopped:
             cli("serve", "--model", "tiny-random", flag, value)
         assert stopped.value.code == 2 and f"turnrl serve: error: {words}" in capsys.readouterr().err
+
+
+def test_settings_that_failed_after_loading_are_one_line_at_start_up() -> None:
+    """Once `--dtype int8` ended in a TypeError traceback and `--log-level bogus` in a KeyError, both
+    once the model had loaded; `--batch-wait-ms nan` served requests that never got an answer (inf:
+    an OverflowError in the engine thread, then the same). Each is now one line at start-up, from the
+    real console script (a server that starts anyway fails the test by its timeout)."""
+    cases = {
+        ("--dtype", "int8"): (
+            1,
+            "turnrl serve: error: --dtype 'int8': use auto, float32, bfloat16 or float16",
+        ),
+        ("--log-level", "bogus"): (2, "turnrl serve: error: argument --log-level: invalid choice: 'bogus'"),
+        ("--batch-wait-ms", "nan"): (1, "turnrl serve: error: --batch-wait-ms nan: must be finite and >= 0"),
+        ("--batch-wait-ms", "inf"): (1, "turnrl serve: error: --batch-wait-ms inf: must be finite and >= 0"),
+        ("--batch-wait-ms", "1e300"): (1, "turnrl serve: error: --batch-wait-ms 1e+300: at most 60000"),
+    }
+    env = {k: v for k, v in os.environ.items() if k != "TURNRL_API_KEY"}
+    base = [console_script(), "serve", "--model", "tiny-random", "--port", "0", "--threads", "1"]
+    procs = {
+        flags: subprocess.Popen(
+            [*base, *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        for flags in cases
+    }
+    try:
+        for flags, (code, line) in cases.items():
+            _out, err = procs[flags].communicate(timeout=120)
+            lines = err.strip().splitlines()
+            assert procs[flags].returncode == code and len(lines) == 1, (
+                flags,
+                procs[flags].returncode,
+                err[-3000:],
+            )
+            assert lines[0].startswith(line), (flags, lines[0])
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def test_turnrl_s_client_with_another_key_stops_at_once(served: Served, tiny: Any) -> None:

@@ -138,10 +138,19 @@ def test_a_client_still_sending_its_body_after_the_503_reads_it(index_dir):
     [
         (["--max-connections", "0"], "--max-connections 0: must be >= 1"),
         (["--max-connections", "-5"], "--max-connections -5: must be >= 1"),
-        (["--header-timeout", "0.5"], "--header-timeout 0.5: must be >= 1 second"),
-        (["--header-timeout", "nan"], "--header-timeout nan: must be >= 1 second"),
+        (
+            ["--header-timeout", "0.5"],
+            "--header-timeout 0.5: must be finite and >= 1 second (a slower client",
+        ),
+        (["--header-timeout", "nan"], "--header-timeout nan: must be finite and >= 1 second (not a number)"),
+        # once served, and a connection that sent nothing held its socket for ever
+        (
+            ["--header-timeout", "inf"],
+            "--header-timeout inf: must be finite and >= 1 second (a connection that",
+        ),
     ],
 )
+@pytest.mark.timeout(120)  # a server that starts anyway fails here, not hangs
 def test_bad_limits_are_one_line(flags, said, index_dir, capsys):
     from turnrl.cli import main
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,11 +54,16 @@ class ConnectionLimits:
     def __post_init__(self) -> None:
         if isinstance(self.max_connections, bool) or self.max_connections < 1:
             raise TurnrlInputError(f"--max-connections {self.max_connections}: must be >= 1")
-        if not self.header_timeout_s >= 1.0:  # also NaN
-            raise TurnrlInputError(
-                f"--header-timeout {self.header_timeout_s:g}: must be >= 1 second (a slower client "
-                f"could not send a request head on a busy machine)"
+        timeout = self.header_timeout_s
+        if not (math.isfinite(timeout) and timeout >= 1.0):
+            why = (
+                "not a number"
+                if math.isnan(timeout)
+                else "a connection that sends nothing would hold its socket for ever"
+                if timeout > 1.0
+                else "a slower client could not send a request head on a busy machine"
             )
+            raise TurnrlInputError(f"--header-timeout {timeout:g}: must be finite and >= 1 second ({why})")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ConnectionLimits:

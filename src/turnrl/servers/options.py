@@ -7,7 +7,9 @@ Each field becomes `--field-name` (underscores to dashes): its type from the ann
 or str), its default from the dataclass, its help from the docstring written under the field
 (first sentence) and the default. A bool field that is true by default becomes `--no-field-name`
 (switching it off); one false by default, `--field-name`. `types` overrides the argparse type of a
-field (`port_arg`, `positive_int`), `choices` restricts one.
+field (`port_arg`, `positive_int`), `choices` restricts one. A `log_level` field becomes the
+`--log-level` every turnrl server declares (`add_log_level`): one of uvicorn's levels, or argparse's
+one-line refusal (uvicorn itself would end in a KeyError traceback once the model has loaded).
 """
 
 from __future__ import annotations
@@ -20,6 +22,22 @@ import re
 from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+"""The values of every turnrl server's `--log-level` (uvicorn's levels)."""
+
+
+def add_log_level(
+    parser: argparse.ArgumentParser, default: str = "warning", help_text: str = "uvicorn's log level"
+) -> None:
+    """`--log-level`, one of `LOG_LEVELS`: a server command's own declaration, or a `log_level` field's."""
+    parser.add_argument(
+        "--log-level",
+        dest="log_level",
+        default=default,
+        choices=LOG_LEVELS,
+        help=f"{help_text} (default {default!r})",
+    )
 
 
 @cache
@@ -61,6 +79,9 @@ def add_options(
                 action="store_false" if default else "store_true",
                 help=f"switch off (on by default): {help_text}" if default else help_text,
             )
+            continue
+        if name == "log_level":
+            add_log_level(parser, default, help_text or "uvicorn's log level")
             continue
         kind = (types or {}).get(name) or {"int": int, "float": float}.get(str(fields[name].type), str)
         if name in required:

@@ -1,4 +1,5 @@
-"""One-line 4xx messages from pydantic validation errors, shared by turnrl's HTTP services."""
+"""One-line 4xx messages from pydantic validation errors, and the base of the request bodies they
+describe, shared by turnrl's HTTP services."""
 
 from __future__ import annotations
 
@@ -6,6 +7,21 @@ import difflib
 import typing
 from collections.abc import Sequence
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class StrictRequest(BaseModel):
+    """A request body of a turnrl server (`/retrieve`, `/run_code`, `/v1/completions`, ...).
+
+    An unknown field is refused (a misspelt `max_token` is never silently ignored), and so is a
+    value of another JSON type than the field's (pydantic's strict mode): `"2"`, `true` or `2.0`
+    where an integer is expected, `"1"` or `true` where a number is, `"yes"` or `1` where a boolean
+    is; each is a 4xx naming the field (`topk: Input should be a valid integer`). A JSON integer
+    where a float is expected is a number all the same and is taken (`"temperature": 1`), as the
+    OpenAI SDK sends it. A subclass adds to `model_config` (`allow_inf_nan=False`)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 def field_path(loc: tuple[Any, ...]) -> str:

@@ -16,9 +16,10 @@ import difflib
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from turnrl.errors import TurnrlInputError
+from turnrl.servers.validation import StrictRequest
 
 
 class ChatRequestError(TurnrlInputError):
@@ -67,9 +68,9 @@ MAX_TOP_LOGPROBS = 20
 """OpenAI's bound on `top_logprobs`."""
 
 
-class ChatRequest(BaseModel):
-    # forbid: a misspelt field (`max_token`) must not be silently ignored; NaN/inf never get in
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+class ChatRequest(StrictRequest):
+    # unknown fields and wrong JSON types ("temperature": "1") are refused (StrictRequest); NaN/inf never get in
+    model_config = ConfigDict(allow_inf_nan=False)
 
     messages: list[Any] = Field(description="OpenAI messages; checked by `check_messages`.")
     model: str | None = None
@@ -226,6 +227,24 @@ def _string(where: str, value: Any, required: bool = False) -> None:
         raise ChatRequestError(f"{where}: must be a non-empty string, got {_shown(value)}")
 
 
+def _check_json(where: str, text: str) -> None:
+    """Tool-call arguments that are JSON text (empty: no arguments), or ChatRequestError: the model
+    would be shown text its template was written to show as a JSON object (`turnrl sft` refuses
+    such a conversation too)."""
+    if not text.strip():
+        return
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ChatRequestError(
+            f"{where}: not JSON ({err.msg} at line {err.lineno} column {err.colno}): {_shown(text)}"
+        ) from None
+    except (ValueError, RecursionError):  # an integer past Python's digit limit, nesting past the stack
+        raise ChatRequestError(
+            f"{where}: JSON this server cannot read (an integer over 4300 digits, or nested too deep)"
+        ) from None
+
+
 def _tool_calls(where: str, calls: Any) -> list[dict[str, Any]]:
     if calls is None:
         return []
@@ -252,6 +271,8 @@ def _tool_calls(where: str, calls: Any) -> list[dict[str, Any]]:
         args = function.get("arguments", "{}")
         if not isinstance(args, (str, dict)):  # JSON text on OpenAI's wire; some clients send the object
             raise ChatRequestError(f"{here}.function.arguments: must be JSON text, got {type(args).__name__}")
+        if isinstance(args, str):
+            _check_json(f"{here}.function.arguments", args)
         out.append({"id": call.get("id"), "type": "function", "function": {**function, "arguments": args}})
     return out
 

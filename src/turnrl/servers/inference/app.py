@@ -39,7 +39,7 @@ from dataclasses import asdict
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from starlette.responses import Response
 
 from turnrl.models.weights_dir import WeightsError, WeightsOutsideRoot
@@ -60,6 +60,7 @@ from turnrl.servers.inference.common import short as _short
 from turnrl.servers.inference.server import MAX_VERSION, Server
 from turnrl.servers.listen import connection_health
 from turnrl.servers.refusal import add_error_handlers
+from turnrl.servers.validation import StrictRequest
 
 log = logging.getLogger("turnrl.serve")
 
@@ -88,9 +89,9 @@ _UNSUPPORTED: dict[str, Any] = {
 }
 
 
-class CompletionRequest(BaseModel):
-    # forbid: a misspelt field (`max_token`) must not be silently ignored; NaN/inf never get in
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+class CompletionRequest(StrictRequest):
+    # unknown fields and wrong JSON types ("max_tokens": "3") are refused (StrictRequest); NaN/inf never get in
+    model_config = ConfigDict(allow_inf_nan=False)
 
     prompt: Any = Field(description="Token ids: a list of ints or a list of lists of ints.")
     model: str | None = None
@@ -137,8 +138,8 @@ class CompletionRequest(BaseModel):
     no_stop_trim: bool = False
 
 
-class UpdateWeightsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+class UpdateWeightsRequest(StrictRequest):
+    model_config = ConfigDict(allow_inf_nan=False)
 
     model_path: str = Field(min_length=1)
     policy_version: int | None = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import socket
 import sys
@@ -22,6 +23,8 @@ if TYPE_CHECKING:  # torch loads only when the command runs
     import torch
 
 POSITIVE = ("max_rows_per_request", "max_tokens_per_request", "max_body")
+MAX_BATCH_WAIT_MS = 60_000
+"""The longest `--batch-wait-ms`: a lone request waits that long for others to batch with."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -146,6 +149,7 @@ def _checked_device(args: argparse.Namespace) -> torch.device:
     """`--device` resolved (auto: cuda when there is one) and `--dtype` checked, or ModelError."""
     import torch
 
+    from turnrl.config.checks import DTYPES  # model.dtype's: the float types weights load in
     from turnrl.models.loader import ModelError
 
     device_name = args.device
@@ -157,8 +161,8 @@ def _checked_device(args: argparse.Namespace) -> torch.device:
         raise ModelError(f"--device {args.device!r}: use auto, cpu, cuda or cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ModelError(f"--device {args.device}: CUDA is not available on this machine")
-    if args.dtype != "auto" and not isinstance(getattr(torch, args.dtype, None), torch.dtype):
-        raise ModelError(f"--dtype {args.dtype!r}: not a torch dtype (e.g. float32, bfloat16)")
+    if args.dtype not in DTYPES:  # int8 or bool would end in a TypeError once the weights load
+        raise ModelError(f"--dtype {args.dtype!r}: use {', '.join(DTYPES[:-1])} or {DTYPES[-1]}")
     return device
 
 
@@ -168,8 +172,13 @@ def _check_batching(args: argparse.Namespace) -> None:
 
     if args.max_batch_rows < 1:
         raise TurnrlInputError(f"--max-batch-rows {args.max_batch_rows}: must be >= 1")
-    if args.batch_wait_ms < 0:
-        raise TurnrlInputError(f"--batch-wait-ms {args.batch_wait_ms}: must be >= 0")
+    wait_ms = args.batch_wait_ms
+    if not (math.isfinite(wait_ms) and wait_ms >= 0):  # NaN waited for ever, inf overflowed the wait
+        raise TurnrlInputError(f"--batch-wait-ms {wait_ms:g}: must be finite and >= 0")
+    if wait_ms > MAX_BATCH_WAIT_MS:
+        raise TurnrlInputError(
+            f"--batch-wait-ms {wait_ms:g}: at most {MAX_BATCH_WAIT_MS} (a minute; every lone request waits that long)"
+        )
     if args.max_waiting < 1:
         raise TurnrlInputError(f"--max-waiting {args.max_waiting}: must be >= 1")
 

@@ -15,7 +15,7 @@ from turnrl.keys import API_KEY_ENV, resolve_api_key
 from turnrl.servers.connections import ConnectionLimits
 from turnrl.servers.connections import add_arguments as add_connection_arguments
 from turnrl.servers.listen import port_arg, positive_int
-from turnrl.servers.options import add_options, values_of
+from turnrl.servers.options import add_log_level, add_options, values_of
 from turnrl.servers.retriever.errors import RetrieverError
 from turnrl.servers.retriever.limits import Limits
 
@@ -125,7 +125,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_options(srv, Limits, LIMITS, types=dict.fromkeys(LIMITS, positive_int))
     add_connection_arguments(srv)
     srv.add_argument("--device", default=None, help="dense: torch device for query embedding")
-    srv.add_argument(
-        "--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug")
-    )
+    add_log_level(srv)
     srv.set_defaults(func=_guarded("serve", _serve))

@@ -24,7 +24,7 @@ import numpy as np
 import orjson
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from turnrl.errors import TurnrlInputError
@@ -36,12 +36,11 @@ from turnrl.servers.refusal import Refusal
 from turnrl.servers.retriever.errors import RetrieverError
 from turnrl.servers.retriever.index import LoadedIndex, load_index, turnrl_version
 from turnrl.servers.retriever.limits import Limits
+from turnrl.servers.validation import StrictRequest
 from turnrl.servers.validation import describe_validation_error as describe
 
 
-class RetrieveRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class RetrieveRequest(StrictRequest):  # unknown fields and wrong JSON types ("topk": "2") refused
     queries: list[str] = Field(description="Search queries; answered in the same order.")
     topk: int | None = Field(default=None, description="Documents per query; null uses the server's --topk.")
     return_scores: bool = Field(default=False, description="Wrap each document as {document, score}.")

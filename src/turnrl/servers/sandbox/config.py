@@ -7,6 +7,7 @@ limit in the message.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sys
@@ -31,6 +32,24 @@ def default_languages(python: str | None = None) -> dict[str, Language]:
     return langs
 
 
+WORKERS_PER_CPU = 64
+"""Workers per CPU at most: runs beyond that only share the CPUs (a CPU-bound run then gets a 64th
+of one within its wall-clock timeout), and each worker holds a prepared sandbox process and two
+cgroups, made at start-up (`--workers 100000` was still making cgroups minutes later, silent)."""
+MAX_RUN_TIMEOUT_S = 86_400
+"""The largest `--max-run-timeout`: a day (a request could otherwise ask for `run_timeout` 1e300,
+whose CPU-time rlimit overflows)."""
+
+
+def cpu_count() -> int:
+    return os.cpu_count() or 1
+
+
+def max_workers() -> int:
+    """The largest `--workers` on this machine (`WORKERS_PER_CPU` per CPU)."""
+    return WORKERS_PER_CPU * cpu_count()
+
+
 @dataclass
 class SandboxConfig:
     """Settings of one sandbox server. Sizes are bytes unless the name says MB."""
@@ -43,7 +62,7 @@ class SandboxConfig:
     """Key every request must send (`Authorization: Bearer KEY` or `X-API-Key: KEY`), /health
     included; empty = no key, which is allowed on a loopback `host` only."""
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
-    """Runs executing at the same time."""
+    """Runs executing at the same time, at most 64 per CPU (WORKERS_PER_CPU)."""
     queue: int = 256
     """Requests allowed to wait for a free worker; one more is answered 503 at once."""
     isolation: str = "auto"
@@ -112,13 +131,27 @@ class SandboxConfig:
         """Refuse settings that cannot work, naming the setting."""
         if self.workers < 1:
             raise ValueError(f"workers: must be >= 1, got {self.workers}")
+        if self.workers > max_workers():
+            raise ValueError(
+                f"--workers {self.workers}: at most {max_workers()} here ({WORKERS_PER_CPU} per CPU, "
+                f"{cpu_count()} CPUs): each worker is a run at once, with a prepared sandbox process "
+                f"and two cgroups of its own"
+            )
         if self.queue < 0:
             raise ValueError(f"queue: must be >= 0, got {self.queue}")
         if self.isolation not in ("auto", "basic"):
             raise ValueError(f"isolation: must be 'auto' or 'basic', got {self.isolation!r}")
-        if not 0 < self.default_run_timeout <= self.max_run_timeout:
+        longest, default = self.max_run_timeout, self.default_run_timeout
+        if not (math.isfinite(longest) and longest > 0):
+            raise ValueError(f"--max-run-timeout {longest:g}: must be finite and > 0")
+        if longest > MAX_RUN_TIMEOUT_S:
+            raise ValueError(f"--max-run-timeout {longest:g}: at most {MAX_RUN_TIMEOUT_S} seconds (a day)")
+        if not (math.isfinite(default) and default > 0):
+            raise ValueError(f"default_run_timeout: must be finite and > 0, got {default:g}")
+        if default > longest:
             raise ValueError(
-                f"default_run_timeout: must be in (0, {self.max_run_timeout}], got {self.default_run_timeout}"
+                f"--max-run-timeout {longest:g}: must be >= {default:g}, the run_timeout of a request "
+                f"that sends none (default_run_timeout)"
             )
         if not self.min_memory_MB <= self.default_memory_MB <= self.max_memory_MB:
             raise ValueError(

@@ -24,10 +24,11 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from turnrl.servers.refusal import Refusal
 from turnrl.servers.sandbox.config import Language, SandboxConfig
+from turnrl.servers.validation import StrictRequest
 from turnrl.servers.validation import describe_validation_error as describe
 
 
@@ -37,9 +38,7 @@ class BadRequest(Refusal):
     default_status = 422
 
 
-class RunCodeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class RunCodeRequest(StrictRequest):  # unknown fields and wrong JSON types refused
     code: str = Field(description="Program text.")
     language: str = Field(default="python", description="python or bash.")
     run_timeout: float | None = Field(default=None, description="Wall-clock seconds; null = server default.")
