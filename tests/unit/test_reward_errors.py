@@ -22,12 +22,18 @@ MISBEHAVIOURS = {
     "hangs": "time.sleep(600)",
     "nan": "return float('nan')",
     "string": "return 'high'",
+    # once a traceback and "ended the reward process (exit code -9)"; in the trainer's process,
+    # SystemExit ended the run without a word
+    "huge": "return 10**400",
+    "exits": "raise SystemExit(5)",
 }
 EXPECTED = {
     "raises": "raised KeyError: 'no such answer' (reward_raises.py:",
     "hangs": "did not return within reward.timeout_s=1s",
     "nan": "returned nan, expected a finite number",
     "string": "returned str 'high', expected a number",
+    "huge": "returned an integer too large for a float (about 401 digits), expected a finite number",
+    "exits": "raised SystemExit: 5 (reward_exits.py:",
 }
 ROWS = 2
 

@@ -64,7 +64,10 @@ def call_reward(fn: ScoreFn, source: str, text: str, truth: Any, extra_info: Any
     """Call one reward function; whatever it raises or returns ends in an Outcome."""
     try:
         result = fn(source, text, truth, extra_info)
-    except Exception as err:  # KeyboardInterrupt and SystemExit still stop the run
+    except (
+        Exception,
+        SystemExit,
+    ) as err:  # sys.exit() in a reward function is its bug; Ctrl-C still stops the run
         return Outcome(error=f"raised {describe(err)}")
     try:
         score, extra = check_score(result)

@@ -112,9 +112,11 @@ def number(value: Any) -> float:
     if isinstance(value, str | bytes) or value is None:
         raise BadScore(f"returned {type(value).__name__} {shorten(repr(value))}, expected a number")
     try:
-        x = float(value)
+        x = float(value)  # a bool is a 0/1 score: `return verify(gold, answer)` is common
     except (TypeError, ValueError):
         raise BadScore(f"returned {type(value).__name__}, expected a number or a dict with 'score'") from None
+    except OverflowError:  # an int past float's range (10**400)
+        raise BadScore(f"returned an integer too large for a float (about {int(value.bit_length() * 0.30103) + 1} digits), expected a finite number") from None  # fmt: skip
     if not isfinite(x):  # one NaN turns its whole group's advantages into NaN
         raise BadScore(f"returned {x}, expected a finite number")
     return x
@@ -127,8 +129,12 @@ def check_score(result: Any) -> tuple[float, dict[str, float]]:
         return number(result), {}
     if "score" not in result:
         raise BadScore(f"returned a dict without 'score': {sorted(map(str, result))}")
-    extra = {k: float(v) for k, v in result.items() if k != "score" and isinstance(v, int | float | bool)}
-    return number(result["score"]), extra
+    score = number(result["score"])
+    try:
+        extra = {k: float(v) for k, v in result.items() if k != "score" and isinstance(v, int | float | bool)}
+    except OverflowError:
+        raise BadScore("returned a dict with an integer too large for a float among its metrics") from None
+    return score, extra
 
 
 def split_score(result: float | dict[str, Any], where: str) -> tuple[float, dict[str, float]]:
