@@ -153,6 +153,11 @@ def test_every_built_in_recipe_passes(name):
             "'model.path' is empty: name the model (a Hugging Face directory or Hub id, a turnrl run, "
             "a .gguf file, or smollm2-135m-instruct, the default)",
         ),
+        # `file.py:` read as a YAML mapping: once "unknown config key 'rollout.agent.entrypoint.ag/good.py'"
+        (
+            "rollout.agent.entrypoint=ag/good.py:",
+            "'rollout.agent.entrypoint' 'ag/good.py:' must be path/to/file.py:function or package.module:function",
+        ),
         # a value where a section is: once "bad value for '?' ...: Merge error: int is not a subclass"
         (
             "actor.optim=5",

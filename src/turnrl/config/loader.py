@@ -90,6 +90,8 @@ def _parse_override(item: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    if isinstance(value, dict) and not raw.lstrip().startswith("{"):
+        value = raw  # `path.py:` or `a: b` reads as a YAML mapping; only `{k: v}` is meant as one
     return key, value
 
 
