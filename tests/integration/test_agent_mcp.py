@@ -260,6 +260,12 @@ BAD_SERVERS = {
         "did not answer within mcp_startup_timeout_s=1 s (start, initialize, list tools); "
         "raise rollout.multi_turn.mcp_startup_timeout_s if it is slow to start",
     ),
+    # once a traceback from the SDK, then a wait to the deadline and "did not answer"
+    "prints to stdout": (
+        ("--print-at-start",),
+        "wrote a line to stdout that is not JSON-RPC: 'mcp_server: starting up' (an MCP stdio server "
+        "writes only protocol messages there; log to stderr)",
+    ),
     "clashes with a built-in": (
         ("--clash", "calculator"),
         "has a tool named 'calculator', as has the built-in tool; tool names must be unique (drop one of them)",

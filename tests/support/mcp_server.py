@@ -10,6 +10,7 @@ Options (the tests start it with them as a user would, in the command line):
     --clash NAME        one more tool, named NAME (a name another tool has)
     --sleep-before S    sleep S seconds before serving (a server that hangs at start)
     --exit-at-start     print a line to stderr and exit with code 3 before serving
+    --print-at-start    print a line that is not JSON-RPC to stdout before serving (a server that logs there)
 
 Written against the SDK's high-level server: `MCPServer` in mcp 2.x, `FastMCP` in mcp 1.x.
 """
@@ -88,7 +89,10 @@ def main() -> None:
     parser.add_argument("--clash", default="")
     parser.add_argument("--sleep-before", type=float, default=0.0)
     parser.add_argument("--exit-at-start", action="store_true")
+    parser.add_argument("--print-at-start", action="store_true")
     args = parser.parse_args()
+    if args.print_at_start:
+        print("mcp_server: starting up", flush=True)
     if args.exit_at_start:
         print("mcp_server: refusing to start (--exit-at-start)", file=sys.stderr, flush=True)
         sys.exit(3)

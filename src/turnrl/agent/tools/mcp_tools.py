@@ -89,6 +89,24 @@ def _leaf(err: BaseException) -> BaseException:
     return err
 
 
+def _bad_line(err: Exception) -> str:
+    """The unparseable stdout line in the SDK's validation error, quoted and cut short."""
+    errors = getattr(err, "errors", None)
+    value = errors()[0].get("input") if callable(errors) and errors() else None
+    text = repr(value) if isinstance(value, str | bytes) else _one_line(err)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+class _DropParseTracebacks(logging.Filter):
+    """The SDK logs a traceback for each stdout line it cannot parse; `on_message` says it in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Failed to parse JSONRPC message")
+
+
+logging.getLogger("mcp.client.stdio").addFilter(_DropParseTracebacks())
+
+
 def _one_line(err: BaseException) -> str:
     lines = str(err).strip().splitlines()
     return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
@@ -196,11 +214,27 @@ class McpServer:
         # the start-up deadline is an anyio scope inside this task, lifted once the tools are listed:
         # cancelling the task from outside could defeat the SDK's shielded shutdown and leak the process
         scope = anyio.CancelScope(deadline=anyio.current_time() + startup_timeout)
+
+        async def on_message(message: Any) -> None:
+            # the SDK hands a stdout line it cannot parse to this handler (and logs a traceback,
+            # filtered below); unheard, the start-up would wait out its whole deadline
+            if not isinstance(message, Exception):
+                return
+            text = f"{KEY}: {quoted(self.command)} wrote a line to stdout that is not JSON-RPC: {_bad_line(message)} (an MCP stdio server writes only protocol messages there; log to stderr)"  # fmt: skip
+            assert self.ready is not None
+            if not self.ready.done():
+                self.ready.set_exception(ToolError(self._with_stderr(text)))
+                scope.cancel()
+            else:
+                log.warning("%s; the line was dropped", text)
+
         try:
             with scope:
                 async with AsyncExitStack() as stack:
                     read, write = await stack.enter_async_context(stdio_client(params, errlog=self.stderr))
-                    session = await stack.enter_async_context(ClientSession(read, write))
+                    session = await stack.enter_async_context(
+                        ClientSession(read, write, message_handler=on_message)
+                    )
                     await session.initialize()
                     self.tools = await _list_tools(session)
                     self.session = session
