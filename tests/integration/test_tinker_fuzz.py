@@ -219,13 +219,13 @@ FREE_FORM = ("user_metadata",)
 """Dicts whose values may be anything: changing one inside is no error."""
 WRONG: dict[type, list[Any]] = {
     str: [17, [], {}, True],
-    bool: ["maybe", 2, [], {}],
-    int: ["seven", 1.5, [], {}, 2**70, -(2**70)],
-    float: ["hot", [], {}],
+    bool: ["maybe", 2, 1, "true", [], {}],
+    int: ["seven", "7", True, 1.5, [], {}, 2**70, -(2**70)],
+    float: ["hot", "0.5", True, [], {}],
     list: ["x", {}, 5],
     dict: ["x", [], 5],
 }
-"""Per JSON type, values that are not of it (nor coerced to it)."""
+"""Per JSON type, values that are not of it, none converted to it ("7" or true for an integer)."""
 RAW = [
     "1" + "0" * 5000,
     "-" + "9" * 1000,
@@ -315,6 +315,84 @@ def test_unknown_fields_are_refused_with_a_did_you_mean_at_any_depth(live: Live)
     refused(live.server.post("/api/v1/asample", body), "topk_prompt_logprobs: not supported")
     body = json_routes(live)["/api/v1/create_model"] | {"optimizer_config": {"type": "adamw", "lr": 1}}
     refused(live.server.post("/api/v1/create_model", body), "optimizer_config.lr: unknown field")
+    live.unharmed()
+
+
+def test_wrong_json_types_and_out_of_range_values_are_refused_naming_the_field(live: Live):
+    routes = json_routes(live)
+    model, sample, params = routes["/api/v1/create_model"], live.greedy(), live.greedy()["sampling_params"]
+    vocab = live.server.service.backbone.vocab_size
+    cases = [
+        (
+            "/api/v1/create_model",
+            {**model, "lora_config": {"rank": True}},
+            "lora_config.rank: Input should be a valid integer",
+        ),
+        (
+            "/api/v1/load_weights",
+            {**routes["/api/v1/load_weights"], "optimizer": "yes"},
+            "optimizer: Input should be a valid boolean",
+        ),
+        ("/api/v1/asample", {**sample, "num_samples": "1"}, "num_samples: Input should be a valid integer"),
+        *(
+            (
+                "/api/v1/asample",
+                {**sample, "sampling_params": {**params, **bad}},
+                f"sampling_params.{field}: Input should be a valid {kind}",
+            )
+            for bad, field, kind in (
+                ({"max_tokens": "5"}, "max_tokens", "integer"),
+                ({"max_tokens": True}, "max_tokens", "integer"),
+                ({"max_tokens": 5.0}, "max_tokens", "integer"),
+                ({"temperature": "0.5"}, "temperature", "number"),
+                ({"seed": "7"}, "seed", "integer"),
+            )
+        ),
+        *(
+            (
+                "/api/v1/asample",
+                {**sample, "sampling_params": {**params, "stop": [5, t]}},
+                f"sampling_params.stop: {t} is not a token id in [0, {vocab})",
+            )
+            for t in (10**12, -5, vocab)
+        ),
+        (
+            "/api/v1/save_weights",
+            {**routes["/api/v1/save_weights"], "ttl_seconds": -5},
+            "ttl_seconds: Input should be greater than 0",
+        ),
+        (
+            "/api/v1/save_weights_for_sampler",
+            {**routes["/api/v1/save_weights_for_sampler"], "ttl_seconds": 0},
+            "ttl_seconds: Input should be greater than 0",
+        ),
+    ]
+    for route, body, line in cases:
+        assert refused(live.server.post(route, body)) == line, (route, body)
+    # NaN and infinity inside free-form metadata: JSON has neither, the checkpoint's tinker.json would not read back
+    for route, body, line in (
+        (
+            "/api/v1/create_session",
+            '{"sdk_version": "0.38.0", "user_metadata": {"k": NaN}}',
+            "user_metadata: nan at ['k'] is not a finite number",
+        ),
+        (
+            "/api/v1/create_session",
+            '{"sdk_version": "0.38.0", "user_metadata": {"k": {"x": [1, -1e999]}}}',
+            "user_metadata: -inf at ['k']['x'][1] is not a finite number",
+        ),
+        (
+            "/api/v1/create_model",
+            json.dumps(model | {"user_metadata": {"k": "__RAW__"}}).replace('"__RAW__"', "1e999"),
+            "user_metadata: inf at ['k'] is not a finite number",
+        ),
+    ):
+        assert refused(live.server.post(route, body.encode())) == line, body
+    # what the SDK sends still passes: a JSON integer for a float, metadata of any finite JSON
+    for extra in ({"temperature": 0, "top_p": 1}, {"stop": [5, vocab - 1]}):
+        queued = live.server.ok("/api/v1/asample", {**sample, "sampling_params": {**params, **extra}})
+        assert isinstance(live.server.outcome(queued["request_id"]), bytes)  # samples, not an error
+    live.server.ok("/api/v1/create_session", {"sdk_version": "0.38.0", "user_metadata": {"k": [1, 2.5, None, {"x": "y"}]}})  # fmt: skip
     live.unharmed()
 
 

@@ -375,6 +375,55 @@ def test_bad_input_is_a_one_line_4xx_and_the_server_keeps_answering(sdk, served,
         np.testing.assert_array_equal(x, y)
 
 
+def test_an_overflowing_gradient_or_step_is_refused_and_leaves_the_client_as_it_was(sdk, served):
+    """A finite loss with a gradient past float32 (weights of -1e30), a learning rate past 1, and a
+    step whose weight decay would make the weights infinite: each fails at once with one line, as a
+    user error (a 500 had the SDK poll for ever), and the weights and optimizer state stay as they were."""
+    client = lora_client(sdk, seed=6)
+    good = logprobs_of(client)
+    inf_grad = datum(SENTENCES[0], weights=[-1e30] * (len(SENTENCES[0]) - 1))  # a finite loss, -1e32
+    with pytest.raises(tinker.RequestFailedError, match=r"data\[1\]: the cross_entropy loss \(-1.01e\+32\) has a gradient whose norm is past float32's range .*nothing was applied"):  # fmt: skip
+        client.forward_backward([BATCH[1], inf_grad], "cross_entropy").result(timeout=60)
+    # the refused request's gradients (its first datum's too) were dropped: there is nothing to step
+    metrics = client.optim_step(types.AdamParams(learning_rate=1e-2)).result(timeout=60).metrics
+    assert metrics["turnrl/grad_norm"] == 0.0 and metrics["turnrl/step"] == 1.0
+    for x, y in zip(logprobs_of(client), good, strict=True):
+        np.testing.assert_array_equal(x, y)
+    for lr in (1e10, 1e308):
+        status, message = refused(lambda lr=lr: client.optim_step(types.AdamParams(learning_rate=lr)).result(timeout=30))  # fmt: skip
+        assert (
+            status == 400 and message == f"adam_params.learning_rate: {lr:g} is out of range; must be [0, 1]"
+        )
+
+    # a weight decay that scales the weights by -1e38: a step leaves huge ones, whose outputs are NaN
+    client.forward_backward(BATCH, "cross_entropy").result(timeout=60)
+    client.optim_step(types.AdamParams(learning_rate=1.0, weight_decay=1e38)).result(timeout=60)
+    sampler = client.save_weights_and_get_sampling_client().result(timeout=60)
+    prompt, two = types.ModelInput.from_ints(SENTENCES[0][:3]), types.SamplingParams(max_tokens=2)
+    with pytest.raises(tinker.RequestFailedError, match="the sampler's weights make the model's outputs NaN or infinite"):  # fmt: skip
+        sampler.sample(prompt, 1, two).result(timeout=60)
+    with pytest.raises(tinker.RequestFailedError, match="loss is nan"):
+        client.forward_backward(BATCH, "cross_entropy").result(timeout=60)
+
+    # one by -1e308 (-inf in float32) would make them infinite: refused, rolled back, gradients kept
+    other = lora_client(sdk, seed=7)
+    step(other)
+    other.forward_backward(BATCH, "cross_entropy").result(timeout=60)
+    before = checkpoint_dir(served, other.save_state("big").result(timeout=60).path)
+    with pytest.raises(tinker.RequestFailedError, match=r"adam_params: this step .* would make the adapter's weights NaN or infinite; nothing was applied"):  # fmt: skip
+        other.optim_step(types.AdamParams(learning_rate=1.0, weight_decay=1e308)).result(timeout=60)
+    after = checkpoint_dir(served, other.save_state("still-big").result(timeout=60).path)
+    from safetensors.torch import load_file
+
+    weights = [load_file(d / "adapter_model.safetensors") for d in (before, after)]
+    moments = [torch.load(d / "optimizer.pt", weights_only=True)["state"] for d in (before, after)]
+    assert weights[0].keys() == weights[1].keys() and moments[0].keys() == moments[1].keys() and moments[0]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert all(torch.equal(moments[0][k][m], moments[1][k][m]) for k in moments[0] for m in moments[0][k])
+    metrics = other.optim_step(types.AdamParams(learning_rate=1e-3)).result(timeout=60).metrics
+    assert metrics["turnrl/grad_norm"] > 0 and metrics["turnrl/step"] == 2.0
+
+
 def test_session_heartbeat_and_finish(served):
     """The SDK's background calls, raw: a heartbeat keeps a session, finishing it frees its clients
     (their adapters) and a later heartbeat is told 410, on which the SDK stops beating."""

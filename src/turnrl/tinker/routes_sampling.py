@@ -80,6 +80,7 @@ async def asample(request: Request) -> Response:
         req.prompt_logprobs_last_n,
         backbone.max_context,
         service.limits.sample,
+        backbone.vocab_size,
     )
 
     def work() -> bytes:

@@ -48,6 +48,13 @@ class SampleLimits:
     """Prompt tokens + num_samples x max_tokens of one request."""
 
 
+def check_token_ids(ids: list[Any], vocab_size: int, where: str) -> None:
+    """A Refusal naming the first of `ids` that is no token id of the model."""
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size:
+            raise Refusal(f"{where}: {short(t)} is not a token id in [0, {vocab_size})")
+
+
 def prompt_tokens(prompt: dict[str, Any], vocab_size: int) -> list[int]:
     """The token ids of the SDK's `ModelInput` JSON (`{"chunks": [{"type": "encoded_text", ...}]}`)."""
     for key in prompt:
@@ -67,9 +74,7 @@ def prompt_tokens(prompt: dict[str, Any], vocab_size: int) -> list[int]:
         ids = chunk.get("tokens")
         if not isinstance(ids, list):
             raise Refusal(f"prompt.chunks[{j}].tokens: must be a list of token ids")
-        for t in ids:
-            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size:
-                raise Refusal(f"prompt.chunks[{j}].tokens: {short(t)} is not a token id in [0, {vocab_size})")
+        check_token_ids(ids, vocab_size, f"prompt.chunks[{j}].tokens")
         tokens.extend(ids)
     if not tokens:
         raise Refusal("prompt: no tokens")
@@ -84,6 +89,7 @@ def plan(
     last_n: int | None,
     max_context: int | None,
     limits: SampleLimits,
+    vocab_size: int,
 ) -> SamplePlan:
     """The engine's parameters for one `SampleRequest`, or a Refusal naming the field."""
     if not 1 <= num_samples <= limits.max_num_samples:
@@ -92,6 +98,7 @@ def plan(
         raise Refusal("sampling_params.max_tokens: required by this server (how many tokens to sample)")
     stop, stop_tokens = sp.stop, None
     if isinstance(stop, list) and stop and all(isinstance(s, int) for s in stop):
+        check_token_ids(stop, vocab_size, "sampling_params.stop")
         stop_tokens, stop = [int(s) for s in stop], None
     try:
         params = checked_sampling(
@@ -128,14 +135,32 @@ def prompt_logprobs(net: torch.nn.Module, prompt: list[int], last_n: int | None)
     return out
 
 
+NOT_FINITE = "sampling_session_id: the sampler's weights make the model's outputs NaN or infinite (a checkpoint of a diverged run?); nothing was sampled"  # fmt: skip
+
+
+def _finite_outputs(net: torch.nn.Module, prompt: list[int]) -> bool:
+    ids = torch.tensor([prompt], device=next(net.parameters()).device)
+    with torch.no_grad():
+        return bool(torch.isfinite(net(input_ids=ids).logits[0, -1]).all())
+
+
 def sample(backbone: Backbone, engine: HFEngine, adapter: str | None, job: SamplePlan) -> bytes:
-    """`job`'s samples with `adapter` applied (None: the base model), as a `SampleResponse`."""
+    """`job`'s samples with `adapter` applied (None: the base model), as a `SampleResponse`. An
+    adapter whose outputs are NaN or infinite is a user error (its weights came from the client)."""
+    from turnrl.tinker.training import all_finite
+
+    if adapter is not None and not all_finite(list(backbone.parameters(adapter))):
+        raise Refusal(NOT_FINITE)
     with backbone.active(adapter) as net:
         saved = engine.eos_ids
         if job.stop_tokens is not None:
             engine.eos_ids = set(job.stop_tokens)
         try:
             gen = engine.generate([job.prompt], job.params)
+        except RuntimeError:  # e.g. NaN probabilities past a finite but huge adapter: say so
+            if adapter is not None and not _finite_outputs(net, job.prompt):
+                raise Refusal(NOT_FINITE) from None
+            raise
         finally:
             engine.eos_ids = saved
         prompt_lp = prompt_logprobs(net, job.prompt, job.last_n) if job.prompt_logprobs else None

@@ -96,6 +96,13 @@ def _load_adapter(backbone: Backbone, adapter: str, ref: CheckpointRef, field: s
 
     try:
         state = load_file(str(ref.directory / ADAPTER), device=str(backbone.device))
+    except (OSError, ValueError, RuntimeError) as err:
+        raise Refusal(f"{field}: cannot load the adapter of {ref.tinker_path} ({' '.join(str(err).split())[:200]})") from None  # fmt: skip
+    # a diverged run's weights (an older server saved them) would make every output NaN
+    bad = next((k for k, t in state.items() if t.is_floating_point() and not torch.isfinite(t).all()), None)
+    if bad is not None:
+        raise Refusal(f"{field}: the adapter of {ref.tinker_path} holds NaN or infinite weights ({bad}); it cannot be loaded")  # fmt: skip
+    try:
         backbone.load_state(adapter, state)
     except (OSError, ValueError, RuntimeError) as err:
         raise Refusal(f"{field}: cannot load the adapter of {ref.tinker_path} ({' '.join(str(err).split())[:200]})") from None  # fmt: skip

@@ -13,6 +13,7 @@ its backward pass runs before the next datum's forward (gradients accumulate in 
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -27,6 +28,9 @@ from turnrl.tinker.protobuf import DatumIn, ForwardBackwardIn, encode_forward_ba
 from turnrl.tinker.registry import TrainingModel
 from turnrl.tinker.wire import unknown_field
 
+MAX_LEARNING_RATE = 1.0
+"""Adam moves each weight by about the learning rate per step: past 1 a step only wrecks the adapter
+(1e10 made its outputs NaN), so a larger one is refused before it is queued."""
 ADAM_DEFAULTS = {"learning_rate": 1e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-12, "weight_decay": 0.0, "grad_clip_norm": 0.0}  # fmt: skip
 """The SDK's `AdamParams` fields and defaults: the optimizer's settings before the first step (every
 step sets them again from its request)."""
@@ -156,11 +160,15 @@ def forward_backward(
                 loss = per_token.sum()
             value = float(loss.detach())
             if not math.isfinite(value):
-                for p, grad in zip(params, before, strict=True):
-                    p.grad = grad
+                _restore(params, before)
                 raise Refusal(f"data[{i}]: the {req.loss_fn} loss is {value} (check its log-probs and advantages); nothing was applied")  # fmt: skip
             if backward:
                 loss.backward()
+                # a finite loss may still have a gradient whose norm is past float32 (weights of
+                # -1e30): optim_step could not report it, and Adam's squared moments overflow
+                if not math.isfinite(grad_norm(params, torch.float32)):
+                    _restore(params, before)
+                    raise Refusal(f"data[{i}]: the {req.loss_fn} loss ({value:.3g}) has a gradient whose norm is past float32's range (check its weights and advantages); nothing was applied")  # fmt: skip
             total += value
             outputs.append(
                 {"logprobs": lp.detach().cpu().numpy(), "elementwise_loss": per_token.detach().cpu().numpy()}
@@ -168,6 +176,28 @@ def forward_backward(
     if not math.isfinite(total):  # finite terms whose sum overflows float64: not in practice
         raise Refusal(f"loss: the {req.loss_fn} loss sums to {total}")
     return encode_forward_backward(outputs, {"loss:sum": total})
+
+
+def all_finite(tensors: list[torch.Tensor | None]) -> bool:
+    """Whether every value of `tensors` (None ones skipped) is finite: one device sync."""
+    present = [t for t in tensors if t is not None]
+    if not present:
+        return True
+    return bool(torch.stack([torch.isfinite(t).all() for t in present]).all())
+
+
+def grad_norm(params: list[torch.nn.Parameter], dtype: torch.dtype) -> float:
+    """The norm of the gradients of `params` computed in `dtype` (inf when it overflows there)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    norms = torch.stack([torch.linalg.vector_norm(g, dtype=dtype) for g in grads])
+    return float(torch.linalg.vector_norm(norms))
+
+
+def _restore(params: list[torch.nn.Parameter], grads: list[torch.Tensor | None]) -> None:
+    for p, grad in zip(params, grads, strict=True):
+        p.grad = grad
 
 
 def new_optimizer(backbone: Backbone, model: TrainingModel) -> torch.optim.Optimizer:
@@ -193,16 +223,16 @@ def check_adam(params: dict[str, Any]) -> dict[str, float]:
             raise Refusal(f"adam_params.{key}: must be a finite number, got {short(value)}")
         out[key] = number
     checks = {
-        "learning_rate": out["learning_rate"] >= 0,
-        "beta1": 0 <= out["beta1"] < 1,
-        "beta2": 0 <= out["beta2"] < 1,
-        "eps": out["eps"] > 0,
-        "weight_decay": out["weight_decay"] >= 0,
-        "grad_clip_norm": out["grad_clip_norm"] >= 0,
+        "learning_rate": (0 <= out["learning_rate"] <= MAX_LEARNING_RATE, f"[0, {MAX_LEARNING_RATE:g}]"),
+        "beta1": (0 <= out["beta1"] < 1, "[0, 1)"),
+        "beta2": (0 <= out["beta2"] < 1, "[0, 1)"),
+        "eps": (out["eps"] > 0, "> 0"),
+        "weight_decay": (out["weight_decay"] >= 0, ">= 0"),
+        "grad_clip_norm": (out["grad_clip_norm"] >= 0, ">= 0 (0: off)"),
     }
-    for key, ok in checks.items():
+    for key, (ok, allowed) in checks.items():
         if not ok:
-            raise Refusal(f"adam_params.{key}: {out[key]} is out of range")
+            raise Refusal(f"adam_params.{key}: {out[key]:g} is out of range; must be {allowed}")
     return out
 
 
@@ -218,8 +248,20 @@ def _number(value: Any) -> float | None:
 
 def optim_step(model: TrainingModel, adam: dict[str, float]) -> dict[str, Any]:
     """One AdamW step (decoupled weight decay, as torch.optim.AdamW and Tinker) on the gradients
-    accumulated since the last step, clipped to `grad_clip_norm` when it is > 0; then clears them."""
+    accumulated since the last step, clipped to `grad_clip_norm` when it is > 0; then clears them.
+
+    A step is all or nothing: gradients that are not finite, or an update that would leave a weight
+    NaN or infinite, fail it as a user error with the weights, the optimizer state and the step
+    count as they were."""
     opt = model.optimizer
+    params = [p for group in opt.param_groups for p in group["params"]]
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = grad_norm(params, torch.float64)  # finite float32 gradients always have a finite norm there
+    if not math.isfinite(norm):  # forward_backward refuses such gradients: only a defence
+        opt.zero_grad(set_to_none=True)
+        raise Refusal(f"optim_step: the accumulated gradients' norm is {norm} (NaN or infinite gradients); they were dropped, the weights and optimizer state are unchanged")  # fmt: skip
+    saved_weights = [p.detach().clone() for p in params]
+    saved_state = copy.deepcopy(opt.state_dict())
     for group in opt.param_groups:
         group.update(
             lr=adam["learning_rate"],
@@ -227,14 +269,22 @@ def optim_step(model: TrainingModel, adam: dict[str, float]) -> dict[str, Any]:
             eps=adam["eps"],
             weight_decay=adam["weight_decay"],
         )
-    params = [p for group in opt.param_groups for p in group["params"]]
-    clip = adam["grad_clip_norm"] if adam["grad_clip_norm"] > 0 else math.inf
-    norm = (
-        float(torch.nn.utils.clip_grad_norm_(params, clip))
-        if any(p.grad is not None for p in params)
-        else 0.0
-    )
+    clip = adam["grad_clip_norm"]
+    clipping = 0 < clip < norm
+    # the gradients as they came, kept for a retry at a smaller rate if this step is refused
+    saved_grads = [g.clone() for g in grads] if clipping else grads
+    if clipping:
+        with torch.no_grad():
+            torch._foreach_mul_(grads, clip / (norm + 1e-6))  # as torch's clip_grad_norm_
     opt.step()
+    if not all_finite(list(params)):
+        with torch.no_grad():
+            for p, saved in zip(params, saved_weights, strict=True):
+                p.copy_(saved)
+            for g, saved in zip(grads, saved_grads, strict=True):
+                g.copy_(saved)
+        opt.load_state_dict(saved_state)
+        raise Refusal(f"adam_params: this step (learning_rate {adam['learning_rate']:g}, weight_decay {adam['weight_decay']:g}, gradient norm {norm:.3g}) would make the adapter's weights NaN or infinite; nothing was applied (the accumulated gradients are kept)")  # fmt: skip
     opt.zero_grad(set_to_none=True)
     model.steps += 1
     # Namespaced: client loops merge these into their own step's metrics (tinker-cookbook's every

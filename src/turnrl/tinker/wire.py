@@ -3,23 +3,29 @@
 The SDK dumps its request models with every default included and `None`s left out, so each model
 here lists exactly the fields it sends (including its constant `type` tag); a field it does not
 send is refused rather than ignored (`extra="forbid"`), so a misunderstanding shows as a one-line
-4xx naming the field instead of a silently different computation. `forward_backward`'s body is
-protobuf, not JSON (`protobuf.decode_forward_backward`).
+4xx naming the field instead of a silently different computation. A value of another JSON type
+than its field's is refused too, as every turnrl server refuses it (`StrictRequest`): `"5"` or
+`true` for `max_tokens`, `"yes"` for `optimizer`; a JSON integer for a float field is a number all
+the same. `forward_backward`'s body is protobuf, not JSON (`protobuf.decode_forward_backward`).
 
 Numbers are bounded where they are read: a counter is a non-negative 64-bit integer, any other
 integer fits 64 bits (an integer of thousands of digits cannot even be printed in the refusal that
-names it), and an id or a path is at most `MAX_ID` characters.
+names it), and an id or a path is at most `MAX_ID` characters. A free-form `user_metadata` holds no
+NaN or infinity (JSON has neither; the checkpoint's tinker.json could not be read back).
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
 from turnrl.servers.inference.common import SEED_MAX, SEED_MIN
 from turnrl.servers.refusal import Refusal
+from turnrl.servers.validation import StrictRequest
 
 MAX_ID = 1024
 SeqId = Annotated[int, Field(ge=0, lt=2**63)]
@@ -28,10 +34,31 @@ Int = Annotated[int, Field(ge=-(2**63), lt=2**64)]
 Seed = Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX)]
 """What `torch.manual_seed` accepts."""
 Id = Annotated[str, Field(max_length=MAX_ID)]
+Ttl = Annotated[int, Field(gt=0, lt=2**63)]
+"""A checkpoint's time to live in seconds (accepted, never applied: see docs/tinker.md)."""
 
 
-class Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, protected_namespaces=())
+def _finite(value: Any, where: str = "") -> Any:
+    """`value` (a free-form JSON value) unchanged, or a validation error naming its first NaN or
+    infinity (`at ['k'][0]`)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise PydanticCustomError("finite_number", "{value} at {where} is not a finite number", {"value": repr(value), "where": where})  # fmt: skip
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _finite(item, f"{where}[{key!r}]")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _finite(item, f"{where}[{i}]")
+    return value
+
+
+Metadata = Annotated[dict[str, Any], AfterValidator(_finite)]
+"""A free-form `user_metadata`: any JSON, but finite numbers only."""
+
+
+class Wire(StrictRequest):
+    # StrictRequest: unknown fields and values of another JSON type are refused, naming the field
+    model_config = ConfigDict(allow_inf_nan=False, protected_namespaces=())
 
 
 class ClientConfigRequest(Wire):
@@ -40,7 +67,7 @@ class ClientConfigRequest(Wire):
 
 class CreateSessionRequest(Wire):
     tags: list[Id] = Field(default_factory=list)
-    user_metadata: dict[str, Any] | None = None
+    user_metadata: Metadata | None = None
     sdk_version: Id = ""
     project_id: Id | None = None
     display_name: Id | None = None
@@ -81,7 +108,7 @@ class LoraConfigIn(Wire):
     train_attn: bool = True
 
 
-class OptimizerConfigIn(BaseModel):
+class OptimizerConfigIn(StrictRequest):
     # other optimizer families carry their own fields: read `type`, keep the rest to name it
     model_config = ConfigDict(extra="allow")
     type: Id = "adamw"
@@ -91,7 +118,7 @@ class CreateModelRequest(Wire):
     session_id: Id
     model_seq_id: SeqId
     base_model: Id
-    user_metadata: dict[str, Any] | None = None
+    user_metadata: Metadata | None = None
     lora_config: LoraConfigIn | None = None
     optimizer_config: OptimizerConfigIn = Field(default_factory=OptimizerConfigIn)
     type: str = "create_model"
@@ -115,7 +142,7 @@ class SaveWeightsRequest(Wire):
     model_id: Id
     path: Id | None = None
     seq_id: SeqId | None = None
-    ttl_seconds: Int | None = None
+    ttl_seconds: Ttl | None = None
     overwrite: bool = False
     user_metadata: dict[str, str] | None = None
     type: str = "save_weights"
@@ -127,7 +154,7 @@ class SaveWeightsForSamplerRequest(Wire):
     sampling_session_seq_id: SeqId | None = None
     kind: Id = "snapshot"
     seq_id: SeqId | None = None
-    ttl_seconds: Int | None = None
+    ttl_seconds: Ttl | None = None
     user_metadata: dict[str, str] | None = None
     type: str = "save_weights_for_sampler"
 
@@ -138,7 +165,7 @@ class LoadWeightsRequest(Wire):
     session_id: Id | None = None
     model_seq_id: SeqId | None = None
     base_model: Id | None = None
-    user_metadata: dict[str, Any] | None = None
+    user_metadata: Metadata | None = None
     path: Id
     optimizer: bool
     optimizer_config: OptimizerConfigIn | None = None
