@@ -119,3 +119,63 @@ def test_a_full_or_read_only_disk_fails_in_one_line_and_keeps_the_previous_check
     assert f"the previous checkpoint {run}/checkpoints/step_1 is intact" in error
     assert "STEPS: [1] LATEST: step_1" in lines
     assert "LEFT: ['latest', 'step_1']" in lines  # no half-written temporary directory left behind
+
+
+@pytest.mark.parametrize(
+    "pointer",
+    [
+        "x" * 3000,  # longer than a file name may be (ENAMETOOLONG)
+        b"\xff\xfestep_2",  # not UTF-8
+        "step_1/../../../../../other_run/checkpoints/step_2",  # another run's checkpoint
+        "/abs/step_2",
+        "step_2/actor",
+    ],
+    ids=["too-long", "not-utf8", "another-run", "absolute", "below-a-step"],
+)
+def test_latest_pointer_naming_no_sibling_step_is_skipped_with_the_warning(tmp_path, caplog, pointer):
+    other = tmp_path / "other_run"
+    for step in (1, 2):
+        checkpoint.save(other, step, roles(), {"global_step": step})
+    run = tmp_path / "a" / "b" / "run"
+    checkpoint.save(run, 1, roles(), {"global_step": 1})
+    latest = run / "checkpoints" / "latest"
+    latest.write_bytes(pointer if isinstance(pointer, bytes) else pointer.encode())
+    assert checkpoint.latest(run) == run / "checkpoints" / "step_1"
+    assert (
+        f"checkpoint pointer {latest} does not name a usable checkpoint; using {run}/checkpoints/step_1"
+        in caplog.text
+    )
+
+
+@pytest.mark.parametrize(
+    ("state", "problem"),
+    [
+        ("{not json", "trainer_state.json is not JSON"),
+        (b"\xff\xfe{}", "trainer_state.json is not JSON"),
+        ("[1, 2]", "trainer_state.json has no integer global_step"),
+        ('{"global_step": "2"}', "trainer_state.json has no integer global_step"),
+    ],
+)
+def test_a_checkpoint_without_manifest_and_a_garbage_trainer_state_is_skipped(
+    tmp_path, caplog, state, problem
+):
+    for step in (1, 2):
+        checkpoint.save(tmp_path, step, roles(), {"global_step": step})
+    step_2 = tmp_path / "checkpoints" / "step_2"
+    (step_2 / checkpoint.MANIFEST).unlink()  # written before manifests: the trainer state is all there is
+    (step_2 / checkpoint.TRAINER_STATE).write_bytes(state if isinstance(state, bytes) else state.encode())
+    assert checkpoint.manifest_problem(step_2) == problem
+    assert checkpoint.latest(tmp_path) == tmp_path / "checkpoints" / "step_1"
+    assert f"skipping corrupt checkpoint {step_2}: {problem}" in caplog.text
+
+
+def test_a_save_refused_by_latest_names_it_and_the_checkpoint_that_was_there(tmp_path):
+    checkpoint.save(tmp_path, 1, roles(), {"global_step": 1})
+    latest = tmp_path / "checkpoints" / "latest"
+    latest.unlink()
+    latest.mkdir()  # made by hand after `make_run_dir` looked (that check is in test_resume_damaged_run)
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        checkpoint.save(tmp_path, 2, roles(), {"global_step": 2})
+    assert f"({latest});" in str(err.value)
+    assert str(err.value).endswith(f"the previous checkpoint {tmp_path}/checkpoints/step_1 is intact")
+    assert not (tmp_path / "checkpoints" / ".latest.tmp").exists()

@@ -4,6 +4,7 @@ optional TensorBoard and wandb sinks of `turnrl.tracking.sinks`."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from pathlib import Path
@@ -12,6 +13,8 @@ from typing import Any
 from tqdm import tqdm
 
 from turnrl.tracking.sinks import Sink, make_sinks, scalars
+
+log = logging.getLogger(__name__)
 
 CONSOLE_KEYS = (
     "critic/score/mean",
@@ -33,8 +36,9 @@ def _clean(value: Any) -> Any:
 
 
 def split_rows(text: str, step: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(rows of steps <= `step`, rows of later steps); an unparsable line, which only a run killed
-    mid-write leaves (at the end), belongs to neither."""
+    """(rows of steps <= `step`, rows of later steps); a line that is no metrics row (a JSON object
+    whose `step`, if any, is an integer) belongs to neither: a run killed mid-write leaves one at
+    the end, anything else put there another."""
     kept: list[dict[str, Any]] = []
     later: list[dict[str, Any]] = []
     for line in text.splitlines():
@@ -42,7 +46,12 @@ def split_rows(text: str, step: int) -> tuple[list[dict[str, Any]], list[dict[st
             row = json.loads(line)
         except ValueError:
             continue
-        (kept if row.get("step", 0) <= step else later).append(row)
+        if not isinstance(row, dict):
+            continue
+        row_step = row.get("step", 0)
+        if not isinstance(row_step, int) or isinstance(row_step, bool):
+            continue
+        (kept if row_step <= step else later).append(row)
     return kept, later
 
 
@@ -91,13 +100,25 @@ class Tracker:
         if self._fh is None or not self.path.is_file():
             return 0
         self._fh.close()
-        kept, replayed = split_rows(self.path.read_text(encoding="utf-8"), step)
+        text = self.path.read_text(encoding="utf-8", errors="replace")  # bytes not UTF-8: no row
+        kept, replayed = split_rows(text, step)
+        dropped = sum(1 for line in text.splitlines() if line.strip()) - len(kept) - len(replayed)
+        if dropped:
+            log.warning(
+                "%s: dropped %d line(s) that are no metrics row (not a JSON object with an integer "
+                "step; a run killed mid-write leaves one)",
+                self.path,
+                dropped,
+            )
         if replayed:
             with (self.path.parent / "metrics.replayed.jsonl").open("a", encoding="utf-8") as f:
                 f.writelines(json.dumps({**r, "replayed_after_resume_from": step}) + "\n" for r in replayed)
         tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-        os.replace(tmp, self.path)
+        try:
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+            os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
         self._fh = self.path.open("a", encoding="utf-8")
         return len(replayed)
 

@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,26 @@ log = logging.getLogger(__name__)
 TRAINER_STATE = "trainer_state.json"
 MANIFEST = "manifest.json"
 REPLAYED = "metrics.replayed.jsonl"
+STEP_NAME = re.compile(r"step_[0-9]+")
+
+
+def layout_problem(run_dir: Path, metrics: bool = True) -> str:
+    """Why an existing run directory cannot take what a run writes into it ('' if it can): a
+    directory where it writes a file (`config.yaml`, `metrics.jsonl`, `checkpoints/latest`, ...) or
+    a file where it makes a directory (`checkpoints`). Checked before anything loads, so nothing of
+    the run there is moved or rewritten first, and not found at the first save after training."""
+    files = [".config.yaml.tmp", "config.yaml", "checkpoints/latest"]
+    if metrics:  # the jsonl sink; a resume moves rows of later steps to REPLAYED
+        files += ["metrics.jsonl", "metrics.jsonl.tmp", REPLAYED]
+    for rel in ("checkpoints", "val_samples"):
+        if os.path.lexists(run_dir / rel) and not (run_dir / rel).is_dir():
+            kind = "is a file, not a directory" if (run_dir / rel).is_file() else "is not a directory"
+            return f"{run_dir / rel} {kind}"
+    for rel in files:
+        if os.path.lexists(run_dir / rel) and not (run_dir / rel).is_file():
+            kind = "is a directory, not a file" if (run_dir / rel).is_dir() else "is not a regular file"
+            return f"{run_dir / rel} {kind}"
+    return ""
 
 
 def _fsync(path: Path) -> None:
@@ -71,6 +92,7 @@ def save(
     root = run_dir / "checkpoints"
     final = root / f"step_{step}"
     tmp = root / f".tmp_step_{step}"
+    previous = steps(run_dir)  # taken now: a failure after the rename below must not name this one
     try:
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -98,7 +120,7 @@ def save(
         shutil.rmtree(tmp, ignore_errors=True)
         with contextlib.suppress(OSError):  # a read-only disk refuses even a no-op unlink
             (root / ".latest.tmp").unlink(missing_ok=True)
-        raise CheckpointError(_save_failure(final, e, steps(run_dir))) from e
+        raise CheckpointError(_save_failure(final, e, previous)) from e
     if keep > 0:
         for old_step, path in list(steps(run_dir).items())[:-keep]:
             if path != final:  # never the one `latest` names
@@ -118,7 +140,13 @@ def _save_failure(final: Path, e: OSError, previous: dict[int, Path]) -> str:
         if previous
         else "no earlier checkpoint"
     )
-    return f"cannot write checkpoint {final}: {why} ({e.filename or e}); {kept}"
+    # a rename refused by its target (`latest` a directory) names the target, not the temporary file
+    culprit = (
+        e.filename2
+        if e.filename2 and e.errno in (errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY)
+        else e.filename
+    )
+    return f"cannot write checkpoint {final}: {why} ({culprit or e}); {kept}"
 
 
 def _sha256(path: Path) -> str:
@@ -137,25 +165,40 @@ def write_manifest(directory: Path) -> None:
 
 
 def manifest_problem(directory: Path) -> str | None:
-    """Why `directory` fails its manifest (None when every file has its size and hash). A
-    checkpoint written before manifests existed passes on the presence of its trainer state."""
+    """Why `directory` fails its manifest (None when every file has its size and hash, and the
+    trainer state reads back). A checkpoint written before manifests existed passes on its trainer
+    state alone."""
     if not (directory / TRAINER_STATE).is_file():
         return f"{TRAINER_STATE} is missing"
     path = directory / MANIFEST
-    if not path.is_file():
-        return None
+    if path.is_file():
+        try:
+            entries = json.loads(path.read_text())["files"]
+        except (ValueError, KeyError, TypeError):
+            return f"{MANIFEST} is unreadable"
+        for rel, want in entries.items():
+            f = directory / rel
+            if not f.is_file():
+                return f"{rel} is missing"
+            if f.stat().st_size != want["size"]:
+                return f"{rel} has {f.stat().st_size} bytes, the manifest says {want['size']}"
+            if _sha256(f) != want["sha256"]:
+                return f"{rel} does not match its SHA-256 in the manifest"
+    return trainer_state_problem(directory / TRAINER_STATE)
+
+
+def trainer_state_problem(path: Path) -> str | None:
+    """Why `trainer_state.json` cannot be resumed from (None: it is a JSON object with an integer
+    `global_step`)."""
     try:
-        entries = json.loads(path.read_text())["files"]
-    except (ValueError, KeyError, TypeError):
-        return f"{MANIFEST} is unreadable"
-    for rel, want in entries.items():
-        f = directory / rel
-        if not f.is_file():
-            return f"{rel} is missing"
-        if f.stat().st_size != want["size"]:
-            return f"{rel} has {f.stat().st_size} bytes, the manifest says {want['size']}"
-        if _sha256(f) != want["sha256"]:
-            return f"{rel} does not match its SHA-256 in the manifest"
+        state = json.loads(path.read_bytes())
+    except ValueError:  # UnicodeDecodeError included
+        return f"{TRAINER_STATE} is not JSON"
+    except OSError as e:
+        return f"{TRAINER_STATE} cannot be read ({e.strerror or e})"
+    step = state.get("global_step") if isinstance(state, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool):
+        return f"{TRAINER_STATE} has no integer global_step"
     return None
 
 
@@ -166,7 +209,8 @@ def latest(run_dir: Path) -> Path | None:
     root = run_dir / "checkpoints"
     pointer = root / "latest"
     found = steps(run_dir)
-    named = root / pointer.read_text().strip() if pointer.is_file() else None
+    name = _pointer_name(pointer)
+    named = root / name if name is not None else None
     candidates = ([named] if named is not None and named.is_dir() else []) + [
         p for p in reversed(found.values()) if p != named
     ]
@@ -180,6 +224,16 @@ def latest(run_dir: Path) -> Path | None:
             return path
         log.warning("skipping corrupt checkpoint %s: %s", path, problem)
     return None
+
+
+def _pointer_name(pointer: Path) -> str | None:
+    """The checkpoint `latest` names: a sibling `step_<N>` directory's name, nothing else (a path
+    elsewhere, a name too long for the OS, bytes that are not text, no file: None)."""
+    try:
+        name = pointer.read_bytes().decode("utf-8").strip() if pointer.is_file() else ""
+    except (OSError, UnicodeDecodeError):
+        return None
+    return name if STEP_NAME.fullmatch(name) else None
 
 
 def steps(run_dir: Path) -> dict[int, Path]:

@@ -11,6 +11,7 @@ in a thread. Whatever watches the stages (timing, the step inspector) is a hook 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -63,6 +64,9 @@ class Trainer:
             self._build_loop(cfg, data)
             self._open_run(cfg)
             self._resume()
+            # once the checkpoint has loaded: a resume that fails (a checkpoint of another model)
+            # leaves the run's config.yaml as it was
+            self._write_config(cfg)
         except BaseException:
             self.close()
             raise
@@ -105,11 +109,9 @@ class Trainer:
         self.saved_step = -1  # the step of the newest checkpoint on disk (-1: none)
 
     def _open_run(self, cfg: Config) -> None:
-        """Create the run directory with its config.yaml, and the tracker (metrics.jsonl, ...)."""
+        """Create the run directory and the tracker (metrics.jsonl, ...). What would be in the way
+        (a directory named metrics.jsonl or config.yaml, ...) was found by `make_run_dir`."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.run_dir / ".config.yaml.tmp"
-        tmp.write_text(to_yaml(cfg))
-        tmp.replace(self.run_dir / "config.yaml")
         self.tracker = Tracker(
             self.run_dir,
             cfg.trainer.logger,
@@ -117,6 +119,16 @@ class Trainer:
             experiment=cfg.trainer.experiment_name,
             config=dataclasses.asdict(cfg),
         )
+
+    def _write_config(self, cfg: Config) -> None:
+        """The run's config.yaml, replaced atomically; no temporary file is left, whatever happens."""
+        tmp = self.run_dir / ".config.yaml.tmp"
+        try:
+            tmp.write_text(to_yaml(cfg))
+            tmp.replace(self.run_dir / "config.yaml")
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
 
     # -- the loop ------------------------------------------------------------------------------
     def fit(self) -> Path:

@@ -27,6 +27,7 @@ from turnrl.runtime import ensure_writable_dir, seed_everything
 from turnrl.tasks import gym, scorers, write_task
 from turnrl.tasks.args import args_key
 from turnrl.tasks.search.corpus import builtin_index
+from turnrl.trainer import checkpoint
 from turnrl.trainer.run_dirs import resolve_model_path, resolve_model_paths
 from turnrl.workers.actor import Actor
 from turnrl.workers.critic import Critic
@@ -341,4 +342,8 @@ def make_run_dir(cfg: Config) -> Path:
     else:
         path = Path("runs") / f"{cfg.trainer.experiment_name}-{time.strftime('%Y%m%d-%H%M%S')}"
     # found now, not after the models have loaded and the first write fails
-    return ensure_writable_dir(path, "run directory (trainer.default_local_dir)", ConfigError)
+    what = "run directory (trainer.default_local_dir)"
+    ensure_writable_dir(path, what, ConfigError)
+    if problem := checkpoint.layout_problem(path, "jsonl" in cfg.trainer.logger):
+        raise ConfigError(f"{what} {path}: {problem}")  # before a resume moves or rewrites anything
+    return path

@@ -172,6 +172,14 @@ def full_state_dict_names(model: torch.nn.Module, trainable_only: bool) -> list[
     return list(model.state_dict())
 
 
+def full_state_dict_shapes(model: torch.nn.Module, trainable_only: bool) -> dict[str, tuple[int, ...]]:
+    """The unsharded shape of each tensor `full_state_dict` returns, without gathering anything (a
+    sharded parameter's shape is its global one)."""
+    if trainable_only:
+        return {n: tuple(p.shape) for n, p in model.named_parameters() if p.requires_grad}
+    return {n: tuple(t.shape) for n, t in model.state_dict().items()}
+
+
 def barrier() -> None:
     if distributed():
         dist.barrier()

@@ -113,11 +113,22 @@ def load_weights(
         raise CheckpointError(
             _mismatch(path, sorted(set(names) - set(weights)), sorted(set(weights) - set(names)))
         )
+    shapes = parallel.full_state_dict_shapes(model, trainable_only=not everything)
+    for name in names:  # the same names, another size of model: found here, not mid-copy
+        if tuple(weights[name].shape) != shapes[name]:
+            raise CheckpointError(_shape_mismatch(path, name, tuple(weights[name].shape), shapes[name]))
     parallel.load_full_state_dict(model, weights)
 
 
 def _mismatch(path: Path, missing: list[str], unknown: list[str]) -> str:
     return f"checkpoint {path} does not match the model: missing {missing[:3]}, unexpected {unknown[:3]}"
+
+
+def _shape_mismatch(path: Path, name: str, saved: tuple[int, ...], wanted: tuple[int, ...]) -> str:
+    return (
+        f"checkpoint {path} does not match the model: {name} has shape {list(saved)} in the checkpoint, "
+        f"{list(wanted)} in the model"
+    )
 
 
 def rng_state() -> dict[str, Any]:
