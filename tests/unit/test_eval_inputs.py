@@ -64,7 +64,7 @@ def test_a_run_directory_brings_its_own_config(tmp_path):
         eval_config(None, [f"model.path={run}"])
     step = run / "checkpoints" / "step_5"
     (step / "actor").mkdir(parents=True)
-    (step / "trainer_state.json").write_text("{}")
+    (step / "trainer_state.json").write_text('{"global_step": 5}')
     checkpoint.write_manifest(step)
     assert train_run_of(step) == run  # a checkpoint belongs to its run
     # the run's config, then the overrides
