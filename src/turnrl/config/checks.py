@@ -62,16 +62,16 @@ def check_ranges(cfg: Any) -> None:
         want = spec if finite or spec == "finite" else f"finite and {spec}"
         why = f" ({note})" if note else ""
         raise ConfigError(f"'{key}' must be {want}{why}, got {value}")
-    for key, optim in _optim_sections(cfg):  # each beta is ranged above; how many there are, here
-        if len(optim.betas) != 2:
-            raise ConfigError(f"'{key}.betas' must hold two values (beta1, beta2), got {len(optim.betas)}")
-    for key, path in _paths(cfg):
-        check_path_length(key, path)
-        if key == "model.path" and not path.strip():  # the others' empty value means "none"
-            raise ConfigError(
-                "'model.path' is empty: name the model (a Hugging Face directory or Hub id, a turnrl run, "
-                "a .gguf file, or smollm2-135m-instruct, the default)"
-            )
+    for key, value in _settings(cfg):  # the rules on a setting's shape, not on its numbers
+        if isinstance(value, OptimConfig) and len(value.betas) != 2:  # each beta is ranged above
+            raise ConfigError(f"'{key}.betas' must hold two values (beta1, beta2), got {len(value.betas)}")
+        if key.split(".")[-1] == "path" and isinstance(value, str):
+            check_path_length(key, value)
+            if key == "model.path" and not value.strip():  # the others' empty value means "none"
+                raise ConfigError(
+                    "'model.path' is empty: name the model (a Hugging Face directory or Hub id, a turnrl run, "
+                    "a .gguf file, or smollm2-135m-instruct, the default)"
+                )
 
 
 NAME_MAX = 255
@@ -89,27 +89,16 @@ def check_path_length(key: str, path: str) -> None:
             )
 
 
-def _paths(node: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
-    """Every `path` setting of a config tree (`model.path`, `teacher.model.path`, ...), by key."""
-    for f in dataclasses.fields(node):
-        value = getattr(node, f.name)
-        if dataclasses.is_dataclass(value):
-            yield from _paths(value, f"{prefix}{f.name}.")
-        elif f.name == "path" and isinstance(value, str):
-            yield prefix + f.name, value
-
-
-def _optim_sections(node: Any, prefix: str = "") -> Iterator[tuple[str, OptimConfig]]:
-    """Every optimizer section of a config tree (`actor.optim`, `critic.optim`, `optim`), by key,
+def _settings(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every setting and section of a config tree by dotted key, sections before their settings,
     skipping sections whose `enable` is false (as the ranges do)."""
     if getattr(node, "enable", True) is False:
         return
     for f in dataclasses.fields(node):
         value = getattr(node, f.name)
-        if isinstance(value, OptimConfig):
-            yield prefix + f.name, value
-        elif dataclasses.is_dataclass(value):
-            yield from _optim_sections(value, f"{prefix}{f.name}.")
+        yield prefix + f.name, value
+        if dataclasses.is_dataclass(value):
+            yield from _settings(value, f"{prefix}{f.name}.")
 
 
 def check_config(cfg: Config) -> None:
