@@ -5,7 +5,7 @@ its baselines: is the gain a skill or a habit?
     python benchmarks/calculator_agent.py --model tiny-random --tiny     # smoke run (~1 min)
 
 Each seed is one real `turnrl train calculator_agent` run in a child process (the command of
-docs/agents.md, `trainer.seed` = the seed), validated greedy on the calculator task's 64 held-out
+docs/agent-programs.md, `trainer.seed` = the seed), validated greedy on the calculator task's 64 held-out
 products after its last step; seed 1 also validates before training (the untrained model: greedy
 is seed-free, so once). Reported apart, per condition:
 

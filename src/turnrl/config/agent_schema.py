@@ -108,7 +108,7 @@ class MultiTurnConfig:
 
 @dataclass
 class FunctionAgentConfig:
-    """`rollout.agent`: an agent written against the OpenAI API, trained as it is (docs/agents.md)."""
+    """`rollout.agent`: an agent written against the OpenAI API, trained as it is (docs/agent-programs.md)."""
 
     entrypoint: str = ""
     """The agent: `path/to/file.py:run` or `package.module:run`, a function `run(client, model, row)`
@@ -116,7 +116,7 @@ class FunctionAgentConfig:
     env: str = ""
     """An environment as the agent, instead of an entrypoint: `verifiers:<taskset id>` or
     `verifiers:path/to/file.py:load` (a verifiers v1 `Env`; pip install -e ".[verifiers]"). Its own
-    rollout runs against the episode's client and its rubric's reward is the episode's (docs/agent.md)."""
+    rollout runs against the episode's client and its rubric's reward is the episode's (docs/agent-loop.md)."""
     max_concurrency: int = ranged(64, ">= 1")
     """Episodes running at once (each one agent call with its own client)."""
     timeout_s: float = ranged(300.0, "> 0")

@@ -1,6 +1,6 @@
 """Rewards an agent rollout carries into the batch, read by the reward stage (`RuleReward`).
 
-An agent written as a function (`rollout.agent`, docs/agents.md) decides its own reward, or hands
+An agent written as a function (`rollout.agent`, docs/agent-programs.md) decides its own reward, or hands
 back its final messages for the rule scorers to read. The rollout writes, per row:
 
     agent_reward   the reward it returned (a finite float), or None

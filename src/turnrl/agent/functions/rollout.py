@@ -1,5 +1,5 @@
 """Stage 3 with an agent function (`rollout.agent.entrypoint`): any agent written against the
-OpenAI API, trained as it is (docs/agents.md).
+OpenAI API, trained as it is (docs/agent-programs.md).
 
     rollout = FunctionAgentRollout(engine, tokenizer, cfg, pad_id)    # loads the agent, starts the gateway
     batch, metrics = rollout.generate(gen_batch, params)               # rollout.n episodes per row
