@@ -26,7 +26,11 @@ OPTIONAL_GROUP = re.compile(r"(?<![=\w\]])\[[^\[\]]*\]")
 # `turnrl train: <message>`: what a command prints, quoted in the docs, not a command
 MESSAGE = re.compile(r"^turnrl(?: [\w-]+){0,2}:")
 # a synopsis may name an option without its value, or leave required ones out (`turnrl serve`)
-INCOMPLETE = ("the following arguments are required", "expected one argument", "expected at least one argument")
+INCOMPLETE = (
+    "the following arguments are required",
+    "expected one argument",
+    "expected at least one argument",
+)
 PLACEHOLDER = re.compile(r"^(?:[A-Z][A-Z0-9_]*|<[^>]*>|\.\.\.|…)$")
 CHAIN = re.compile(r"\s(?:&&|\|\||;|\|)\s")
 # a repository path the text names: a top-level folder of the repository, then a file or folder name
@@ -208,9 +212,8 @@ def config_problem(ns: object) -> str | None:
     args = list(getattr(ns, "args", None) or [])
     if schema is None or not args:
         return None
-    if "=" not in args[0]:
-        if problem := recipe_problem(command, args.pop(0)):
-            return problem
+    if "=" not in args[0] and (problem := recipe_problem(command, args.pop(0))):
+        return problem
     return next((p for item in args if (p := override_problem(schema, item))), None)
 
 
