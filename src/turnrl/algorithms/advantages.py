@@ -280,7 +280,10 @@ NEEDS = {
     "values": "values (the critic's predictions)",
     "reward_baselines": "reward_baselines (greedy rollout rewards)",
     "responses": "responses (token ids)",
+    "old_log_probs": "old_log_probs (the student's log-probs)",
+    "teacher_log_prob": "teacher_log_prob (the teacher's log-probs: set teacher.model.path)",
 }
+"""The `AdvantageInputs` fields an estimator may need (`EstimatorSpec.needs`), as errors word them."""
 
 
 @dataclass(frozen=True)
@@ -379,10 +382,33 @@ class EstimatorSpec:
     keys: tuple[tuple[str, str], ...] = ()
     """(parameter field, `algorithm.` config key, dotted below it) pairs."""
     needs: tuple[str, ...] = ()
-    """`AdvantageInputs` fields that must not be None (`NEEDS` words them)."""
+    """`AdvantageInputs` fields that must not be None (`NEEDS` words them). They also say what the run
+    must provide: `values` a critic, `reward_baselines` a greedy response per prompt, `index` groups
+    of `rollout.n` >= 2, `teacher_log_prob` a teacher (see the properties below)."""
     per_sequence: bool = False
     """One advantage per response (an outcome estimator): an agent episode that forked into several
     rows is then one response of its group, its advantage given to every row (`episode_advantage`)."""
+
+    @property
+    def needs_critic(self) -> bool:
+        """It reads the critic's values: the config must enable `critic`."""
+        return "values" in self.needs
+
+    @property
+    def needs_greedy_baseline(self) -> bool:
+        """It reads the reward of a greedy response to each prompt (ReMax): the sampler generates one."""
+        return "reward_baselines" in self.needs
+
+    @property
+    def needs_groups(self) -> bool:
+        """It compares the responses of one prompt: `rollout.n` must be >= 2."""
+        return "index" in self.needs
+
+    @property
+    def distills(self) -> bool:
+        """Its advantage is the teacher's term itself (on-policy distillation): it needs a teacher, and
+        `algorithm.distill_coef` (that term added to another estimator) does not apply."""
+        return "teacher_log_prob" in self.needs
 
 
 GROUP_KEYS = (("norm_by_std", "norm_adv_by_std_in_grpo"),)
@@ -401,7 +427,7 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
         (("step_weight", "gigpo.step_weight"), ("gamma", "gigpo.gamma"), *GROUP_KEYS),
         ("responses", "index"),
     ),
-    "opd": EstimatorSpec(_opd),
+    "opd": EstimatorSpec(_opd, needs=("old_log_probs", "teacher_log_prob")),
 }
 """`algorithm.adv_estimator` -> its estimator."""
 ADV_ESTIMATORS: tuple[str, ...] = tuple(ESTIMATORS)
@@ -427,7 +453,8 @@ def resolve_estimator(name: str, config: Any = None, where: str = ESTIMATOR_KEY)
     """The estimator `name` names: a table entry, its parameters read from `config` (the algorithm
     config; None: the dataclass defaults), or a user's function `path/to/file.py:fn` /
     `package.module:fn` taking one `AdvantageInputs` and returning `(advantages, returns)` or the
-    advantages alone (then the returns too)."""
+    advantages alone (then the returns too). A user's function may declare its table row's `needs`
+    and `per_sequence` as attributes (`fn.needs = ("reward_baselines",)`: ReMax's greedy baseline)."""
     spec = ESTIMATORS.get(name)
     if spec is not None:
         fields = {f: _config_value(config, key) for f, key in spec.keys} if config is not None else {}
@@ -436,9 +463,22 @@ def resolve_estimator(name: str, config: Any = None, where: str = ESTIMATOR_KEY)
         raise ValueError(
             f"unknown advantage estimator {name!r}; valid estimators: {', '.join(ADV_ESTIMATORS)}"
         )
-    return Estimator(
-        name, EstimatorSpec(partial(_user_estimator, load_function(name, where), name)), NoParams()
-    )
+    return Estimator(name, _user_spec(load_function(name, where), name, where), NoParams())
+
+
+def _user_spec(fn: Any, name: str, where: str) -> EstimatorSpec:
+    """A user's estimator as a table row: what it declares on the function, checked here so that a
+    misspelt field is one line naming `where` before any model loads."""
+    needs = getattr(fn, "needs", ())
+    needs = (needs,) if isinstance(needs, str) else tuple(needs)
+    unknown = [f for f in needs if f not in NEEDS]
+    if unknown:
+        raise ValueError(
+            f"{where}: {name} needs {', '.join(map(repr, unknown))}, not an input an estimator may "
+            f"need; valid: {', '.join(NEEDS)}"
+        )
+    per_sequence = bool(getattr(fn, "per_sequence", False))
+    return EstimatorSpec(partial(_user_estimator, fn, name), needs=needs, per_sequence=per_sequence)
 
 
 def _user_estimator(fn: Any, name: str, x: AdvantageInputs, p: Any) -> tuple[Tensor, Tensor]:
@@ -467,10 +507,9 @@ def compute_advantage(
     advantages (after its own whitening); its returns, a critic's targets, stay the task's.
     ``gigpo`` reads ``responses`` (the token ids: its states are observations) (algorithms/turn_credit.py).
     """
-    name = estimator.name
-    distill = name == "opd" or distill_coef > 0
-    if distill and (x.old_log_probs is None or x.teacher_log_prob is None):
-        what = f"compute_advantage({name!r})" if name == "opd" else f"distill_coef={distill_coef}"
+    name, own = estimator.name, estimator.spec.distills
+    if (own or distill_coef > 0) and (x.old_log_probs is None or x.teacher_log_prob is None):
+        what = f"compute_advantage({name!r})" if own else f"distill_coef={distill_coef}"
         raise ValueError(
             f"{what}: on-policy distillation needs old_log_probs (the student's) and teacher_log_prob "
             "(the teacher's log-probs: set teacher.model.path)"
@@ -479,7 +518,7 @@ def compute_advantage(
     if missing:
         raise ValueError(f"compute_advantage({name!r}): {' and '.join(missing)} are required")
     advantages, returns = estimator.spec.fn(x, estimator.params)
-    if distill_coef > 0 and name != "opd":
+    if distill_coef > 0 and not own:
         term, _ = opd_advantage(x.old_log_probs, x.teacher_log_prob, x.response_mask)  # type: ignore[arg-type]
         advantages = advantages + distill_coef * term.to(advantages.dtype)
     return advantages, returns

@@ -75,8 +75,8 @@ def _user_terms(fn: Any, name: str, x: pl.LossInputs, p: Any) -> pl.TokenTerms:
 
 
 def _check_clip(loss: PolicyLoss, clip: pl.Clip) -> None:
-    lowest, highest, inclusive = loss.spec.low
-    if not (lowest <= clip.low and (clip.low <= highest if inclusive else clip.low < highest)):
+    if not loss.spec.takes_low(clip.low):
+        lowest, highest, inclusive = loss.spec.low
         bound = (
             ">= 0" if highest == float("inf") else f"in [{lowest:g}, {highest:g}{']' if inclusive else ')'}"
         )
@@ -128,22 +128,27 @@ def policy_loss(
         loss_mat = loss_mat * weights.to(loss_mat.dtype)
 
     value = agg_loss(loss_mat, mask, agg.mode, norm_length=agg.norm_length, denominator=agg.denominator)
-    log_prob = x.log_prob
-    with torch.no_grad():
-        metrics = {
-            "pg_clipfrac": masked_mean(terms.clip_active.to(log_prob.dtype), mask),
-            "pg_clipfrac_lower": masked_mean(terms.dual_active.to(log_prob.dtype), mask),
-            "ppo_kl": masked_mean(-(log_prob - x.old_log_prob), mask).detach(),
-        }
-        metrics.update({k: masked_mean(v.to(log_prob.dtype), mask) for k, v in terms.extra.items()})
-        if per_token:  # for the step inspector: what the update did to each token
-            metrics.update(
-                ratio=terms.ratio,
-                loss_mat=loss_mat.detach(),
-                clip_active=terms.clip_active & mask,
-                dual_active=terms.dual_active & mask,
-            )
-    return value, metrics
+    return value, _metrics(x, mask, terms._replace(loss_mat=loss_mat), per_token)
+
+
+@torch.no_grad()
+def _metrics(x: pl.LossInputs, mask: Tensor, terms: pl.TokenTerms, per_token: bool) -> dict[str, Tensor]:
+    """`policy_loss`'s metrics over the valid tokens (`mask`); `terms.loss_mat` is the weighted loss."""
+    dtype = x.log_prob.dtype
+    metrics = {
+        "pg_clipfrac": masked_mean(terms.clip_active.to(dtype), mask),
+        "pg_clipfrac_lower": masked_mean(terms.dual_active.to(dtype), mask),
+        "ppo_kl": masked_mean(-(x.log_prob - x.old_log_prob), mask).detach(),
+    }
+    metrics.update({k: masked_mean(v.to(dtype), mask) for k, v in terms.extra.items()})
+    if per_token:  # for the step inspector: what the update did to each token
+        metrics.update(
+            ratio=terms.ratio,
+            loss_mat=terms.loss_mat.detach(),
+            clip_active=terms.clip_active & mask,
+            dual_active=terms.dual_active & mask,
+        )
+    return metrics
 
 
 def value_loss(

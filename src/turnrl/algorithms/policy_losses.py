@@ -296,21 +296,32 @@ class LossSpec:
     """(parameter field, `actor.` config key) pairs: verl's flat names fill the parameters."""
     low: tuple[float, float, bool] = (0.0, 1.0, False)
     """The valid `clip.low`: (lowest, highest, highest included); the ratio's bound 1 - low stays > 0."""
+    low_note: str = ""
+    """Why `low` differs from PPO's [0, 1), as the config error words it."""
+    ordered: tuple[tuple[str, str, str], ...] = ()
+    """(lower field, upper field, what crossing them leaves) of parameters that must not cross."""
     extra_metrics: tuple[str, ...] = ()
     """Metrics the mode reports beside pg_clipfrac / pg_clipfrac_lower / ppo_kl (the actor logs them)."""
+
+    def takes_low(self, low: float) -> bool:
+        """Whether `clip.low` (`actor.clip_ratio_low`) is in the mode's range `low`."""
+        lowest, highest, inclusive = self.low
+        return lowest <= low and (low <= highest if inclusive else low < highest)
 
 
 ANY_LOW = (0.0, float("inf"), True)
 POLICY_LOSSES: dict[str, LossSpec] = {
     "vanilla": LossSpec(vanilla),
     "gspo": LossSpec(gspo),
-    "cispo": LossSpec(cispo, low=(0.0, 1.0, True)),  # the paper drops the lower bound: low = 1
+    # the paper drops the lower bound: low = 1
+    "cispo": LossSpec(cispo, low=(0.0, 1.0, True), low_note="no lower bound"),
     "sapo": LossSpec(sapo, SapoParams, (("tau_pos", "sapo_tau_pos"), ("tau_neg", "sapo_tau_neg"))),
-    "gmpo": LossSpec(gmpo, low=ANY_LOW),  # log space: e^-low > 0 for any low
+    "gmpo": LossSpec(gmpo, low=ANY_LOW, low_note="reads it in log space"),  # e^-low > 0 for any low
     "clip_cov": LossSpec(
         clip_cov,
         ClipCovParams,
         (("ratio", "clip_cov_ratio"), ("lb", "clip_cov_lb"), ("ub", "clip_cov_ub")),
+        ordered=(("lb", "ub", "no token could be detached"),),
         extra_metrics=("pg_covfrac",),
     ),
     "kl_cov": LossSpec(

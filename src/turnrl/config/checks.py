@@ -14,7 +14,7 @@ import math
 import re
 import shlex
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnrl.config.agent_schema import (
     MultiTurnConfig,
@@ -33,6 +33,10 @@ from turnrl.config.schema import (
     OptimConfig,
 )
 from turnrl.errors import TurnrlInputError
+
+if TYPE_CHECKING:  # the tables import torch: read only when the algorithm is checked
+    from turnrl.algorithms.advantages import EstimatorSpec
+    from turnrl.algorithms.losses import PolicyLoss
 
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # model.dtype; rollout.dtype takes all but auto
@@ -313,62 +317,83 @@ def _check_algorithm(cfg: Config) -> None:
     """The estimator, the losses and KL by name, then the models and reward settings they need."""
     # the valid names live beside the code that uses them (and import torch): imported on first check,
     # all of them before an estimator or a loss of one's own is imported by its path
-    from turnrl.algorithms.advantages import ADV_ESTIMATORS, ESTIMATORS, resolve_estimator
+    from turnrl.algorithms.advantages import ADV_ESTIMATORS, resolve_estimator
     from turnrl.algorithms.core import LOSS_AGG_MODES
     from turnrl.algorithms.kl import KL_CONTROLLERS, KL_ESTIMATORS
     from turnrl.algorithms.losses import POLICY_LOSS_MODES, resolve_policy_loss
 
     alg, actor, n = cfg.algorithm, cfg.actor, cfg.rollout.n
     est = alg.adv_estimator
-    _known_or_imported("algorithm.adv_estimator", est, ADV_ESTIMATORS, resolve_estimator, alg)
-    if est in ESTIMATORS and "index" in ESTIMATORS[est].needs and n < 2:  # group baselines
+    estimator = _resolve("algorithm.adv_estimator", est, ADV_ESTIMATORS, resolve_estimator, alg)
+    if estimator.spec.needs_groups and n < 2:  # group baselines
         raise ConfigError(f"'{est}' needs 'rollout.n' >= 2 (a group of one has no baseline), got {n}")
     _one_of("actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
     _one_of("critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
     mode = actor.policy_loss_mode
-    _known_or_imported("actor.policy_loss_mode", mode, POLICY_LOSS_MODES, resolve_policy_loss, actor)
-    _check_clip_bounds(actor)
+    _check_clip_bounds(
+        actor, _resolve("actor.policy_loss_mode", mode, POLICY_LOSS_MODES, resolve_policy_loss, actor)
+    )
     _one_of("algorithm.kl_penalty", alg.kl_penalty, KL_ESTIMATORS)
     _one_of("actor.kl_loss_type", actor.kl_loss_type, KL_ESTIMATORS)
     _one_of("algorithm.kl_ctrl.type", alg.kl_ctrl.type, KL_CONTROLLERS)
     _one_of("algorithm.filter_groups.refill", alg.filter_groups.refill, REFILLS)
-    _check_needed_models(cfg)
+    _check_needed_models(cfg, estimator.spec)
     _check_reward(cfg)
 
 
-def _known_or_imported(
+def _resolve(
     key: str, name: str, known: tuple[str, ...], resolve: Callable[[str, Any, str], Any], owner: Any
-) -> None:
-    """`name` is one of `known`, or a `module:function` path that `resolve` imports and checks."""
-    if ":" in name:  # one of one's own, by import path: imported now, before any model
-        try:
-            resolve(name, owner, key)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-    else:
+) -> Any:
+    """The table row `name` names, with its parameters read from `owner`: one of `known`, or a
+    `module:function` path that `resolve` imports and checks (now, before any model loads)."""
+    if ":" not in name:
         _one_of(key, name, known)
+    try:
+        return resolve(name, owner, key)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
-def _check_clip_bounds(actor: ActorConfig) -> None:
-    """The policy loss's clip bounds must leave some token or ratio inside them."""
-    if actor.policy_loss_mode == "clip_cov" and actor.clip_cov_lb > actor.clip_cov_ub:
+def _check_clip_bounds(actor: ActorConfig, loss: PolicyLoss) -> None:
+    """The policy loss's clip bounds must leave some token or ratio inside them; its row says which
+    of its parameters must not cross and which `actor.clip_ratio_low` it takes."""
+    keys = dict(loss.spec.keys)
+    for low_field, high_field, why in loss.spec.ordered:
+        lb, ub = getattr(loss.params, low_field), getattr(loss.params, high_field)
+        if lb > ub:
+            lb_key, ub_key = keys[low_field], keys[high_field]
+            raise ConfigError(
+                f"'actor.{lb_key}'={lb} is above 'actor.{ub_key}'={ub}: {why}; lower {lb_key} or raise {ub_key}"
+            )
+    if not loss.spec.takes_low(actor.clip_ratio_low):  # its lowest, 0, is on the field's range
+        _, highest, inclusive = loss.spec.low
         raise ConfigError(
-            f"'actor.clip_cov_lb'={actor.clip_cov_lb} is above 'actor.clip_cov_ub'={actor.clip_cov_ub}: "
-            "no token could be detached; lower clip_cov_lb or raise clip_cov_ub"
-        )
-    low, mode = actor.clip_ratio_low, actor.policy_loss_mode
-    if low >= 1.0 and not (mode == "gmpo" or (mode == "cispo" and low == 1.0)):
-        raise ConfigError(
-            f"'actor.clip_ratio_low'={low} leaves no ratio above the lower bound 1 - clip_ratio_low; "
-            "it must be < 1 (1 only for cispo: no lower bound; gmpo reads it in log space)"
+            f"'actor.clip_ratio_low'={actor.clip_ratio_low} leaves no ratio above the lower bound "
+            f"1 - clip_ratio_low; it must be {'<=' if inclusive else '<'} {highest:g} ({_wider_lows()})"
         )
 
 
-def _check_needed_models(cfg: Config) -> None:
+def _wider_lows() -> str:
+    """The policy losses that take another `actor.clip_ratio_low` than PPO's, in their rows' words:
+    `1 only for cispo: no lower bound; gmpo reads it in log space`."""
+    from turnrl.algorithms.policy_losses import POLICY_LOSSES
+
+    return "; ".join(
+        f"{spec.low[1]:g} only for {name}: {spec.low_note}"
+        if spec.low[1] < math.inf
+        else f"{name} {spec.low_note}"
+        for name, spec in POLICY_LOSSES.items()
+        if spec.low_note
+    )
+
+
+def _check_needed_models(cfg: Config, estimator: EstimatorSpec) -> None:
     """What the algorithm reads must be loaded: the critic, the reference, the teacher, the reward model."""
     alg, actor = cfg.algorithm, cfg.actor
-    if alg.adv_estimator == "gae" and not cfg.critic.enable:
-        raise ConfigError("'algorithm.adv_estimator=gae' needs a critic: set critic.enable=true")
+    if estimator.needs_critic and not cfg.critic.enable:
+        raise ConfigError(
+            f"'algorithm.adv_estimator={alg.adv_estimator}' needs a critic: set critic.enable=true"
+        )
     needs_ref = [
         k
         for k, on in (
@@ -379,7 +404,7 @@ def _check_needed_models(cfg: Config) -> None:
     ]
     if needs_ref and not cfg.ref.enable:
         raise ConfigError(f"'{needs_ref[0]}=true' needs the reference policy: set ref.enable=true")
-    _check_distillation(cfg)
+    _check_distillation(cfg, estimator)
     if cfg.reward_model.enable and not cfg.reward_model.model.path:
         raise ConfigError("'reward_model.enable=true' needs 'reward_model.model.path'")
     if cfg.critic.enable and cfg.data.train_batch_size % cfg.critic.ppo_mini_batch_size:
@@ -401,24 +426,27 @@ def _check_reward(cfg: Config) -> None:
         )
 
 
-def _check_distillation(cfg: Config) -> None:
+def _check_distillation(cfg: Config, estimator: EstimatorSpec) -> None:
     """On-policy distillation needs a teacher, and a teacher needs a use: loading a model nothing
     reads costs memory and a forward pass per step, so it is refused rather than ignored."""
+    from turnrl.algorithms.advantages import ESTIMATORS
+
     alg, teacher = cfg.algorithm, cfg.teacher.model.path
-    opd = alg.adv_estimator == "opd"
-    if opd and alg.distill_coef > 0:
+    own, est = estimator.distills, f"algorithm.adv_estimator={alg.adv_estimator}"
+    if own and alg.distill_coef > 0:
         raise ConfigError(
             f"'algorithm.distill_coef'={alg.distill_coef} adds the distillation term to another estimator's "
-            "advantages; with algorithm.adv_estimator=opd it is the advantage already: set distill_coef=0"
+            f"advantages; with {est} it is the advantage already: set distill_coef=0"
         )
-    if not teacher and (opd or alg.distill_coef > 0):
-        use = "algorithm.adv_estimator=opd" if opd else f"algorithm.distill_coef={alg.distill_coef}"
+    if not teacher and (own or alg.distill_coef > 0):
+        use = est if own else f"algorithm.distill_coef={alg.distill_coef}"
         raise ConfigError(
             f"'{use}' distills from a teacher: set teacher.model.path (a model with the policy's tokenizer)"
         )
-    if teacher and not opd and alg.distill_coef == 0:
+    if teacher and not own and alg.distill_coef == 0:
+        users = " or ".join(f"algorithm.adv_estimator={n}" for n, s in ESTIMATORS.items() if s.distills)
         raise ConfigError(
-            f"'teacher.model.path'={teacher} is set but nothing uses the teacher: set algorithm.adv_estimator=opd "
+            f"'teacher.model.path'={teacher} is set but nothing uses the teacher: set {users} "
             "or algorithm.distill_coef > 0, or leave teacher.model.path empty"
         )
 

@@ -237,7 +237,7 @@ class Trainer:
             with clock("kl_in_reward", batch):
                 metrics.update(stages.kl_in_reward(batch, self.kl_ctrl, cfg.algorithm.kl_penalty))
         with clock("adv", batch):
-            metrics.update(stages.advantages(batch, cfg))
+            metrics.update(stages.advantages(batch, cfg, self.sampler.estimator))
         if self.critic:
             with clock("update_critic"):
                 metrics.update(self.critic.update(batch, step=self.state.global_step))

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from turnrl.algorithms.advantages import resolve_estimator
 from turnrl.batch import Batch, episode_ends, first_episodes
 from turnrl.config import Config
 from turnrl.rewards.scorer import RuleReward
@@ -28,7 +29,8 @@ class StepSampler:
     """Samples and scores a training step's prompts. `batches`: the loader's stream, from which
     dynamic sampling draws more prompts; `seeded`: whether each step's sampling is seeded; `on_scored`:
     told of every scored round before the next is drawn (the curriculum's `GroupWatch.observe`);
-    `pad_id`: the tokenizer's pad id."""
+    `pad_id`: the tokenizer's pad id. `estimator`: the run's advantage estimator, resolved once here
+    (a user's function is imported once); its row says whether a round samples a greedy baseline."""
 
     def __init__(
         self,
@@ -44,6 +46,7 @@ class StepSampler:
         self.cfg, self.rollout, self.reward, self.reward_model = cfg, rollout, reward, reward_model
         self.batches, self.seeded, self.on_scored = batches, seeded, on_scored
         self.pad_id = pad_id  # DAPO's rounds are padded to one prompt width with it
+        self.estimator = resolve_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
 
     def rollout_and_score(self, prompts: Batch, clock: StageClock, step: int) -> tuple[Batch, dict[str, Any]]:
         """Stages 2-6 for training step `step` (it seeds the sampling). With DAPO dynamic sampling,
@@ -87,11 +90,11 @@ class StepSampler:
         return merged, metrics
 
     def sample_round(self, prompts: Batch, clock: StageClock, step: int, round_: int) -> Scored:
-        """One round of stages 2-6, scored as training scores; for ReMax, with the greedy baseline of
-        the same prompts."""
+        """One round of stages 2-6, scored as training scores; for an estimator that needs it (ReMax),
+        with the greedy baseline of the same prompts."""
         params = self.params(step, round_)
         scored = stages.generate_and_score(self.rollout, self.score, prompts, params, clock)
-        if self.cfg.algorithm.adv_estimator == "remax":
+        if self.estimator.spec.needs_greedy_baseline:
             with clock("gen_max"):
                 baseline = self.greedy_baseline(prompts, step)
                 batch = scored.batch  # a forked agent episode's rows share their prompt's baseline

@@ -18,6 +18,7 @@ import torch
 
 from turnrl.algorithms.advantages import (
     AdvantageInputs,
+    Estimator,
     compute_advantage,
     distill_metrics,
     episode_advantage,
@@ -247,9 +248,11 @@ def correct_off_policy(batch: Batch, rc: RolloutCorrectionConfig) -> dict[str, f
     return corr.metrics
 
 
-def advantages(batch: Batch, cfg: Config) -> dict[str, float]:
-    """Stage 11: estimator-specific advantages and returns. With a teacher (on-policy distillation:
-    `adv_estimator=opd` or `distill_coef`), also the student's reverse KL to it: `distill/*` metrics."""
+def advantages(batch: Batch, cfg: Config, estimator: Estimator | None = None) -> dict[str, float]:
+    """Stage 11: estimator-specific advantages and returns, by `estimator` (the run's, resolved once
+    at setup: `StepSampler.estimator`; None: resolved from `cfg` now). With a teacher (on-policy
+    distillation: `adv_estimator=opd` or `distill_coef`), also the student's reverse KL to it:
+    `distill/*` metrics."""
     if "token_level_rewards" not in batch:
         batch["token_level_rewards"] = batch["token_level_scores"]
     x = AdvantageInputs(
@@ -262,7 +265,8 @@ def advantages(batch: Batch, cfg: Config) -> dict[str, float]:
         teacher_log_prob=batch.tensors.get("teacher_log_prob"),
         responses=batch.tensors.get("responses"),
     )
-    estimator = resolve_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
+    if estimator is None:
+        estimator = resolve_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
     if "episode_last" in batch:  # an agent's forked episodes: one response each in their group
         adv, ret = episode_advantage(estimator, x, batch["episode_last"], cfg.algorithm.distill_coef)
     else:
