@@ -30,7 +30,7 @@ evaluation. The table is printed and written with the settings to `<out>/code_ag
 CPU sizing (defaults): SFT 192 demonstrations (about 450 tokens each, prompt included), one
 epoch, 8 per step at lr 1e-4; RL 6 steps of 8 prompts x 4 samples, at most 2 code runs per episode
 in a 256-token response, no KL term (no reference forward). On a 2-core CPU a token costs ~10 ms
-forward + backward for SmolLM2-135M, and an RL step of 4 x 4 such episodes took 79-104 s (README),
+forward + backward for SmolLM2-135M, and an RL step of 4 x 4 such episodes took 79-104 s in an early run,
 so the estimate is SFT ~12 min (24 steps) and RL ~3-3.5 min a step: SFT then RL ~35 min with its validations.
 """
 

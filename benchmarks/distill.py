@@ -66,7 +66,7 @@ def train_teacher(a: argparse.Namespace, out: Path) -> tuple[Path, float]:
             "trainer.val_before_train=false",
             f"trainer.seed={a.seed + 1}",
         ]
-    else:  # the default job as the README runs it (seed 1); the students use `--seed`
+    else:  # the default job as docs/results/distillation.md runs it (seed 1); the students use `--seed`
         args.append("trainer.seed=1")
     return run_dir, cli(args, out / "teacher.log")
 

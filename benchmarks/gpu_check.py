@@ -17,7 +17,7 @@ Sections, each a child process with its own time limit inside `--budget` seconds
    at the same shapes, 64 rows (8 prompts x 8 samples), bf16 parameters and float32 master weights
    with bf16 compute: tokens/s and MFU against the measured bf16 matmul rate (6 x parameters x tokens);
    the top CUDA kernels of one step of each, and of the compiled decode step;
-5. `vs_trl`: `vs_trl.py` at the README's GPU shape (8 x 8 x 256), TRL and turnrl in one invocation,
+5. `vs_trl`: `vs_trl.py` at the shape of docs/results/speed-gpu.md (8 x 8 x 256), TRL and turnrl in one invocation,
    turnrl's defaults (on one GPU: float32 master weights, bf16 compute, a bf16 sampling copy, the
    compiled decode step) and bf16 parameters (`model.dtype=bfloat16`) beside them.
 

@@ -15,7 +15,7 @@ On a CPU, the default job's peak (4.7-4.9 GiB on a 2-core AMD EPYC, the embedded
 the float32 weights (0.5 GiB), their bfloat16 rollout copy and its oneDNN layout (0.25 GiB each;
 `no_rollout_copy` saved 0.68), AdamW's two moments (1.0 GiB) and the gradients (0.5 GiB) during the
 update, the update's activations for `actor.ppo_micro_batch_size` responses, and about 0.4 GiB of
-libraries (README, "Memory").
+libraries (docs/results/memory.md).
 """
 
 from __future__ import annotations

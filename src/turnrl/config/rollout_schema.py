@@ -68,8 +68,8 @@ class RolloutConfig:
     where a small model's step is bound by kernel launches). Finished rows ride along instead of
     being dropped; the first batches pay the compile (`benchmarks/rollout_speed.py` prints how long);
     every new bucket of batch and prompt plus response length (128 tokens) compiles again. `auto`:
-    on for single-turn runs on a GPU (measured 3.5x TRL's step there against 0.7x without, README),
-    off on a CPU (no gain, docs/rollout.md) and for agents, whose prompts grow every turn. `false`: off."""
+    on for single-turn runs on a GPU (measured 3.5x TRL's step there against 0.7x without on an H100, docs/results/speed-gpu.md),
+    off on a CPU (no gain, docs/results/speed-cpu.md) and for agents, whose prompts grow every turn. `false`: off."""
     dtype: str = ""
     """The precision the rollout samples in. Empty = the policy's own (`model.dtype`). `bfloat16` or
     `float16`: the `hf` engine samples from a copy of the policy in that precision (refreshed after every

@@ -71,7 +71,7 @@ def compute_dtype(name: str, param_dtype: torch.dtype, device: torch.device) -> 
 
     `auto` is bfloat16 for float32 parameters where the device multiplies bfloat16 natively (a GPU of
     compute capability 8.0+, a CPU with AVX512-BF16 or AMX) and exact elsewhere, or everywhere under
-    `$TURNRL_EXACT`. Measured on a CPU (README): the default job's held-out accuracy stays within the
+    `$TURNRL_EXACT`. Measured on a CPU (docs/results/default-job.md): the default job's held-out accuracy stays within the
     float32 runs' spread. `bfloat16` asks for it wherever the device has it, and is an error naming the
     key where not."""
     if name not in COMPUTE_DTYPES:
