@@ -4,6 +4,7 @@ this folder first on the path, so `from _cli import cli` finds this module.)"""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -113,6 +114,30 @@ def sft_args(a: Any, train_file: Path, run_dir: Path, seed: int, max_obs_length:
         f"trainer.seed={seed}", f"trainer.num_threads={a.threads}", "trainer.logger=[jsonl]",
         f"trainer.default_local_dir={run_dir}",
     ]  # fmt: skip
+
+
+@functools.cache
+def recipe_config(recipe: str, command: str = "train") -> Any:
+    """A shipped recipe's resolved config (`turnrl train NAME`, or `turnrl sft NAME` with `sft`)."""
+    from turnrl.config import load_config
+
+    if command == "sft":
+        from turnrl.config.supervised_schema import SFTConfig
+        from turnrl.supervised.checks import check_sft
+
+        return load_config(recipe, schema=SFTConfig, check=check_sft, command="sft")
+    return load_config(recipe, command=command)
+
+
+def recipe_value(recipe: str, key: str, command: str = "train") -> Any:
+    """One setting of a shipped recipe, by its dotted key (`trainer.total_training_steps`)."""
+    return functools.reduce(getattr, key.split("."), recipe_config(recipe, command))
+
+
+def recipe_overrides(recipe: str, wanted: dict[str, Any], command: str = "train") -> list[str]:
+    """`key=value` for each wanted setting that differs from the recipe's: a benchmark's command is
+    the recipe's, plus the levers it changes."""
+    return [f"{key}={value}" for key, value in wanted.items() if value != recipe_value(recipe, key, command)]
 
 
 def report(run_dir: Path) -> str:

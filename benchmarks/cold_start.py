@@ -5,12 +5,15 @@ add to SFT on two-hop questions the demonstrations never show? Four conditions, 
     python benchmarks/cold_start.py --seeds 1 --steps 15 --demos 600 --out runs/cold_start
     python benchmarks/cold_start.py --model tiny-random --tiny       # smoke run (~2-3 min, scores are 0)
 
-Every stage is the real CLI in a child process, one after the other:
+Every stage is the real CLI in a child process, one after the other, on the shipped recipes
+(`src/turnrl/recipes/sft/search_sft.yaml`, `src/turnrl/recipes/search_agent_rl.yaml`: the settings of
+the README's "SFT then RL from these cold starts"); the flags below change a recipe's setting only
+when they are given, as `key=value` overrides on top of it, and so does --rl-set:
 
-    untrained    turnrl eval search_agent model.path=MODEL                  (once: greedy, seed-free)
-    SFT          turnrl data search_sft, turnrl sft on its demonstrations, turnrl eval of <sft>/model
-    RL           turnrl train search_agent model.path=MODEL                  (its final validation)
-    SFT + RL     turnrl train search_agent model.path=<sft>/model           (the same RL config)
+    untrained    turnrl eval search_agent_rl model.path=MODEL                (once: greedy, seed-free)
+    SFT          turnrl data search_sft, turnrl sft search_sft on its demonstrations, turnrl eval of <sft>/model
+    RL           turnrl train search_agent_rl model.path=MODEL               (its final validation)
+    SFT + RL     turnrl train search_agent_rl model.path=<sft>/model        (the same RL config)
 
 Validation is the task's held-out questions (a world of entities training never names), greedy,
 reported by sort: one-hop (`turnrl/search/1hop`), two-hop through a bridge entity
@@ -29,10 +32,10 @@ tests the one-hop and comparison reading).
 Each condition runs for `--seeds` seeds (trainer seed, demonstration order and wording); the table
 gives the mean and the spread (min-max) over seeds. Everything is written to `<out>/cold_start.json`.
 
-CPU sizing (defaults): RL 6 prompts x 4 samples, 8 steps, at most 3 tool turns, no KL term (no
+CPU sizing (the recipes'): RL 6 prompts x 4 samples, 8 steps, at most 3 tool turns, no KL term (no
 reference forward); SFT 192 demonstrations, one epoch, 8 per step, at lr 1e-4, with one search per
-one-hop question (`--retry-fraction 0`); 3 passages per search, as the recipe (namesakes make the
-right document not always first); a 512-token response budget. With SmolLM2's tokenizer a prompt is
+one-hop question (`--retry-fraction 0`); 3 passages per search (namesakes make the right document
+not always first); a 512-token response budget. With SmolLM2's tokenizer a prompt is
 271-286 tokens (the worked example is ~120 of them), a one-hop demonstration 175-284 response tokens
 (median 227) and a two-hop one 361-521 (median 433). The counterfactual pass takes the first
 `--cf-prompts` validation questions. On a 2-core CPU a training token costs ~10 ms forward +
@@ -52,7 +55,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _cli import Stages, cli, read_jsonl, report, sft_args
+from _cli import Stages, cli, read_jsonl, recipe_overrides, recipe_value, report
 
 from turnrl.tasks.search import SEARCH
 from turnrl.tasks.search.demos import DEFAULT_OPENER, OPENERS
@@ -71,6 +74,33 @@ TINY = {  # a smoke run: every stage and file, in a few minutes
     "probe_prompts": 4,
     "cf_prompts": 4,
 }
+SFT_RECIPE = "search_sft"  # `turnrl sft search_sft`
+RL_RECIPE = "search_agent_rl"  # `turnrl train search_agent_rl`; the evaluations read its episode settings
+RL_LEVERS = {
+    "steps": "trainer.total_training_steps",
+    "batch": "data.train_batch_size",
+    "n": "rollout.n",
+    "rl_lr": "actor.optim.lr",
+    "response_length": "data.max_response_length",
+    "max_turns": "rollout.multi_turn.max_turns",
+    "topk": "rollout.multi_turn.search.topk",
+    "val_batch": "data.val_batch_size",
+}
+"""Each flag that changes the RL recipe, and the setting it changes (unset: the recipe's value)."""
+EPISODE = (
+    "data.max_response_length",
+    "data.val_batch_size",
+    "rollout.generation_batch_size",
+    "rollout.multi_turn",
+)
+"""The RL recipe's settings an evaluation reads, as its validation does: how an episode runs."""
+SFT_LEVERS = {
+    "model": "model.path",
+    "sft_epochs": "trainer.total_epochs",
+    "sft_batch": "trainer.train_batch_size",
+    "sft_lr": "optim.lr",
+}
+"""Each flag that changes the SFT recipe, and the setting it changes (unset: the recipe's value)."""
 SORTS = ("1hop", "2hop", "compare", "2hop_demo")
 TWO_HOP = ("2hop", "2hop_demo")  # sorts with a bridge entity
 QUERY = SEARCH  # the search task's own pattern for a query
@@ -112,17 +142,20 @@ def episode_stats(samples: list[dict[str, Any]], rows: dict[int, dict[str, Any]]
 # -- the stages -------------------------------------------------------------------------------------
 
 
-def common(a: argparse.Namespace, val_file: Path, seed: int, index: Path | None = None) -> list[str]:
-    """What the evaluations and both RL runs share: the task, budgets, sampling and validation."""
+def rl_levers(a: argparse.Namespace) -> list[str]:
+    """The RL recipe's settings this run's flags change, as overrides (none with the defaults): the
+    levers, and the sizes that follow from them (a mini-batch of half the prompts; one engine call
+    per validation batch or RL rollout, since the engine cuts its calls to this size)."""
+    wanted = {key: getattr(a, flag) for flag, key in RL_LEVERS.items()}
+    wanted["actor.ppo_mini_batch_size"] = max(1, a.batch // 2)
+    wanted["rollout.generation_batch_size"] = max(a.val_batch, a.batch * a.n)
+    return recipe_overrides(RL_RECIPE, wanted)
+
+
+def run_settings(a: argparse.Namespace, seed: int, index: Path | None = None) -> list[str]:
+    """What every stage's command adds that is not a setting of the method: its seed, its threads,
+    and for the counterfactual passes the other corpus's index."""
     return [
-        "search_agent",
-        f"data.val_files=[{val_file}]",
-        f"data.max_response_length={a.response_length}",
-        f"data.val_batch_size={a.val_batch}",
-        # one engine call per validation batch or RL rollout (the engine cuts its calls to this size)
-        f"rollout.generation_batch_size={max(a.val_batch, a.batch * a.n)}",
-        f"rollout.multi_turn.max_turns={a.max_turns}",
-        f"rollout.multi_turn.search.topk={a.topk}",
         *([f"rollout.multi_turn.search.index={index}"] if index else []),
         f"trainer.seed={seed}",
         f"trainer.num_threads={a.threads}",
@@ -132,53 +165,68 @@ def common(a: argparse.Namespace, val_file: Path, seed: int, index: Path | None 
 STAGES: Stages  # set in main()
 
 
+def eval_command(a: argparse.Namespace, model: str, out: Path, val_file: Path, seed: int, index: Path | None = None) -> list[str]:  # fmt: skip
+    """`turnrl eval` with the RL recipe's episode settings (those of its validation), greedy only."""
+    episode = [o for o in rl_levers(a) if o.startswith(EPISODE)]
+    return [
+        "eval", RL_RECIPE, f"model.path={model}", f"data.val_files=[{val_file}]", *episode,
+        *run_settings(a, seed, index), "eval.n=0", "--out", str(out),
+    ]  # fmt: skip
+
+
 def evaluate(a: argparse.Namespace, model: str, out: Path, val_file: Path, seed: int, index: Path | None = None) -> tuple[list[dict[str, Any]], float]:  # fmt: skip
     """`turnrl eval`, greedy only: (its samples, wall seconds of the process)."""
-    args = ["eval", *common(a, val_file, seed, index), f"model.path={model}", "eval.n=0", "--out", str(out)]
+    args = eval_command(a, model, out, val_file, seed, index)
     wall = STAGES.run(out.name, out / "samples.jsonl", args, out.with_suffix(".log"))
     samples = [s for s in read_jsonl(out / "samples.jsonl") if s["pass"] == "greedy"]
     return samples, wall
 
 
+def rl_command(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path, seed: int) -> list[str]:
+    """`turnrl train search_agent_rl` from `model`, validated on `val_file`, with the flags' and
+    --rl-set's overrides on top of the recipe."""
+    return [
+        "train", RL_RECIPE, f"model.path={model}", f"data.val_files=[{val_file}]", *rl_levers(a),
+        *run_settings(a, seed), "trainer.logger=[jsonl]", f"trainer.default_local_dir={run_dir}",
+        *a.rl_set,  # a lever: algorithm.adv_estimator=gigpo, algorithm.filter_groups.refill=same, ...
+    ]  # fmt: skip
+
+
 def rl(a: argparse.Namespace, model: str, run_dir: Path, val_file: Path, seed: int) -> tuple[list[dict[str, Any]], float, float]:  # fmt: skip
     """One RL run: (its final validation's samples, seconds of that validation, wall seconds)."""
-    args = [
-        "train",
-        *common(a, val_file, seed),
-        f"model.path={model}",
-        f"data.train_batch_size={a.batch}",
-        f"rollout.n={a.n}",
-        f"actor.ppo_mini_batch_size={max(1, a.batch // 2)}",
-        "actor.ppo_micro_batch_size=8",
-        f"actor.optim.lr={a.rl_lr}",
-        "actor.optim.lr_warmup_steps=0",
-        "actor.use_kl_loss=false",
-        f"trainer.total_training_steps={a.steps}",
-        "trainer.val_before_train=false",
-        "trainer.test_freq=0",  # validated once, after the last step
-        "trainer.save_freq=0",  # the run still saves its last step: the counterfactual evaluates it
-        "trainer.logger=[jsonl]",
-        f"trainer.default_local_dir={run_dir}",
-        *a.rl_set,  # a lever: algorithm.adv_estimator=gigpo, algorithm.filter_groups.refill=same, ...
-    ]
+    args = rl_command(a, model, run_dir, val_file, seed)
     wall = STAGES.run(run_dir.name, run_dir / "metrics.jsonl", args, run_dir.with_suffix(".log"))
     metrics = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "val/test_score/mean" in r][-1]
     last = max((run_dir / "val_samples").glob("step_*.jsonl"), key=lambda p: int(p.stem.split("_")[1]))
     return read_jsonl(last), float(metrics.get("timing_s/validate", 0.0)), wall
 
 
+def demos_command(a: argparse.Namespace, demos: Path, seed: int) -> list[str]:
+    """`turnrl data search_sft`: the recipes' header command with this run's demonstration flags."""
+    return [
+        "data", "search_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(seed),
+        "--topk", str(a.topk), "--retry-fraction", str(a.retry_fraction),
+        "--two-hop-share", str(a.two_hop_share), "--opener", a.opener,
+    ]  # fmt: skip
+
+
+def sft_command(a: argparse.Namespace, train_file: Path, sft_dir: Path, seed: int) -> list[str]:
+    """`turnrl sft search_sft` on `train_file`, with the flags' overrides on top of the recipe."""
+    wanted = {key: getattr(a, flag) for flag, key in SFT_LEVERS.items()}
+    return [
+        "sft", SFT_RECIPE, f"data.train_files=[{train_file}]",
+        *recipe_overrides(SFT_RECIPE, wanted, command="sft"), *run_settings(a, seed),
+        "trainer.logger=[jsonl]", f"trainer.default_local_dir={sft_dir}",
+    ]  # fmt: skip
+
+
 def sft(a: argparse.Namespace, out: Path, seed: int) -> tuple[Path, float]:
-    """Demonstrations and `turnrl sft` on them: (the model directory, wall seconds)."""
+    """Demonstrations and `turnrl sft` on them: (the run directory, wall seconds)."""
     demos = out / f"demos_s{seed}"
-    data_s = STAGES.run(
-        demos.name, demos / "train.jsonl",
-        ["data", "search_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(seed),
-         "--topk", str(a.topk), "--retry-fraction", str(a.retry_fraction),
-         "--two-hop-share", str(a.two_hop_share), "--opener", a.opener],
-        out / f"demos_s{seed}.log",
-    )  # fmt: skip
+    args = demos_command(a, demos, seed)
+    data_s = STAGES.run(demos.name, demos / "train.jsonl", args, out / f"demos_s{seed}.log")
     sft_dir = out / f"sft_s{seed}"
-    args = sft_args(a, demos / "train.jsonl", sft_dir, seed, max_obs_length=500)  # search_agent's
+    args = sft_command(a, demos / "train.jsonl", sft_dir, seed)
     sft_s = STAGES.run(sft_dir.name, sft_dir / "model", args, out / f"sft_s{seed}.log")
     return sft_dir, data_s + sft_s
 
@@ -250,9 +298,12 @@ def print_table(summary: dict[str, dict[str, dict[str, float]]]) -> None:
     )
 
 
-def main() -> None:
+RECIPES = "(default: the recipe's)"
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2-135m-instruct", help="model.path of the untrained model")
+    ap.add_argument("--model", help=f"model.path of the untrained model {RECIPES}")
     ap.add_argument("--out", default="", help="output directory (default runs/cold_start-<time>)")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per condition (1, 2, ...)")
     ap.add_argument(
@@ -262,14 +313,14 @@ def main() -> None:
         help="first seed to run (seeds N..--seeds): two processes can run seeds apart, and a --resume "
         "over a directory holding both stage sets makes the table",
     )
-    ap.add_argument("--steps", type=int, default=8, help="RL steps")
-    ap.add_argument("--batch", type=int, default=6, help="RL prompts per step")
-    ap.add_argument("--n", type=int, default=4, help="RL samples per prompt")
-    ap.add_argument("--rl-lr", type=float, default=1e-5, help="RL actor learning rate")
-    ap.add_argument("--response-length", type=int, default=512, help="tokens of a whole episode's response")
-    ap.add_argument("--max-turns", type=int, default=3, help="tool turns per episode")
-    ap.add_argument("--topk", type=int, default=3, help="passages per search (demonstrations and RL alike)")
-    ap.add_argument("--val-batch", type=int, default=128, help="validation prompts per generation call")
+    ap.add_argument("--steps", type=int, help=f"RL steps {RECIPES}")
+    ap.add_argument("--batch", type=int, help=f"RL prompts per step {RECIPES}")
+    ap.add_argument("--n", type=int, help=f"RL samples per prompt {RECIPES}")
+    ap.add_argument("--rl-lr", type=float, help=f"RL actor learning rate {RECIPES}")
+    ap.add_argument("--response-length", type=int, help=f"tokens of a whole episode's response {RECIPES}")
+    ap.add_argument("--max-turns", type=int, help=f"tool turns per episode {RECIPES}")
+    ap.add_argument("--topk", type=int, help=f"passages per search, demonstrations and RL alike {RECIPES}")
+    ap.add_argument("--val-batch", type=int, help=f"validation prompts per generation call {RECIPES}")
     ap.add_argument(
         "--val-prompts", type=int, default=0, help="validate on the first K questions (0 = all 128)"
     )
@@ -294,9 +345,9 @@ def main() -> None:
     )  # fmt: skip
     ap.add_argument("--no-rl", action="store_true", help="untrained and SFT only: tune the cold start")
     ap.add_argument("--retry-fraction", type=float, default=0.0, help="one-hop demonstrations with a missed first search")  # fmt: skip
-    ap.add_argument("--sft-epochs", type=int, default=1)
-    ap.add_argument("--sft-lr", type=float, default=1e-4)
-    ap.add_argument("--sft-batch", type=int, default=8, help="SFT demonstrations per optimizer step")
+    ap.add_argument("--sft-epochs", type=int, help=f"SFT epochs {RECIPES}")
+    ap.add_argument("--sft-lr", type=float, help=f"SFT learning rate {RECIPES}")
+    ap.add_argument("--sft-batch", type=int, help=f"SFT demonstrations per optimizer step {RECIPES}")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per process (0 = torch's default)")
     ap.add_argument(
         "--no-rl-alone", action="store_true",
@@ -319,12 +370,27 @@ def main() -> None:
         action="store_true",
         help="smoke-run sizes: " + ", ".join(f"{k}={v}" for k, v in TINY.items()),
     )
-    a = ap.parse_args()
+    return ap
+
+
+def settings(argv: list[str] | None = None) -> argparse.Namespace:
+    """The parsed flags, --tiny's sizes applied and every lever not given read from its recipe."""
+    ap = parser()
+    a = ap.parse_args(argv)
     if not 1 <= a.seed_from <= a.seeds:
         ap.error(f"--seed-from {a.seed_from} is outside the seeds 1..{a.seeds} (--seeds)")
     if a.tiny:
         for key, value in TINY.items():
             setattr(a, key, value)
+    for recipe, levers, command in ((RL_RECIPE, RL_LEVERS, "train"), (SFT_RECIPE, SFT_LEVERS, "sft")):
+        for flag, key in levers.items():
+            if getattr(a, flag) is None:
+                setattr(a, flag, recipe_value(recipe, key, command))
+    return a
+
+
+def main() -> None:
+    a = settings()
     out = Path(a.out or f"runs/cold_start-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     if out.exists() and any(out.iterdir()) and not a.resume:
         sys.exit(f"--out {out} is not empty (--resume reuses the stages it finished)")

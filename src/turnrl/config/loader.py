@@ -102,10 +102,23 @@ def _nest(key: str, value: Any) -> dict[str, Any]:
     return out
 
 
-def builtin_recipes() -> dict[str, Path]:
-    """The recipes shipped inside the package (`turnrl train grpo`), by name."""
-    folder = Path(__file__).resolve().parents[1] / "recipes"
-    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
+RECIPE_FOLDERS = {"train": RECIPES_DIR, "sft": RECIPES_DIR / "sft"}
+"""Where each command's shipped recipes live: `turnrl train NAME` reads `recipes/NAME.yaml`, `turnrl
+sft NAME` reads `recipes/sft/NAME.yaml`. Apart, so neither command lists or loads the other's (an SFT
+recipe's keys are not a training run's)."""
+
+
+def builtin_recipes(command: str = "train") -> dict[str, Path]:
+    """The recipes shipped inside the package for `command` (`turnrl train grpo`, `turnrl sft
+    search_sft`), by name; none for a command without a folder (`rm`)."""
+    folder = RECIPE_FOLDERS.get(command)
+    return {p.stem: p for p in sorted(folder.glob("*.yaml"))} if folder else {}
+
+
+def builtin_sft_recipes() -> dict[str, Path]:
+    """The recipes `turnrl sft NAME` resolves, by name."""
+    return builtin_recipes("sft")
 
 
 def recipe_summary(path: Path) -> str:
@@ -119,20 +132,32 @@ def recipe_summary(path: Path) -> str:
     return text.split(". ", 1)[0].split(": ", 1)[0].rstrip(".")
 
 
-def resolve_recipe(recipe: str | Path) -> Path:
-    """A recipe file, or the name of a shipped one (`grpo`, `calculator_agent`, ...): a bare name
-    that is not a file in the working directory."""
+def recipe_listing(command: str = "train") -> list[str]:
+    """`turnrl train --list-recipes` (and `sft`): one line per shipped recipe, its name and summary."""
+    return [f"{name:20s} {recipe_summary(path)}" for name, path in builtin_recipes(command).items()]
+
+
+def resolve_recipe(recipe: str | Path, command: str = "train") -> Path:
+    """A recipe file, or the name of one `command` ships (`grpo`, `calculator_agent`, ...; for
+    `sft`, `search_sft`): a bare name that is not a file in the working directory."""
     path = Path(recipe)
     if path.exists() or path.suffix in (".yaml", ".yml") or len(path.parts) > 1:
         return path
-    shipped = builtin_recipes()
+    shipped = builtin_recipes(command)
     if str(recipe) in shipped:
         return shipped[str(recipe)]
-    close = difflib.get_close_matches(str(recipe), list(shipped), n=1)
+    raise ConfigError(_unknown_recipe(str(recipe), command, shipped))
+
+
+def _unknown_recipe(name: str, command: str, shipped: dict[str, Path]) -> str:
+    """One line: the name is another command's recipe, or the closest of `command`'s, and its list."""
+    listed = ", ".join(shipped) or "none"
+    for other in RECIPE_FOLDERS:
+        if other != command and name in builtin_recipes(other):
+            return f"'{name}' is a `turnrl {other}` recipe, not a `turnrl {command}` one; built-in: {listed}"
+    close = difflib.get_close_matches(name, list(shipped), n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
-    raise ConfigError(
-        f"no recipe file '{recipe}' and no built-in recipe of that name; {hint}built-in: {', '.join(shipped)}"
-    )
+    return f"no recipe file '{name}' and no built-in recipe of that name; {hint}built-in: {listed}"
 
 
 def read_recipe(path: Path) -> dict[str, Any]:
@@ -168,12 +193,14 @@ def load_config(
     overrides: list[str] | None = None,
     schema: type[T] = Config,  # type: ignore[assignment]
     check: Callable[[Any], None] | None = check_config,
+    command: str = "train",
 ) -> T:
     """Build a checked config from an optional YAML recipe and `a.b=value` overrides: a `Config`
-    for `turnrl train`, or another schema (SFT, reward-model training) with its own `check`."""
+    for `turnrl train`, or another schema (SFT, reward-model training) with its own `check`.
+    A bare recipe name is one of `command`'s shipped recipes."""
     layers: list[tuple[str, dict[str, Any], str]] = []  # (where, settings, an override's dotted key)
     if recipe:
-        path = resolve_recipe(recipe)
+        path = resolve_recipe(recipe, command)
         layers.append((str(path), read_recipe(path), "?"))
     for item in overrides or []:
         key, value = _parse_override(item)

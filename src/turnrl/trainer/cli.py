@@ -7,7 +7,7 @@ import logging
 import sys
 
 from turnrl.config import key_listing, load_config, to_yaml
-from turnrl.config.loader import builtin_recipes, recipe_summary
+from turnrl.config.loader import recipe_listing
 from turnrl.errors import TurnrlInputError
 
 
@@ -50,8 +50,7 @@ def end_progress_bars() -> None:
 def run(ns: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if ns.list_recipes:
-        for name, path in builtin_recipes().items():
-            print(f"{name:20s} {recipe_summary(path)}")
+        print("\n".join(recipe_listing("train")))
         return 0
     if ns.list_keys:
         print("\n".join(key_listing()))
