@@ -7,7 +7,7 @@ add to SFT on two-hop questions the demonstrations never show? Four conditions, 
 
 Every stage is the real CLI in a child process, one after the other, on the shipped recipes
 (`src/turnrl/recipes/sft/search_sft.yaml`, `src/turnrl/recipes/search_agent_rl.yaml`: the settings of
-the README's "SFT then RL from these cold starts"); the flags below change a recipe's setting only
+docs/results/search-agent.md); the flags below change a recipe's setting only
 when they are given, as `key=value` overrides on top of it, and so does --rl-set:
 
     untrained    turnrl eval search_agent_rl model.path=MODEL                (once: greedy, seed-free)
@@ -351,7 +351,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, default=0, help="torch threads per process (0 = torch's default)")
     ap.add_argument(
         "--no-rl-alone", action="store_true",
-        help="skip RL from the untrained model (it never searches, so no sample is rewarded: README)",
+        help="skip RL from the untrained model (it never searches, so no sample is rewarded: docs/results/search-agent.md)",
     )  # fmt: skip
     ap.add_argument("--no-report", action="store_true", help="skip `turnrl report` of each run")
     ap.add_argument(

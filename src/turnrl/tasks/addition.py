@@ -14,7 +14,7 @@ examples, in training and validation prompts alike, are training problems only: 
 problem or its answer is ever shown during training. `extra_info.problem` (`"3+4"`) names each
 row's problem so anyone can check. Four steps are enough: on the held-out problems the greedy
 accuracy went 0.675 -> 0.95 by step 2, stayed there at step 4 and drifted to 0.90-0.925 at steps
-6-10 of a longer run at this learning rate (README, "What `turnrl train` does").
+6-10 of a longer run at this learning rate (docs/results/default-job.md).
 
 The example's numbers differ from row to row and its sum is never the asked one: a fixed
 example is a trap the policy falls into (it learns to copy the example's answer).

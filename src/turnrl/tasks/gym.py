@@ -34,7 +34,7 @@ Partial credit is off by default (`data.task_args.partial_credit=true` keeps it 
 reasoning-gym's default `score_answer` gives an answer that contains the right one len(right) /
 len(answer), so on `gcd` "12" earns 0.5 whenever the answer is 1 or 2. With it, the embedded model
 went from answering "1" on 96 of 100 validation questions (right on 22) to "12" on 99 after 5 steps
-(right on none): the reward was higher for the wrong constant (benchmarks/gym_recipes.py, README).
+(right on none): the reward was higher for the wrong constant (benchmarks/gym_recipes.py, docs/results/reasoning-gym.md).
 
 The credit is for a tag holding something, never for a right answer outside the tag (the trap
 the addition task measured: the policy stays untagged), nor for copying the worked example's answer

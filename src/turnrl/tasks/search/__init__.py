@@ -49,7 +49,7 @@ VAL_SETS = ("held_out", "demonstrated")
 # which training questions `rows("train")` gives: every one; only the two-hop questions of the
 # templates validation asks (RL's prompts for the chaining it must extend past the demonstrations);
 # or those and one one-hop question for every three of them, so RL also sees questions where one
-# search is right (with two-hop prompts alone, RL taught a second search on every question: README)
+# search is right (with two-hop prompts alone, RL taught a second search on every question: docs/results/search-agent.md)
 TRAIN_SETS = ("all", "val_two_hop", "val_two_hop_mix")
 MIX_ONE_HOP_PER_TWO_HOP = 1 / 3
 
