@@ -121,38 +121,53 @@ def rollout_correction(
 
     with torch.no_grad():
         mask = response_mask != 0
-        # At least float32: bf16 log-probs would put ~1% noise into rho, the very error being measured.
-        dtype = torch.promote_types(
-            torch.promote_types(old_log_probs.dtype, rollout_log_probs.dtype), torch.float32
-        )
-        zero = torch.zeros((), dtype=dtype, device=old_log_probs.device)
-        # where() before subtracting: padded -inf or NaN log-probs must not turn into NaN ratios
-        diff = torch.where(mask, old_log_probs.to(dtype), zero) - torch.where(
-            mask, rollout_log_probs.to(dtype), zero
-        )
+        diff = _log_ratios(old_log_probs, rollout_log_probs, mask)
         seq_log_ratio = diff.sum(dim=-1)  # diff is exactly 0 off the mask
-        if level == "token":
-            log_rho = diff
-        elif level == "sequence":
-            log_rho = seq_log_ratio.unsqueeze(-1).expand_as(diff)
-        else:
-            log_rho = masked_mean(diff, mask, dim=-1).unsqueeze(-1).expand_as(diff)
+        log_rho = _level_log_ratio(diff, seq_log_ratio, mask, level)
         rho = torch.exp(log_rho.clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT))
-
-        keep = mask
-        capped = torch.zeros_like(mask)
-        if mode == "none":
-            weights = torch.ones_like(rho)
-        elif mode == "tis":
-            capped = mask & (rho > tis_cap)
-            weights = rho.clamp(max=tis_cap)
-        else:
-            keep = mask & (rho >= mis_low) & (rho <= mis_high)
-            weights = rho
-        weights = masked_fill_zero(weights, keep)
-
+        weights, keep, capped = _mode_weights(rho, mask, mode, tis_cap, mis_low, mis_high)
         metrics = _metrics(diff, seq_log_ratio, mask, keep, weights, capped)
     return Correction(weights=weights.float(), keep=keep.float(), metrics=metrics)
+
+
+def _log_ratios(old_log_probs: Tensor, rollout_log_probs: Tensor, mask: Tensor) -> Tensor:
+    """d_t = old_t - rollout_t, exactly 0 off `mask`."""
+    # At least float32: bf16 log-probs would put ~1% noise into rho, the very error being measured.
+    dtype = torch.promote_types(
+        torch.promote_types(old_log_probs.dtype, rollout_log_probs.dtype), torch.float32
+    )
+    zero = torch.zeros((), dtype=dtype, device=old_log_probs.device)
+    # where() before subtracting: padded -inf or NaN log-probs must not turn into NaN ratios
+    return torch.where(mask, old_log_probs.to(dtype), zero) - torch.where(
+        mask, rollout_log_probs.to(dtype), zero
+    )
+
+
+def _level_log_ratio(diff: Tensor, seq_log_ratio: Tensor, mask: Tensor, level: str) -> Tensor:
+    """log rho on every token: the token's own d_t, or its row's sum or mean of them."""
+    if level == "token":
+        return diff
+    if level == "sequence":
+        return seq_log_ratio.unsqueeze(-1).expand_as(diff)
+    return masked_mean(diff, mask, dim=-1).unsqueeze(-1).expand_as(diff)
+
+
+def _mode_weights(
+    rho: Tensor, mask: Tensor, mode: str, tis_cap: float, mis_low: float, mis_high: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(weights, keep, capped) of `mode`: the weights, 0 where `keep` is not set; the tokens kept
+    (MIS drops those out of range); the tokens whose rho TIS capped."""
+    keep = mask
+    capped = torch.zeros_like(mask)
+    if mode == "none":
+        weights = torch.ones_like(rho)
+    elif mode == "tis":
+        capped = mask & (rho > tis_cap)
+        weights = rho.clamp(max=tis_cap)
+    else:
+        keep = mask & (rho >= mis_low) & (rho <= mis_high)
+        weights = rho
+    return masked_fill_zero(weights, keep), keep, capped
 
 
 def _metrics(

@@ -31,6 +31,15 @@ def last_token_index(response_mask: torch.Tensor) -> torch.Tensor:
     return torch.where(response_mask > 0, cols, torch.zeros_like(cols)).max(dim=1).values
 
 
+def on_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) float32 token-level scores: row i's `scores[i]` on its last model token, 0 elsewhere
+    (and 0 for a row with an empty response)."""
+    token_level = torch.zeros_like(response_mask, dtype=torch.float32)
+    rows = torch.arange(len(scores))
+    token_level[rows, last_token_index(response_mask)] = scores * (response_mask.sum(1) > 0).float()
+    return token_level
+
+
 # A scorer that reports these keys separates skill from format: `acc`, the answer is right (or the
 # fraction of tests passed), and `formatted`, an answer could be parsed at all. Validation and
 # `turnrl eval` report them as `accuracy` and `format_rate`, so a gain in format (the model learnt
@@ -206,11 +215,7 @@ class RuleReward:
                 len(failed), self.on_error, failed[0],
             )  # fmt: skip
         extras[ERRORS_KEY] = [float(len(failed))]
-        mask = batch["response_mask"]
-        token_level = torch.zeros_like(mask, dtype=torch.float32)
-        rows = torch.arange(len(batch))
-        token_level[rows, last_token_index(mask)] = scores * (mask.sum(1) > 0).float()
-        return token_level, dict(extras)
+        return on_last_token(scores, batch["response_mask"]), dict(extras)
 
     def _add_judge(
         self,

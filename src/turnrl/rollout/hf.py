@@ -214,23 +214,8 @@ class HFEngine:
         ids, mask = ids.to(device), mask.to(device)
         pos = position_ids_from_mask(mask)
         budget = min(p.max_new_tokens, max(limits))
-        # room for the prompt and the whole budget (the last sampled token is never fed back: one spare);
-        # the compiled path decodes in its own buffers, so its prefill cache holds the prompt only
-        room = ids.shape[1] + (0 if self.compile_decode else budget)
-        cache = preallocated_cache(self.model, room) if self.preallocate else None
-        # prefill each prompt once, then copy its KV cache for its n samples (A,A,B,B). The last
-        # position by index, not `logits_to_keep=1`: the slice is a strided (B, 1, H) view, for which
-        # torch's CPU linear copies the head's weight once per row (bf16, 16 rows: 1.2 s, not 6 ms)
-        last = torch.tensor([ids.shape[1] - 1], device=device)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=pos,
-            **cache_kw(cache),
-            use_cache=True,
-            logits_to_keep=last,
-        )
-        cache, logits = cache_of(out), out.logits[:, -1, :]
+        # prefill each prompt once, then copy its KV cache for its n samples (A,A,B,B)
+        cache, logits = self._prefill(ids, mask, pos, budget)
         graph = None
         if self.compile_decode:  # one fixed-shape bucket per batch size and rounded capacity
             rows_per_bucket = max(1, self.batch_size // p.n) * p.n  # as `generate` cuts batches
@@ -258,6 +243,27 @@ class HFEngine:
             )
             self.compile_decode, self.buckets = False, {}
             return self._generate_batch(rows, p, gen, device, limits, abort)
+
+    def _prefill(
+        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, budget: int
+    ) -> tuple[Any, torch.Tensor]:
+        """Run the prompts once: their KV cache and the logits of their last position."""
+        # room for the prompt and the whole budget (the last sampled token is never fed back: one spare);
+        # the compiled path decodes in its own buffers, so its prefill cache holds the prompt only
+        room = ids.shape[1] + (0 if self.compile_decode else budget)
+        cache = preallocated_cache(self.model, room) if self.preallocate else None
+        # The last position by index, not `logits_to_keep=1`: the slice is a strided (B, 1, H) view, for
+        # which torch's CPU linear copies the head's weight once per row (bf16, 16 rows: 1.2 s, not 6 ms)
+        last = torch.tensor([ids.shape[1] - 1], device=ids.device)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            **cache_kw(cache),
+            use_cache=True,
+            logits_to_keep=last,
+        )
+        return cache_of(out), out.logits[:, -1, :]
 
     def _apply_stops(
         self,

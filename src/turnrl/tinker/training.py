@@ -246,6 +246,39 @@ def _number(value: Any) -> float | None:
         return math.inf
 
 
+def _set_adam(opt: torch.optim.Optimizer, adam: dict[str, float]) -> None:
+    """The request's AdamW hyperparameters on every parameter group."""
+    for group in opt.param_groups:
+        group.update(
+            lr=adam["learning_rate"],
+            betas=(adam["beta1"], adam["beta2"]),
+            eps=adam["eps"],
+            weight_decay=adam["weight_decay"],
+        )
+
+
+def _clip(grads: list[torch.Tensor], norm: float, clip: float) -> list[torch.Tensor]:
+    """Scale `grads` in place to norm `clip` when 0 < clip < norm (as torch's clip_grad_norm_);
+    the gradients as they were before (copies when scaled)."""
+    if not 0 < clip < norm:
+        return grads
+    saved = [g.clone() for g in grads]
+    with torch.no_grad():
+        torch._foreach_mul_(grads, clip / (norm + 1e-6))
+    return saved
+
+
+def _put_back(
+    opt: torch.optim.Optimizer, state: dict[str, Any], tensors: list[torch.Tensor], saved: list[torch.Tensor]
+) -> None:
+    """Undo a refused step: `tensors` (weights, gradients) copied back from `saved`, the optimizer
+    state reloaded."""
+    with torch.no_grad():
+        for t, kept in zip(tensors, saved, strict=True):
+            t.copy_(kept)
+    opt.load_state_dict(state)
+
+
 def optim_step(model: TrainingModel, adam: dict[str, float]) -> dict[str, Any]:
     """One AdamW step (decoupled weight decay, as torch.optim.AdamW and Tinker) on the gradients
     accumulated since the last step, clipped to `grad_clip_norm` when it is > 0; then clears them.
@@ -262,28 +295,12 @@ def optim_step(model: TrainingModel, adam: dict[str, float]) -> dict[str, Any]:
         raise Refusal(f"optim_step: the accumulated gradients' norm is {norm} (NaN or infinite gradients); they were dropped, the weights and optimizer state are unchanged")  # fmt: skip
     saved_weights = [p.detach().clone() for p in params]
     saved_state = copy.deepcopy(opt.state_dict())
-    for group in opt.param_groups:
-        group.update(
-            lr=adam["learning_rate"],
-            betas=(adam["beta1"], adam["beta2"]),
-            eps=adam["eps"],
-            weight_decay=adam["weight_decay"],
-        )
-    clip = adam["grad_clip_norm"]
-    clipping = 0 < clip < norm
+    _set_adam(opt, adam)
     # the gradients as they came, kept for a retry at a smaller rate if this step is refused
-    saved_grads = [g.clone() for g in grads] if clipping else grads
-    if clipping:
-        with torch.no_grad():
-            torch._foreach_mul_(grads, clip / (norm + 1e-6))  # as torch's clip_grad_norm_
+    saved_grads = _clip(grads, norm, adam["grad_clip_norm"])
     opt.step()
     if not all_finite(list(params)):
-        with torch.no_grad():
-            for p, saved in zip(params, saved_weights, strict=True):
-                p.copy_(saved)
-            for g, saved in zip(grads, saved_grads, strict=True):
-                g.copy_(saved)
-        opt.load_state_dict(saved_state)
+        _put_back(opt, saved_state, [*params, *grads], [*saved_weights, *saved_grads])
         raise Refusal(f"adam_params: this step (learning_rate {adam['learning_rate']:g}, weight_decay {adam['weight_decay']:g}, gradient norm {norm:.3g}) would make the adapter's weights NaN or infinite; nothing was applied (the accumulated gradients are kept)")  # fmt: skip
     opt.zero_grad(set_to_none=True)
     model.steps += 1

@@ -254,7 +254,7 @@ def default_precision(
     - N GPU ranks: FSDP's mixed precision casts the float32 shards for each pass.
     - One GPU, or a CPU with AVX512-BF16/AMX, full fine-tuning: autocast (`model.compute_dtype=auto`),
       and the `hf` engine samples from a bfloat16 copy refreshed at every weight sync (`rollout.dtype`,
-      when left empty). Measured on an H200 (README): 4.46x TRL's step against 4.21x with bfloat16
+      when left empty). Measured on an H200 (docs/results/speed-gpu.md): 4.46x TRL's step against 4.21x with bfloat16
       parameters, in one invocation; on a 2-core CPU, docs/rollout.md.
     - LoRA keeps its base as it is: the frozen base never updates, and peft keeps adapters in float32.
       So does `rollout.engine=vllm`, which loads the policy in `model.dtype` (unchanged here).

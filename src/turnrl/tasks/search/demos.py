@@ -77,7 +77,7 @@ FIRST_THOUGHTS = (
 # That is not the answer yet." (an answer goes on "So the answer is X."), one SFT seed ended 30 of 32
 # demonstrated bridge steps as answers; when it committed first and then copied the sentence as
 # answers do ("Doc 1 says: ..."), seeds 1 and 3 wrote answers that ended as bridge steps and searched
-# again until the turn limit (README, the search agent).
+# again until the turn limit (docs/results/search-agent.md).
 TWO_HOP_THOUGHTS = (
     "This takes two searches. First I need {what}.",
     "This takes two searches: first {what}, then what the question asks about it.",
@@ -86,7 +86,7 @@ TWO_HOP_THOUGHTS = (
 BRIDGE_COMMIT = "First step done, not the answer yet."
 # the bridge is named after the description the opener copied from the question ("The founder of X
 # is Y"): without it, one seed named whichever entity the passage held first (a company's town for
-# its founder) on 7 of 32 demonstrated questions (README)
+# its founder) on 7 of 32 demonstrated questions (docs/results/search-agent.md)
 BRIDGE_THOUGHTS = (
     BRIDGE_COMMIT + " {Described} is {bridge}, so now I need {what}.",
     BRIDGE_COMMIT + " {Described} is {bridge}. I still need {what}, so I will search for it.",
@@ -96,7 +96,7 @@ BRIDGE_THOUGHTS = (
 # question: the entity itself for a one-hop question, the bridge's description for a two-hop one. The
 # choice of protocol then comes after copied words (the description's first word, "town", "founder",
 # "river", against the entity's name) rather than as the first word of the episode, where a model
-# trained on both kinds opened every greedy episode alike, chosen by the seed (README, the search agent).
+# trained on both kinds opened every greedy episode alike, chosen by the seed (docs/results/search-agent.md).
 SUBJECT = "This question is about {subject}."
 BRIDGE_SUBJECT = {  # the bridge, as the two-hop questions describe it, by the first relation
     "birthplace": "the town where {e} was born",

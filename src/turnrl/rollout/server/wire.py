@@ -1,6 +1,7 @@
 """The wire format of `ServerEngine`: OpenAI-style `/v1/completions` requests planned from a
-`generate` call, and the sampled ids, log-probs, finish reasons and policy versions read back.
-Pure functions of plain data, so the planning and the parsing are tested without a server."""
+`generate` call, their bodies, and the sampled ids, log-probs, finish reasons and policy versions
+read back. Pure functions of plain data, so the planning and the parsing are tested without a
+server."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import httpx
 
 from turnrl.errors import TurnrlInputError
+from turnrl.rollout.base import SamplingParams
 
 _TOKEN_ID_PREFIX = "token_id:"
 
@@ -82,6 +84,56 @@ def _chunks(items: list[Any], per: int, costs: list[int], budget: int | None) ->
     if chunk:
         out.append(chunk)
     return out
+
+
+Choice = tuple[list[int], list[float], str]
+"""One output row read back: its sampled ids, their log-probs and its finish reason."""
+
+
+def completion_body(model: str, req: Request, p: SamplingParams) -> dict[str, Any]:
+    """The JSON body of `req` for a server that serves `model`."""
+    return {
+        "model": model,
+        "prompt": req.prompts,
+        "max_tokens": req.budget,
+        "n": req.n,
+        "temperature": p.temperature,
+        "top_p": p.top_p,
+        "top_k": p.top_k if p.top_k > 0 else -1,
+        "stop": list(p.stop) or None,
+        "seed": req.seed,
+        "ignore_eos": p.ignore_eos,  # vLLM and SGLang take it too
+        "logprobs": 1,  # the sampled token's log-prob (vLLM/SGLang add one alternative)
+        "return_tokens_as_token_ids": True,  # vLLM before return_token_ids existed
+        "return_token_ids": True,
+        "skip_special_tokens": False,  # stop strings like "<|im_end|>" must match, as in HFEngine
+    }
+
+
+def parse_choices(url: str, data: dict[str, Any], req: Request) -> list[Choice]:
+    """`url`'s answer to `req`, one `Choice` per row of `req.rows`; ServerError when it is not one."""
+    choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
+    if len(choices) != len(req.prompts) * req.n:
+        raise ServerError(f"{url} returned {len(choices)} choices for {len(req.prompts)} prompts x n={req.n}")
+    return [_parse_choice(url, k, choice, req) for k, choice in enumerate(choices)]
+
+
+def _parse_choice(url: str, k: int, choice: dict[str, Any], req: Request) -> Choice:
+    ids = choice_token_ids(choice)
+    if ids is None:
+        raise ServerError(
+            f"{url} returned no token ids; it needs return_token_ids (vLLM >= 0.10.2, SGLang) or "
+            f"return_tokens_as_token_ids (vLLM)"
+        )
+    sent = choice.get("prompt_token_ids")
+    if sent is not None and list(sent) != req.prompts[k // req.n]:
+        raise ServerError(f"{url} returned choice {k} for another prompt (expected prompt-major order)")
+    lps = (choice.get("logprobs") or {}).get("token_logprobs")
+    if lps is None or len(lps) != len(ids) or any(v is None for v in lps):
+        raise ServerError(f"{url} returned no log-prob for every sampled token (choice {k})")
+    if len(ids) > req.budget:
+        raise ServerError(f"{url} returned {len(ids)} tokens for max_tokens={req.budget}")
+    return ids, [float(v) for v in lps], finish_reason(choice.get("finish_reason"), url)
 
 
 def choice_token_ids(choice: dict[str, Any]) -> list[int] | None:
