@@ -18,6 +18,7 @@ import pytest
 from tests.support.agent_batches import chat_prompt, segments, unpadded
 from tests.support.agents.scripted import TOOLS
 from tests.support.chat_templates import FORGETFUL_TEMPLATE, NO_TOOLS_TEMPLATE, TOOL_TEMPLATE
+from tests.support.recording_engine import RecordingEngine
 from turnrl.agent.functions.rollout import FunctionAgentRollout
 from turnrl.batch import Batch
 from turnrl.config import ConfigError, load_config
@@ -35,22 +36,6 @@ AGENTS = Path(__file__).parents[1] / "support" / "agents"
 SCRIPTED = AGENTS / "scripted.py"
 BUDGET = 96
 QUESTIONS = ["Compute 12 * 34.", "Hi."]
-
-
-class RecordingEngine(HFEngine):
-    """The real engine, keeping every row it sampled: (context, ids, log-probs)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.rows: list[tuple[list[int], list[int], list[float]]] = []
-        self.seeds: list[int | None] = []
-
-    def generate(self, prompt_ids, params, max_new_tokens_per_row=None, abort=None):
-        self.seeds.append(params.seed)
-        out = super().generate(prompt_ids, params, max_new_tokens_per_row, abort=abort)
-        for r, (ids, lps) in enumerate(zip(out.response_ids, out.log_probs, strict=True)):
-            self.rows.append((list(prompt_ids[r // params.n]), list(ids), list(lps)))
-        return out
 
 
 @pytest.fixture(scope="module")

@@ -117,6 +117,18 @@ class FunctionAgentConfig:
     """An environment as the agent, instead of an entrypoint: `verifiers:<taskset id>` or
     `verifiers:path/to/file.py:load` (a verifiers v1 `Env`; pip install -e ".[verifiers]"). Its own
     rollout runs against the episode's client and its rubric's reward is the episode's (docs/agent-loop.md)."""
+    command: str = ""
+    """An agent as a process, in any language, instead of an entrypoint: an executable and its
+    arguments (split like a shell would, run without one, in the working directory), started once
+    per episode with `OPENAI_BASE_URL`, `OPENAI_API_KEY` (and `ANTHROPIC_*`) naming the episode's
+    gateway, `TURNRL_MODEL`, and the row as JSON on its stdin and in `TURNRL_ROW_FILE`. Its reward:
+    a `reward: <number>` line it prints, else `test_command`'s, else the rule scorer on a
+    printed `answer: <text>` or on its last reply. It is killed with its children when it ends, at
+    `timeout_s`, or past 1 MiB of stdout or stderr (docs/agent-programs.md, "An agent as a process")."""
+    test_command: str = ""
+    """With `command`: run after the agent, in the same form, when it printed no reward; its reward is
+    the number it writes to the file `$TURNRL_REWARD_FILE`, else 1.0 for exit status 0 and 0.0 for
+    any other. It sees the agent's `TURNRL_EPISODE_DIR`. Empty = none."""
     max_concurrency: int = ranged(64, ">= 1")
     """Episodes running at once (each one agent call with its own client)."""
     timeout_s: float = ranged(300.0, "> 0")
@@ -132,6 +144,15 @@ class FunctionAgentConfig:
     """A Jinja chat template file used instead of the tokenizer's, for models whose own template
     renders no tools or tool calls. Empty = the tokenizer's."""
     on_error: str = "fail_first_step"
-    """What an agent that raises, times out, returns no reward or makes no call does: `fail` stops
-    the run, `zero` scores the episode 0 (counted in `agent/errors/<kind>`), `fail_first_step`
-    stops the run in validation before training and in the first step, then scores 0."""
+    """What an agent that raises (a process: exits non-zero, floods its output), times out, returns
+    no reward or makes no call does: `fail` stops the run, `zero` scores the episode 0 (counted in
+    `agent/errors/<kind>`), `fail_first_step` stops the run in validation before training and in
+    the first step, then scores 0."""
+    tool_call_format: str = "auto"
+    """How the gateway reads tool calls from the model's text: `auto` (the format the chat template
+    writes, read off its source: `<function=` qwen3_xml, `[TOOL_CALLS]` mistral, `<tool_call>` hermes,
+    `<|python_tag|>` or Llama headers with `"parameters"` llama3_json; else hermes), or one of
+    `hermes` (`<tool_call>{"name", "arguments"}</tool_call>`), `qwen3_xml` (Qwen3-Coder, Qwen3.5:
+    `<tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></tool_call>`),
+    `llama3_json` (`{"name", "parameters"}`, also after `<|python_tag|>`) or `mistral`
+    (`[TOOL_CALLS][{"name", "arguments"}]` or `[TOOL_CALLS]NAME[ARGS]{...}`)."""

@@ -120,7 +120,8 @@ def check_config(cfg: Config) -> None:
     _check_async(cfg)
     if cfg.rollout.multi_turn.enable:
         _check_multi_turn(cfg.rollout.multi_turn)
-    if cfg.rollout.agent.entrypoint or cfg.rollout.agent.env:
+    ac = cfg.rollout.agent
+    if ac.entrypoint or ac.env or ac.command or ac.test_command:
         _check_function_agent(cfg)
 
 
@@ -523,6 +524,9 @@ def _check_multi_turn(mt: MultiTurnConfig) -> None:
 
 ENTRYPOINT = re.compile(r"[^:]+:[A-Za-z_]\w*")
 """`rollout.agent.entrypoint`: `path/to/file.py:run` or `package.module:run`."""
+TOOL_CALL_FORMATS: tuple[str, ...] = ("auto", "hermes", "qwen3_xml", "llama3_json", "mistral")
+"""`rollout.agent.tool_call_format`: `servers.chat.tool_calls.TOOL_CALL_FORMATS` (the config layer
+sits below the servers; a test keeps the two equal)."""
 ENV_PREFIX = "verifiers:"
 """`rollout.agent.env`: the one kind of environment so far (`turnrl.agent.verifiers.PREFIX`)."""
 
@@ -531,8 +535,18 @@ def _check_function_agent(cfg: Config) -> None:
     """`rollout.agent` with an entrypoint: its form is checked here; whether it loads, when the
     rollout is built (that imports the user's file)."""
     ac, key = cfg.rollout.agent, "rollout.agent"
-    if ac.entrypoint and ac.env:
-        raise ConfigError(f"'{key}.entrypoint' and '{key}.env' are two ways to name the agent: set one")
+    named = [name for name in ("entrypoint", "env", "command") if getattr(ac, name)]
+    if len(named) > 1:
+        raise ConfigError(
+            f"'{key}.{named[0]}' and '{key}.{named[1]}' are two ways to name the agent: set one"
+        )
+    if ac.test_command and not ac.command:
+        raise ConfigError(f"'{key}.test_command' runs after '{key}.command': set the command too")
+    for name in ("command", "test_command"):
+        try:
+            shlex.split(getattr(ac, name))
+        except ValueError as err:
+            raise ConfigError(f"'{key}.{name}' {getattr(ac, name)!r} is not a command line ({err})") from None
     if ac.env and not ac.env.startswith(ENV_PREFIX):
         raise ConfigError(f"'{key}.env' {ac.env!r}: environments are named verifiers:<environment>")
     if ac.entrypoint and not ENTRYPOINT.fullmatch(ac.entrypoint.strip()):
@@ -540,8 +554,9 @@ def _check_function_agent(cfg: Config) -> None:
             f"'{key}.entrypoint' {ac.entrypoint!r} must be path/to/file.py:function or package.module:function"
         )
     if cfg.rollout.multi_turn.enable:
-        name = "entrypoint" if ac.entrypoint else "env"
+        name = named[0]
         raise ConfigError(
             f"'{key}.{name}' and 'rollout.multi_turn.enable=true' are two agent modes: choose one"
         )
     _one_of(f"{key}.on_error", ac.on_error, ON_ERROR_MODES)
+    _one_of(f"{key}.tool_call_format", ac.tool_call_format, TOOL_CALL_FORMATS)

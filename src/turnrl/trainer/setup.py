@@ -138,7 +138,7 @@ def check_scorers(cfg: Config, examples: list[Example]) -> None:
     """A data source without a rule scorer fails now, before the models load (a custom function
     scores every source; with a reward model or a judge a source may have no rule, and an agent
     function may return its own reward)."""
-    agent = cfg.rollout.agent.entrypoint or cfg.rollout.agent.env
+    agent = cfg.rollout.agent.entrypoint or cfg.rollout.agent.env or cfg.rollout.agent.command
     rule_optional = cfg.reward_model.enable or cfg.reward.judge.enable or agent
     if not cfg.reward.custom_function.path and not rule_optional:
         table = registered(extra=scorers())
@@ -158,7 +158,7 @@ def build_rollout(
     """Stage 3 over `engine`: single-turn, or agent episodes with the configured tools (this starts
     and health-checks their servers; `close()` stops them), or an agent function's episodes through
     the gateway (`rollout.agent.entrypoint` or `.env`). `streaming`: see `AgentRollout`."""
-    if cfg.rollout.agent.entrypoint or cfg.rollout.agent.env:
+    if cfg.rollout.agent.entrypoint or cfg.rollout.agent.env or cfg.rollout.agent.command:
         from turnrl.agent.functions.rollout import FunctionAgentRollout
 
         return FunctionAgentRollout(engine, tokenizer, cfg, pad_id)
@@ -189,7 +189,7 @@ def build_reward(cfg: Config, tokenizer: Any, services: Services) -> RuleReward:
             scorers=scorers(),  # the built-in tasks' data sources
             judge=judge,
             agent_on_error=cfg.rollout.agent.on_error
-            if cfg.rollout.agent.entrypoint or cfg.rollout.agent.env
+            if cfg.rollout.agent.entrypoint or cfg.rollout.agent.env or cfg.rollout.agent.command
             else None,
         )
     except BaseException:

@@ -27,7 +27,8 @@ def compiles_decode(rollout_cfg: RolloutConfig, device: torch.device) -> bool:
     setting = str(rollout_cfg.compile).lower()
     if setting != "auto":
         return setting == "true"
-    agent = rollout_cfg.multi_turn.enable or rollout_cfg.agent.entrypoint or rollout_cfg.agent.env
+    ac = rollout_cfg.agent
+    agent = rollout_cfg.multi_turn.enable or ac.entrypoint or ac.env or ac.command
     return device.type == "cuda" and not agent
 
 

@@ -9,7 +9,9 @@
 - a dict with `reward` (a number) and other numbers, which become the metrics `agent/fn/<name>`;
 - a list of messages (its conversation as it ended): the row's rule scorer then reads the last
   assistant message's content, as it reads a response.
-Anything else (a string, None, NaN, a dict without `reward`) is a bad return.
+Anything else (a string, None, NaN, a dict without `reward`) is a bad return. An agent that is
+not a Python function (`rollout.agent.command`, `process.py`) hands back a `Returned` as read, or
+raises `EpisodeFailed` with its failure's kind.
 """
 
 from __future__ import annotations
@@ -31,12 +33,26 @@ class AgentLoadError(TurnrlInputError):
     """An entrypoint that does not lead to a callable; the message names it."""
 
 
+class EpisodeFailed(Exception):
+    """An episode that failed in a way of its own (`agent/errors/<kind>`); the message is one line
+    saying what the agent did, read after the agent's name."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 @dataclass(frozen=True)
 class AgentFunction:
     fn: Callable[..., Any]
     is_async: bool
     name: str
-    """The entrypoint as configured, for messages."""
+    """The entrypoint (or env, or command) as configured, for messages."""
+    stop: Callable[[str | None], None] | None = None
+    """Ends what an episode left running, by its key (None = every episode): called at its timeout,
+    where a thread cannot be stopped, and at close."""
+    error_kinds: tuple[str, ...] = ()
+    """Its own `agent/errors/<kind>`, besides the rollout's."""
 
 
 def load_agent(entrypoint: str, where: str = "rollout.agent.entrypoint") -> AgentFunction:
@@ -59,14 +75,25 @@ def load_env_agent(env: str, where: str = "rollout.agent.env") -> AgentFunction:
     return AgentFunction(load_verifiers_agent(env.removeprefix(PREFIX)), True, env)
 
 
+def _refusal(body: Any) -> str | None:
+    """An API error's one-line reason: its `detail`, or the `message` of OpenAI's error object (the
+    SDK hands over the object inside `{"error": {...}}`)."""
+    if isinstance(body, dict):
+        for key in ("detail", "message"):
+            if isinstance(body.get(key), str):
+                return body[key]
+    return None
+
+
 def describe_error(err: BaseException, agent: AgentFunction) -> str:
     """`BadRequestError: the gateway answered 400: tools: ... (agent.py:12)`: the type, the message's
     first line (a refusal's own one-line `detail` for an API error), and the line of the agent
     that was running (the deepest frame in the agent's own file), not the SDK's."""
     body = getattr(err, "body", None)
     status = getattr(err, "status_code", None)
-    if isinstance(body, dict) and isinstance(body.get("detail"), str) and status is not None:
-        text = f"{type(err).__name__}: the gateway answered {status}: {body['detail']}"
+    reason = _refusal(body)
+    if reason is not None and status is not None:
+        text = f"{type(err).__name__}: the gateway answered {status}: {reason}"
     else:
         lines = str(err).strip().splitlines()
         first = lines[0] if lines and len(lines[0]) <= 200 else (lines[0][:197] + "..." if lines else "")
@@ -88,6 +115,9 @@ class Returned:
     metrics: dict[str, float] = field(default_factory=dict)
     bad: str = ""
     """Why the return is not a reward ('' = it is one)."""
+    recorded: bool = False
+    """No reward and no answer came back: the rule scorer reads the last assistant message the
+    gateway recorded for the episode."""
 
 
 def _short(value: Any, limit: int = 80) -> str:
@@ -111,6 +141,8 @@ EXPECTED = "expected a number, a dict with 'reward', or a list of messages"
 
 def read_return(value: Any) -> Returned:
     """Read `run(...)`'s return value (see the module docstring)."""
+    if isinstance(value, Returned):  # already read (a process agent's output)
+        return value
     if isinstance(value, dict):
         if "reward" not in value:
             return Returned(

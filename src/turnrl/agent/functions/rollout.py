@@ -10,7 +10,9 @@ runs on its own event loop there), at most `rollout.agent.max_concurrency` at on
 `rollout.agent.timeout_s`. Its client (`openai.OpenAI`, or `openai.AsyncOpenAI` for an async
 agent) talks to the gateway at the episode's own base URL, which records the exact trajectory;
 `row` is the dataset row (`prompt`: its messages, `data_source`, `ground_truth`, `extra_info`,
-`index`), a copy per episode.
+`index`), a copy per episode. An agent as a process (`rollout.agent.command`, `process.py`) is
+such a function: it starts the process with the client's URL and key, and is stopped (its process
+group killed) at the timeout.
 
 The batch has the fields of `rollout.base.assemble` with each episode's own prompt (its first
 call's, left-padded to the batch's longest), rows interleaved A,A,B,B, plus the agent's reward
@@ -41,12 +43,12 @@ import numpy as np
 
 from turnrl.agent.assemble import assemble_episodes
 from turnrl.agent.episode import Episode
+from turnrl.agent.functions.configured import load_configured
 from turnrl.agent.functions.entrypoint import (
     AgentFunction,
+    EpisodeFailed,
     Returned,
     describe_error,
-    load_agent,
-    load_env_agent,
     read_return,
 )
 from turnrl.agent.gateway.app import create_app
@@ -56,7 +58,8 @@ from turnrl.batch import Batch
 from turnrl.config.checks import ConfigError
 from turnrl.config.schema import Config
 from turnrl.rollout.base import SamplingParams, Services
-from turnrl.servers.chat.template import ChatTemplate, ChatTemplateError
+from turnrl.servers.chat.template import ChatTemplate, ChatTemplateError, text_of
+from turnrl.servers.chat.tool_calls import EpisodeToolCalls, tool_call_metrics, tool_call_warning
 from turnrl.tensors import left_pad
 
 log = logging.getLogger(__name__)
@@ -124,7 +127,7 @@ class FunctionAgentRollout:
         self.engine = engine  # its counters (a server engine's restarts) reach the step's metrics
         ac = cfg.rollout.agent
         self.cfg, self.ac, self.pad_id = cfg, ac, pad_id
-        self.agent: AgentFunction = load_env_agent(ac.env) if ac.env else load_agent(ac.entrypoint)
+        self.agent: AgentFunction = load_configured(ac)
         self.openai = _openai()
         tok = _with_template(tokenizer, ac.chat_template)
         try:
@@ -134,7 +137,9 @@ class FunctionAgentRollout:
         limits = EpisodeLimits(
             cfg.data.max_prompt_length, cfg.data.max_response_length, ac.max_calls, ac.max_forks
         )
-        self.gateway = Gateway(engine, template, limits, ac.max_concurrency)
+        self.gateway = Gateway(
+            engine, template, limits, ac.max_concurrency, tool_call_format=ac.tool_call_format
+        )
         self.drift_reasons: Counter[str] = Counter()
         """The last step's episodes that drifted, by the first reason each gave (a reader's view)."""
         self.gateway.start(create_app(self.gateway))
@@ -178,7 +183,7 @@ class FunctionAgentRollout:
             while todo and len(running) < ac.max_concurrency:
                 episode_id, i = todo.pop()
                 episodes[episode_id] = self.gateway.open(episode_id, params)
-                handle: list[Any] = []  # an async agent's (loop, task), to cancel it at its timeout
+                handle: list[Any] = []  # what stops the episode at its timeout (`_cancel`)
                 future = self._start(episode_id, copy.deepcopy(rows[i]), handle)
                 start = time.monotonic()
                 running[future] = (episode_id, start, start + ac.timeout_s, handle)
@@ -210,6 +215,9 @@ class FunctionAgentRollout:
         base_url, key = self.gateway.base_url(episode_id), self.gateway.key_of(episode_id)
         agent, openai, timeout = self.agent, self.openai, self.ac.timeout_s
         model = self.gateway.model_id
+        stop = agent.stop
+        if stop is not None:  # a process agent's group is killed at the timeout
+            handle.append(lambda: stop(key))
 
         def run() -> None:
             try:
@@ -217,7 +225,7 @@ class FunctionAgentRollout:
                     loop = asyncio.new_event_loop()
                     try:
                         task = loop.create_task(_run_async(agent, openai, base_url, key, timeout, model, row))
-                        handle.append((loop, task))
+                        handle.append(lambda: loop.call_soon_threadsafe(task.cancel))
                         result = loop.run_until_complete(task)
                     finally:
                         loop.close()
@@ -236,6 +244,8 @@ class FunctionAgentRollout:
 
     def _outcome(self, future: Future[Any], seconds: float) -> Outcome:
         err = future.exception()
+        if isinstance(err, EpisodeFailed):  # a failure of its own kind, already one line
+            return Outcome(error=str(err), kind=err.kind, seconds=seconds)
         if err is not None:
             return Outcome(
                 error=f"raised {describe_error(err, self.agent)}", kind="exception", seconds=seconds
@@ -251,7 +261,7 @@ class FunctionAgentRollout:
         kind, error = outcome.kind, outcome.error
         if traj.prompt_too_long and kind != "timeout":
             kind, error = "prompt_too_long", traj.prompt_too_long
-        elif traj.limit and kind in ("exception", "bad_return"):
+        elif traj.limit and kind in ("exception", "bad_return", "nonzero_exit"):
             kind = error = ""  # it failed because a limit refused its call: truncated, scores 0
         elif not kind and traj.episode is None:
             kind, error = (
@@ -264,6 +274,8 @@ class FunctionAgentRollout:
         # every number it returned: `acc` and `formatted` become val/accuracy and val/format_rate,
         # the others val/<name>/mean (validation has no agent/fn/* metrics of its own)
         rates = dict(returned.metrics) if returned else {}
+        if returned is not None and returned.recorded:  # scored on what the model last said
+            return Read(answer=_last_reply(traj), rates=rates, returned=True)
         if returned is None or (returned.reward is None and returned.answer is None):
             return Read(reward=0.0, rates=rates)  # truncated by a limit, and no reward came back
         return Read(reward=returned.reward, answer=returned.answer, rates=rates, returned=True)
@@ -321,6 +333,7 @@ class FunctionAgentRollout:
             "agent/untrained_calls/mean": _mean([t.untrained_calls for t in trajs]),
             "agent/tool_calls/mean": _mean([sum(s.tool_calls for s in ss) for ss in samples]),
             "agent/unparsed_tool_calls": float(sum(t.unparsed_tool_calls for t in trajs)),
+            "agent/abandoned_calls/mean": _mean([t.abandoned_calls for t in trajs]),
             "agent/template_drift": float(sum(bool(t.drift) for t in trajs)),
             "agent/template_forks": float(sum(t.forks for t in trajs)),
             "agent/truncated_ratio": _mean([float(bool(ss) and ss[-1].truncated) for ss in samples]),
@@ -331,7 +344,7 @@ class FunctionAgentRollout:
             "agent/episode_s/max": float(max(seconds, default=0.0)),
         }
         # counts, not ratios: a failure is a rare event, and a count can be checked against what happened
-        for kind in ERROR_KINDS:
+        for kind in (*ERROR_KINDS, *self.agent.error_kinds):
             out[f"agent/errors/{kind}"] = float(kinds.get(kind, 0))
         fn_metrics: dict[str, list[float]] = defaultdict(list)
         for r in reads:
@@ -340,12 +353,19 @@ class FunctionAgentRollout:
                     fn_metrics[k].append(v)
         for name, values in fn_metrics.items():
             out[f"agent/fn/{name}"] = _mean(values)
+        calls = [EpisodeToolCalls(t.tools_offered, t.tool_calls, t.unparsed_tool_calls) for t in trajs]
+        out.update(tool_call_metrics(calls))
+        if line := tool_call_warning(calls, self.gateway.tool_format):
+            log.warning(line)  # once a step: the model may write another tool-call format, or none
         _log_trouble(reads, trajs)
         self.drift_reasons = Counter(t.drift for t in trajs if t.drift)
         return out
 
     def close(self) -> None:
         """Stop the gateway; safe to call twice."""
+        agent = getattr(self, "agent", None)
+        if agent is not None and agent.stop is not None:
+            agent.stop(None)  # nothing an episode started outlives the rollout
         gateway = getattr(self, "gateway", None)
         if gateway is not None:
             gateway.close()
@@ -409,7 +429,17 @@ async def _run_async(
 
 
 def _cancel(handle: list[Any]) -> None:
-    """Cancel an async agent's task on its own loop (a sync agent's thread cannot be stopped)."""
-    for loop, task in handle:
+    """Stop a late episode: an async agent's task is cancelled on its own loop, a process agent's
+    group killed (a sync agent's thread cannot be stopped)."""
+    for stop in handle:
         with contextlib.suppress(RuntimeError):  # its loop has already ended
-            loop.call_soon_threadsafe(task.cancel)
+            stop()
+
+
+def _last_reply(traj: Trajectory) -> str:
+    """The content of the last assistant message the gateway recorded ('' without one)."""
+    last = traj.expected[-1] if traj.expected else {}
+    try:
+        return text_of(last.get("content"))
+    except ChatTemplateError:
+        return ""

@@ -14,8 +14,9 @@ It serves on loopback only, from uvicorn on a thread of its own, with a body lim
 (`servers.guard.Guard`: over `max_body` is a 413) and **a key per episode**: `open` draws a fresh
 random key, and an episode's routes answer only a request that carries it (none: 401; another
 episode's key, or an episode that ended: 404, the same answer), so one agent cannot write into a
-sibling's trajectory even if it learns or guesses the sibling's id. The routes are `gateway.app`; the recording is `gateway.trajectory`; engine calls go through
-`gateway.engine_runner`.
+sibling's trajectory even if it learns or guesses the sibling's id. The routes are `gateway.app`
+(one per `gateway.dialects` entry); a call's path through them is `gateway.calls`; the recording is
+`gateway.trajectory`; engine calls go through `gateway.engine_runner`.
 """
 
 from __future__ import annotations
@@ -94,8 +95,11 @@ class Gateway:
         limits: EpisodeLimits,
         max_concurrency: int = 64,
         max_body: int = 32 << 20,
+        tool_call_format: str = "auto",
     ) -> None:
         self.template, self.tokenizer, self.limits = template, template.tokenizer, limits
+        self.tool_format = template.tool_call_format(tool_call_format)
+        """The format the model's tool calls are read in (`servers.chat.tool_calls.FORMATS`)."""
         self.model_id = MODEL_ID
         self.max_body = max_body
         self.eos_ids = set(engine.eos_ids)

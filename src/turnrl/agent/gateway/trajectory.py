@@ -26,6 +26,10 @@ fit `max_prompt_tokens + max_response_tokens`, and each sample's response `max_r
 After `max_forks` forks a further drifted call is served whole but not recorded, so never trained
 on (`agent/untrained_calls/mean`).
 
+A call whose answer is not delivered (its client left, mid-stream too, or the engine failed) is
+**abandoned**: nothing of it is recorded (`abandoned_calls`), and the next call must extend the last
+recorded one.
+
 **Limits.** The first call's prompt may have at most `max_prompt_tokens` (else it is refused and
 the episode fails: `prompt_too_long`). The recorded response (deltas and sampled ids) may have at
 most `max_response_tokens`: each call may sample what is left, and a call whose delta would leave
@@ -147,8 +151,12 @@ class Trajectory:
         self.calls = 0
         """Calls planned (recorded or not, refusals included)."""
         self.untrained_calls = 0
+        self.abandoned_calls = 0
+        """Planned calls whose answer was never delivered (the client left, the call failed)."""
         self.tool_calls = 0
         self.unparsed_tool_calls = 0
+        self.tools_offered = False
+        """Some call was read for tool calls (tools given, `tool_choice` not none)."""
         self.drift = ""
         """Why the episode first forked or stopped recording ('' = it did not)."""
         self.recording = True
@@ -335,6 +343,12 @@ class Trajectory:
                 self.eos_text = self.template.tokenizer.decode(ids[-1:], skip_special_tokens=False)
             if len(self.episode.ids) >= self.limits.max_response_tokens:
                 self._stop("length")  # the budget is spent: the next call is refused
+
+    def abandon(self) -> None:
+        """A planned call whose answer was not delivered: not recorded, so the next call extends the
+        last recorded one."""
+        with self.lock:
+            self.abandoned_calls += 1
 
     def close(self) -> None:
         with self.lock:

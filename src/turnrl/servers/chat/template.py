@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from turnrl.errors import TurnrlInputError
+from turnrl.servers.chat.tool_calls import resolve_format
 
 
 class ChatTemplateError(TurnrlInputError):
@@ -82,6 +83,19 @@ class ChatTemplate:
                 "the model's tokenizer has no chat template: chat requests cannot be rendered"
             )
         self.tokenizer = tokenizer
+
+    @property
+    def source(self) -> str:
+        """The template's Jinja text (a tokenizer's named templates, `default` and `tool_use`, joined)."""
+        text = self.tokenizer.chat_template
+        if isinstance(text, dict):
+            return "\n".join(v for v in text.values() if isinstance(v, str))
+        return str(text)
+
+    def tool_call_format(self, setting: str = "auto") -> str:
+        """The tool-call format to read the model's text in (`servers.chat.tool_calls.FORMATS`):
+        `setting`, or with `auto` the one this template writes. ValueError for an unknown setting."""
+        return resolve_format(setting, self.source)
 
     def render(
         self,

@@ -274,6 +274,7 @@ def create_app(
     api_key: str = "",
     limits: Limits | None = None,
     weights_root: str | None = None,
+    tool_call_format: str = "auto",
 ) -> FastAPI:
     """`max_batch_rows`: output rows (prompts x n) of one merged engine call; `batch_wait_ms`: how
     long a lone mergeable request waits for others (see turnrl.servers.inference.batcher).
@@ -287,7 +288,7 @@ def create_app(
     # outermost: the key and the body size are checked before routing and before any parsing
     app.add_middleware(Guard, api_key=api_key, max_body=limits.max_body)
     app.state.server = Server(
-        engine, model_id, max_model_len, max_batch_rows, batch_wait_ms, limits, weights_root
+        engine, model_id, max_model_len, max_batch_rows, batch_wait_ms, limits, weights_root, tool_call_format
     )
     add_error_handlers(app)
     for r in ROUTERS:

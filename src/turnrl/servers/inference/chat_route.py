@@ -37,6 +37,7 @@ from turnrl.servers.chat.schema import (
     max_tokens_of,
 )
 from turnrl.servers.chat.template import ChatTemplate
+from turnrl.servers.chat.tool_calls import parameter_schemas
 from turnrl.servers.guard import detail, finite_json
 from turnrl.servers.inference.common import (
     BadRequest,
@@ -113,6 +114,8 @@ def prepare(server: Server, req: ChatRequest) -> Prepared:
         tokens_as_ids=req.return_tokens_as_token_ids,
         return_token_ids=req.return_token_ids,
         skip_special_tokens=req.skip_special_tokens,
+        tool_format=template.tool_call_format(server.tool_call_format),
+        tool_schemas=parameter_schemas(tools),
     )
     return Prepared(prompt_ids, params, output)
 

@@ -14,6 +14,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
+from turnrl.servers.chat.tool_calls import TOOL_CALL_FORMATS
 from turnrl.servers.connections import add_arguments as add_connection_arguments
 from turnrl.servers.inference.options import ServeOptions
 from turnrl.servers.listen import port_arg, positive_int
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "/update_weights_from_disk",
     )
     names = [f.name for f in dataclasses.fields(ServeOptions)]
-    add_options(parser, ServeOptions, names, types={"port": port_arg, **dict.fromkeys(POSITIVE, positive_int)}, required=("model",))  # fmt: skip
+    add_options(parser, ServeOptions, names, types={"port": port_arg, **dict.fromkeys(POSITIVE, positive_int)}, required=("model",), choices={"tool_call_format": TOOL_CALL_FORMATS})  # fmt: skip
     parser.add_argument(
         "--api-key",
         default=None,
@@ -139,6 +140,7 @@ def _serve_on(
         api_key=api_key,
         limits=limits,
         weights_root=weights_root,
+        tool_call_format=args.tool_call_format,
     )
     _announce(model, model_id, device, sock, api_key, weights_root)
     serve_on(app, sock, connections, log_level=args.log_level)

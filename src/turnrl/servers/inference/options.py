@@ -37,6 +37,8 @@ class ServeOptions:
     """The model id clients see (empty: the --model value)."""
     chat_template: str = ""
     """A Jinja chat template file (or the template text) for /v1/chat/completions, in place of the model's own (as vLLM's option)."""
+    tool_call_format: str = "auto"
+    """How /v1/chat/completions reads tool calls from the model's text: auto (the format the chat template writes), hermes, qwen3_xml, llama3_json or mistral."""
     batch_size: int = 64
     """Responses per forward batch."""
     max_batch_rows: int = 256

@@ -28,8 +28,11 @@ class Server:
         batch_wait_ms: float = 5.0,
         limits: Limits | None = None,
         weights_root: str | None = None,
+        tool_call_format: str = "auto",
     ) -> None:
         self.engine, self.model_id, self.max_model_len = engine, model_id, max_model_len
+        self.tool_call_format = tool_call_format
+        """`--tool-call-format`: how tool calls are read from the model's text (auto: from the template)."""
         self.limits = limits or Limits()
         self.weights_root = weights_root
         self.tokenizer = engine.tokenizer
