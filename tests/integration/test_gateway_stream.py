@@ -10,33 +10,22 @@ generation and is not recorded.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import itertools
 import json
 import threading
 import time
-from collections.abc import Iterator
 
 import httpx
-import openai
 import pytest
 
 from tests.support.agents.scripted import TOOLS
 from tests.support.chat_templates import TOOL_TEMPLATE
+from tests.support.gateway_serving import ANSWER, BUDGET, client_of, sampled, serving, tool_engine
 from tests.support.recording_engine import RecordingEngine
-from tests.support.scripted_engine import ScriptedEngine
-from turnrl.agent.gateway.app import create_app
-from turnrl.agent.gateway.server import Gateway, OpenEpisode
-from turnrl.agent.gateway.trajectory import EpisodeLimits
 from turnrl.rollout.base import SamplingParams
 from turnrl.rollout.hf import HFEngine
-from turnrl.servers.chat.template import ChatTemplate
 
-BUDGET = 96
 QUESTION = [{"role": "user", "content": "Compute 12 * 34."}]
-ANSWER = "The answer is 408."
-CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "12 * 34"}}</tool_call>'
 
 
 @pytest.fixture(scope="module")
@@ -46,33 +35,6 @@ def tiny_tool(tiny):
     tool_tok = copy.copy(tok)
     tool_tok.chat_template = TOOL_TEMPLATE
     return model, tool_tok
-
-
-@contextlib.contextmanager
-def serving(engine, tok, budget: int = BUDGET) -> Iterator[Gateway]:
-    limits = EpisodeLimits(max_prompt_tokens=256, max_response_tokens=budget, max_calls=8)
-    gateway = Gateway(engine, ChatTemplate(tok), limits)
-    gateway.start(create_app(gateway))
-    try:
-        yield gateway
-    finally:
-        gateway.close()
-
-
-def client_of(gateway: Gateway, episode_id: str, budget: int = BUDGET) -> tuple[openai.OpenAI, OpenEpisode]:
-    episode = gateway.open(episode_id, SamplingParams(max_new_tokens=budget))
-    http = httpx.Client(trust_env=False, timeout=60)
-    return openai.OpenAI(
-        base_url=gateway.base_url(episode_id), api_key=episode.key, http_client=http, max_retries=0
-    ), episode
-
-
-def sampled(episode: OpenEpisode) -> list[list[int]]:
-    """The recorded sample's sampled runs (mask 1), in order."""
-    sample = episode.trajectory.episode
-    assert sample is not None
-    pairs = zip(sample.ids, sample.mask, strict=True)
-    return [[t for t, _ in run] for mask, run in itertools.groupby(pairs, key=lambda p: p[1]) if mask]
 
 
 def test_streamed_chat_is_openai_s_and_recorded_as_sampled(tiny_tool):
@@ -140,21 +102,9 @@ def test_the_wire_is_server_sent_events_ending_with_done(tiny_tool):
             assert whole.json()["object"] == "chat.completion"
 
 
-def _tool_engine(model, tok) -> ScriptedEngine:
-    """An episode's first call writes a calculator call, its second the answer (tiny-random writes
-    noise); the rows are the engine's, recorded as any."""
-    turns = {1: CALL, 2: ANSWER}
-    forced = {k: [*tok.encode(text, add_special_tokens=False), tok.eos_token_id] for k, text in turns.items()}
-
-    def script(context: list[int]) -> list[int] | None:
-        return forced.get(tok.decode(context).count("<|im_start|>assistant"))
-
-    return ScriptedEngine(script, inner=HFEngine(model, tok))
-
-
 def test_streamed_tool_calls_accumulate_to_the_whole_answer(tiny_tool):
     model, tok = tiny_tool
-    engine = _tool_engine(model, tok)
+    engine = tool_engine(model, tok)
     with serving(engine, tok) as gateway:
         client, episode = client_of(gateway, "t1")
         chunks = list(

@@ -102,5 +102,8 @@ router = APIRouter()
 @router.get("/episodes/{episode_id}/v1/models")
 async def models(episode_id: str, request: Request) -> Response:
     episode_of(episode_id, request)
-    card = {"id": request.app.state.gateway.model_id, "object": "model", "created": 0, "owned_by": "turnrl"}
+    model_id = request.app.state.gateway.model_id
+    card = {"id": model_id, "object": "model", "created": 0, "owned_by": "turnrl"}
+    # what Anthropic's SDK reads of a model: its type, display name, release date
+    card |= {"type": "model", "display_name": model_id, "created_at": "1970-01-01T00:00:00Z"}
     return finite_json({"object": "list", "data": [card]})

@@ -8,13 +8,15 @@ The core (`gateway.calls`) does the rest for all of them alike: the checks of me
 the plan on the episode's trajectory, the engine call, the recording, a client that leaves.
 
     chat       POST /chat/completions    OpenAI's chat completions (`chat`)
+    messages   POST /messages            Anthropic's Messages API (`messages`)
+    responses  POST /responses           OpenAI's Responses API (`responses`, `responses_output`)
 
 A new dialect is one module with a `DIALECT` and one line in `DIALECTS`.
 """
 
 from __future__ import annotations
 
-from turnrl.agent.gateway.dialects import chat
+from turnrl.agent.gateway.dialects import chat, messages, responses
 from turnrl.agent.gateway.dialects.base import Dialect
 
-DIALECTS: list[Dialect] = [chat.DIALECT]
+DIALECTS: list[Dialect] = [chat.DIALECT, messages.DIALECT, responses.DIALECT]

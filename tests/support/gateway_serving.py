@@ -1,0 +1,63 @@
+"""A gateway on loopback for the dialect tests: served over tiny-random with a template that renders
+tools, a real SDK client per episode, the recorded sample read back, and an engine whose first two
+calls of an episode are scripted (a calculator call, then the answer), as tiny-random writes noise."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator
+
+import httpx
+import openai
+
+from tests.support.scripted_engine import ScriptedEngine
+from turnrl.agent.gateway.app import create_app
+from turnrl.agent.gateway.server import Gateway, OpenEpisode
+from turnrl.agent.gateway.trajectory import EpisodeLimits
+from turnrl.rollout.base import SamplingParams
+from turnrl.rollout.hf import HFEngine
+from turnrl.servers.chat.template import ChatTemplate
+
+BUDGET = 96
+ANSWER = "The answer is 408."
+CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "12 * 34"}}</tool_call>'
+
+
+@contextlib.contextmanager
+def serving(engine, tok, budget: int = BUDGET) -> Iterator[Gateway]:
+    limits = EpisodeLimits(max_prompt_tokens=256, max_response_tokens=budget, max_calls=8)
+    gateway = Gateway(engine, ChatTemplate(tok), limits)
+    gateway.start(create_app(gateway))
+    try:
+        yield gateway
+    finally:
+        gateway.close()
+
+
+def client_of(gateway: Gateway, episode_id: str, budget: int = BUDGET) -> tuple[openai.OpenAI, OpenEpisode]:
+    episode = gateway.open(episode_id, SamplingParams(max_new_tokens=budget))
+    http = httpx.Client(trust_env=False, timeout=60)
+    return openai.OpenAI(
+        base_url=gateway.base_url(episode_id), api_key=episode.key, http_client=http, max_retries=0
+    ), episode
+
+
+def sampled(episode: OpenEpisode) -> list[list[int]]:
+    """The recorded sample's sampled runs (mask 1), in order."""
+    sample = episode.trajectory.episode
+    assert sample is not None
+    pairs = zip(sample.ids, sample.mask, strict=True)
+    return [[t for t, _ in run] for mask, run in itertools.groupby(pairs, key=lambda p: p[1]) if mask]
+
+
+def tool_engine(model, tok) -> ScriptedEngine:
+    """An episode's first call writes a calculator call, its second the answer (tiny-random writes
+    noise); the rows are the engine's, recorded as any."""
+    turns = {1: CALL, 2: ANSWER}
+    forced = {k: [*tok.encode(text, add_special_tokens=False), tok.eos_token_id] for k, text in turns.items()}
+
+    def script(context: list[int]) -> list[int] | None:
+        return forced.get(tok.decode(context).count("<|im_start|>assistant"))
+
+    return ScriptedEngine(script, inner=HFEngine(model, tok))
