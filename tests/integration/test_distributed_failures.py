@@ -174,12 +174,11 @@ def test_start_up_error_is_one_line_exit_2_and_leaves_no_ray(tmp_path, capfd, ca
     extra, says = START_UP_ERRORS[case]
     if case == "cuda without a GPU" and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    start = time.monotonic()
+    # no wait for a start-up deadline: the timeout mark above fails a run that hangs, without a
+    # wall-clock assert that a loaded machine would break
     code = cli.main(["train", *tiny_overrides(tmp_path, **{**TWO_RANKS, **extra})])
-    elapsed = time.monotonic() - start
     err = capfd.readouterr().err
     ours = [line for line in err.splitlines() if line.startswith("turnrl train:")]
     assert code == 2 and len(ours) == 1 and says in ours[0], err
     assert "Traceback" not in err
-    assert elapsed < 30
     assert_no_ray_left([])

@@ -527,8 +527,9 @@ ENTRYPOINT = re.compile(r"[^:]+:[A-Za-z_]\w*")
 TOOL_CALL_FORMATS: tuple[str, ...] = ("auto", "hermes", "qwen3_xml", "llama3_json", "mistral")
 """`rollout.agent.tool_call_format`: `servers.chat.tool_calls.TOOL_CALL_FORMATS` (the config layer
 sits below the servers; a test keeps the two equal)."""
-ENV_PREFIX = "verifiers:"
-"""`rollout.agent.env`: the one kind of environment so far (`turnrl.agent.verifiers.PREFIX`)."""
+ENV_KINDS: dict[str, str] = {"verifiers:": "environment", "openenv:": "server URL"}
+"""`rollout.agent.env`'s kinds of environment: prefix -> what follows it
+(`turnrl.agent.functions.entrypoint.ENV_KINDS`, which loads them; a test keeps the two equal)."""
 
 
 def _check_function_agent(cfg: Config) -> None:
@@ -547,8 +548,9 @@ def _check_function_agent(cfg: Config) -> None:
             shlex.split(getattr(ac, name))
         except ValueError as err:
             raise ConfigError(f"'{key}.{name}' {getattr(ac, name)!r} is not a command line ({err})") from None
-    if ac.env and not ac.env.startswith(ENV_PREFIX):
-        raise ConfigError(f"'{key}.env' {ac.env!r}: environments are named verifiers:<environment>")
+    if ac.env and not ac.env.startswith(tuple(ENV_KINDS)):
+        forms = " or ".join(f"{prefix}<{what}>" for prefix, what in ENV_KINDS.items())
+        raise ConfigError(f"'{key}.env' {ac.env!r}: environments are named {forms}")
     if ac.entrypoint and not ENTRYPOINT.fullmatch(ac.entrypoint.strip()):
         raise ConfigError(
             f"'{key}.entrypoint' {ac.entrypoint!r} must be path/to/file.py:function or package.module:function"

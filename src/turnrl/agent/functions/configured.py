@@ -19,7 +19,7 @@ def load_configured(ac: Any) -> AgentFunction:
         keys = " and ".join(f"rollout.agent.{k}" for k in named) or "none of rollout.agent." + ", ".join(KEYS)
         raise AgentLoadError(f"{keys}: name the agent with exactly one of them")
     if ac.env:
-        return load_env_agent(ac.env)
+        return load_env_agent(ac.env, max_turns=ac.max_calls, timeout_s=ac.timeout_s)
     if ac.command:
         return load_process_agent(ac)
     return load_agent(ac.entrypoint)

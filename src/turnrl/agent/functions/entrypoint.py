@@ -64,15 +64,51 @@ def load_agent(entrypoint: str, where: str = "rollout.agent.entrypoint") -> Agen
     return AgentFunction(fn, is_async, entrypoint.strip())
 
 
-def load_env_agent(env: str, where: str = "rollout.agent.env") -> AgentFunction:
-    """An environment as an agent function: `verifiers:<environment>` plays a verifiers env's own
-    rollout against the episode's client (`turnrl.agent.verifiers`); it loads the environment
-    now, so a bad one is one line at start-up."""
+def load_env_agent(
+    env: str, where: str = "rollout.agent.env", max_turns: int = 32, timeout_s: float = 300.0
+) -> AgentFunction:
+    """An environment as an agent function, by the kind its prefix names (`ENV_KINDS`): it loads
+    (or reaches) the environment now, so a bad one is one line at start-up. `max_turns` and
+    `timeout_s` bound an episode of an env that this side drives turn by turn (OpenEnv)."""
+    kind = next((prefix for prefix in ENV_KINDS if env.startswith(prefix)), None)
+    if kind is None:
+        forms = " or ".join(f"{prefix}<{what}>" for prefix, what in ENV_KINDS.items())
+        raise AgentLoadError(f"{where}: {env!r}: environments are named {forms}")
+    return _ENV_LOADERS[kind](env, max_turns, timeout_s)
+
+
+def _verifiers_agent(env: str, max_turns: int, timeout_s: float) -> AgentFunction:
+    """`verifiers:<environment>`: a verifiers env's own rollout against the episode's client
+    (`turnrl.agent.verifiers`); its turns and timeouts are the env's own."""
     from turnrl.agent.verifiers import PREFIX, load_verifiers_agent
 
-    if not env.startswith(PREFIX):
-        raise AgentLoadError(f"{where}: {env!r}: environments are named {PREFIX}<environment>")
     return AgentFunction(load_verifiers_agent(env.removeprefix(PREFIX)), True, env)
+
+
+def _openenv_agent(env: str, max_turns: int, timeout_s: float) -> AgentFunction:
+    """`openenv:<server>`: an OpenEnv server played turn by turn (`turnrl.agent.openenv`); an
+    episode the server fails is `agent/errors/env`."""
+    from turnrl.agent.openenv import FAILURE_KIND, OpenEnvEpisodeError, load_openenv_agent
+
+    play = load_openenv_agent(env, max_turns, timeout_s)
+
+    async def run(client: Any, model: str, row: dict[str, Any]) -> Any:
+        try:
+            return await play(client, model, row)
+        except OpenEnvEpisodeError as err:
+            raise EpisodeFailed(FAILURE_KIND, err.what) from None
+
+    run.__qualname__ = run.__name__ = play.__name__
+    return AgentFunction(run, True, env, error_kinds=(FAILURE_KIND,))
+
+
+ENV_KINDS: dict[str, str] = {"verifiers:": "environment", "openenv:": "server URL"}
+"""`rollout.agent.env`'s kinds: prefix -> what follows it (`config.checks.ENV_KINDS`, which the
+config layer keeps apart; a test keeps the two equal)."""
+_ENV_LOADERS: dict[str, Callable[[str, int, float], AgentFunction]] = {
+    "verifiers:": _verifiers_agent,
+    "openenv:": _openenv_agent,
+}
 
 
 def _refusal(body: Any) -> str | None:
