@@ -107,13 +107,15 @@ class ChatTemplate:
         """The template's text for `messages` (and `tools`), ending with the assistant header.
         `variables`: extra template variables (vLLM's `chat_template_kwargs`, e.g. `enable_thinking`)."""
         # a variable named like a parameter of the call (chat_template, tokenize, ...) would change the
-        # call itself, a client-chosen template included: refused
-        own = set(inspect.signature(self.tokenizer.apply_chat_template).parameters) | {"messages", "tools"}
-        for name in sorted(variables or {}):
-            if name in own or not name.isidentifier():
-                raise ChatTemplateError(
-                    f"chat_template_kwargs.{name}: not a template variable that may be set"
-                )
+        # call itself, a client-chosen template included: refused (the signature is read only when there
+        # are variables: it costs a sizeable part of a small render, and the gateway renders per call)
+        if variables:
+            own = {"messages", "tools", *inspect.signature(self.tokenizer.apply_chat_template).parameters}
+            for name in sorted(variables):
+                if name in own or not name.isidentifier():
+                    raise ChatTemplateError(
+                        f"chat_template_kwargs.{name}: not a template variable that may be set"
+                    )
         converted = [template_message(m) for m in messages]
         try:
             return self.tokenizer.apply_chat_template(
