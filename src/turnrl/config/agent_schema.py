@@ -116,7 +116,9 @@ class FunctionAgentConfig:
     env: str = ""
     """An environment as the agent, instead of an entrypoint: `verifiers:<taskset id>` or
     `verifiers:path/to/file.py:load` (a verifiers v1 `Env`; pip install -e ".[verifiers]"). Its own
-    rollout runs against the episode's client and its rubric's reward is the episode's (docs/agent-loop.md)."""
+    rollout runs against the episode's client and its rubric's reward is the episode's (docs/agent-loop.md);
+    or `openenv:<server URL>[#options]`, an OpenEnv environment server played turn by turn, its
+    reward the episode's (pip install -e ".[openenv]"; docs/agent-programs.md)."""
     command: str = ""
     """An agent as a process, in any language, instead of an entrypoint: an executable and its
     arguments (split like a shell would, run without one, in the working directory), started once
