@@ -1,12 +1,14 @@
-"""A gateway on loopback for the dialect tests: served over tiny-random with a template that renders
-tools, a real SDK client per episode, the recorded sample read back, and an engine whose first two
-calls of an episode are scripted (a calculator call, then the answer), as tiny-random writes noise."""
+"""A gateway for the dialect tests: on loopback over tiny-random with a template that renders tools,
+a real SDK client per episode, the recorded sample read back, and an engine whose first two calls of
+an episode are scripted (a calculator call, then the answer), as tiny-random writes noise; or as an
+app alone over an engine that always writes one text (`gateway_of`), driven through ASGI."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -61,3 +63,24 @@ def tool_engine(model, tok) -> ScriptedEngine:
         return forced.get(tok.decode(context).count("<|im_start|>assistant"))
 
     return ScriptedEngine(script, inner=HFEngine(model, tok))
+
+
+class FailingEngine(ScriptedEngine):
+    """An engine whose every call fails, as a device out of memory would."""
+
+    def generate(self, prompt_ids, params, max_new_tokens_per_row=None):
+        raise RuntimeError("CUDA out of memory")
+
+
+@contextlib.contextmanager
+def gateway_of(tok, text: str = ANSWER, engine=None, eos: bool = True) -> Iterator[tuple[Any, Gateway]]:
+    """The app over an engine that always writes `text` (then EOS), and the gateway; episode "e" open."""
+    answer = [*tok.encode(text, add_special_tokens=False), *([tok.eos_token_id] if eos else [])]
+    engine = engine or ScriptedEngine(lambda context: answer, eos_ids={tok.eos_token_id})
+    limits = EpisodeLimits(max_prompt_tokens=256, max_response_tokens=64, max_calls=8)
+    gateway = Gateway(engine, ChatTemplate(tok), limits)
+    gateway.open("e", SamplingParams(max_new_tokens=64))
+    try:
+        yield create_app(gateway), gateway
+    finally:
+        gateway.close()

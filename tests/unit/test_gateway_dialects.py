@@ -9,24 +9,19 @@ bookkeeping, not the model; tests/integration/test_gateway_stream.py has the rea
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.support.chat_templates import TOOL_TEMPLATE
-from tests.support.scripted_engine import ScriptedEngine
-from turnrl.agent.gateway.app import create_app
+from tests.support.gateway_serving import FailingEngine, gateway_of
 from turnrl.agent.gateway.dialects import DIALECTS
 from turnrl.agent.gateway.dialects.base import field_of
 from turnrl.agent.gateway.server import Gateway
-from turnrl.agent.gateway.trajectory import EpisodeLimits
 from turnrl.rollout.base import SamplingParams
 from turnrl.servers.chat.response import completion_chunks, pieces
-from turnrl.servers.chat.template import ChatTemplate
 
 ANSWER = "The answer is 408."
 HELLO = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
@@ -38,25 +33,6 @@ def tok(tiny):
     tool_tok = copy.copy(tiny[1])
     tool_tok.chat_template = TOOL_TEMPLATE
     return tool_tok
-
-
-class FailingEngine(ScriptedEngine):
-    def generate(self, prompt_ids, params, max_new_tokens_per_row=None):
-        raise RuntimeError("CUDA out of memory")
-
-
-@contextlib.contextmanager
-def gateway_of(tok, engine=None) -> Iterator[tuple[Any, Gateway]]:
-    """The gateway's app over a scripted engine, and the gateway; episode "e" open."""
-    answer = [*tok.encode(ANSWER, add_special_tokens=False), tok.eos_token_id]
-    engine = engine or ScriptedEngine(lambda context: answer, eos_ids={tok.eos_token_id})
-    limits = EpisodeLimits(max_prompt_tokens=256, max_response_tokens=64, max_calls=8)
-    gateway = Gateway(engine, ChatTemplate(tok), limits)
-    gateway.open("e", SamplingParams(max_new_tokens=64))
-    try:
-        yield create_app(gateway), gateway
-    finally:
-        gateway.close()
 
 
 def call(app, gateway: Gateway, body: dict, leave_after: int | None = None) -> tuple[int, dict, list[bytes]]:
@@ -197,7 +173,7 @@ def test_a_client_that_leaves_a_stream_is_never_recorded(tok, leave_after):
 
 def test_an_engine_that_fails_mid_stream_ends_it_with_an_error_event(tok):
     engine = FailingEngine(lambda context: None, eos_ids={tok.eos_token_id})
-    with gateway_of(tok, engine) as (app, gateway):
+    with gateway_of(tok, engine=engine) as (app, gateway):
         status, _, parts = call(app, gateway, {**HELLO, "stream": True})
         traj = gateway.episode("e").trajectory
         assert gateway.engine_errors == ["RuntimeError: CUDA out of memory"]

@@ -7,25 +7,20 @@ and the episode's stored responses. tests/integration/test_gateway_responses.py 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import gc
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.support.chat_templates import TOOL_TEMPLATE
-from tests.support.scripted_engine import ScriptedEngine
-from turnrl.agent.gateway.app import create_app
+from tests.support.gateway_serving import FailingEngine, gateway_of
 from turnrl.agent.gateway.dialects.base import BadRequest
 from turnrl.agent.gateway.dialects.responses import _KEPT, kept_of
 from turnrl.agent.gateway.dialects.responses_request import chat_tools, input_messages, parse
 from turnrl.agent.gateway.server import Gateway
-from turnrl.agent.gateway.trajectory import EpisodeLimits
 from turnrl.rollout.base import SamplingParams
-from turnrl.servers.chat.template import ChatTemplate
 
 ANSWER = "The answer is 408."
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "12 * 34"}}</tool_call>'
@@ -44,25 +39,6 @@ def tok(tiny):
     tool_tok = copy.copy(tiny[1])
     tool_tok.chat_template = TOOL_TEMPLATE
     return tool_tok
-
-
-class FailingEngine(ScriptedEngine):
-    def generate(self, prompt_ids, params, max_new_tokens_per_row=None):
-        raise RuntimeError("CUDA out of memory")
-
-
-@contextlib.contextmanager
-def gateway_of(tok, text: str = ANSWER, engine=None, eos: bool = True) -> Iterator[tuple[Any, Gateway]]:
-    """The app over an engine that always writes `text` (then EOS), and the gateway; episode "e" open."""
-    answer = [*tok.encode(text, add_special_tokens=False), *([tok.eos_token_id] if eos else [])]
-    engine = engine or ScriptedEngine(lambda context: answer, eos_ids={tok.eos_token_id})
-    limits = EpisodeLimits(max_prompt_tokens=256, max_response_tokens=64, max_calls=8)
-    gateway = Gateway(engine, ChatTemplate(tok), limits)
-    gateway.open("e", SamplingParams(max_new_tokens=64))
-    try:
-        yield create_app(gateway), gateway
-    finally:
-        gateway.close()
 
 
 def call(app, gateway: Gateway, body: dict, leave_after: int | None = None) -> tuple[int, list[bytes]]:
