@@ -3,8 +3,6 @@ index and turnrl's code sandbox, started and stopped by the tool set; dead URLs 
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from turnrl.agent.executor import ToolCall, ToolExecutor
@@ -92,15 +90,16 @@ def test_code_reward_runs_hidden_tests_in_the_same_sandbox(tools):
     assert task("turnrl/code", half, truth)["score"] == pytest.approx(0.1 + 0.9 * 0.5)
 
 
+# a refused connection is not retried until a start-up deadline: the timeout mark fails a run that
+# waits, without a wall-clock assert that a loaded machine would break
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("tool", ["search", "python"])
 def test_dead_server_url_fails_fast_in_one_line(tool, tmp_path):
     cfg = MultiTurnConfig(enable=True, tools=[tool])
     url = f"http://127.0.0.1:{free_port()}"
     getattr(cfg, tool).url = url
-    start = time.perf_counter()
     with pytest.raises(ToolError) as err:
         ToolSet(cfg, tmp_path).start()
-    assert time.perf_counter() - start < 10
     message = str(err.value)
     assert "\n" not in message and f"127.0.0.1:{url.rsplit(':', 1)[1]}" in message
     assert message.startswith(f"rollout.multi_turn.{tool}.url: ")

@@ -17,8 +17,10 @@ recorded one as if it had not happened.
 
 **Streaming.** The engine answers whole, so a stream's first events (the dialect's `stream_open`)
 go out at once, and the rest once the answer is there (`stream_reply`). A client that leaves the
-stream before its last event stops the generation if it still runs, and its call is abandoned;
-the call is recorded only after its last event was sent. A failure once the stream has started is
+stream before the answer is out stops the generation if it still runs, and its call is abandoned;
+the call is recorded once the answer's events are sent and before the closing one ([DONE],
+`message_stop`, `response.completed`), at which the client's SDK returns: an agent that ends its
+episode right then still has the call trained. A failure once the stream has started is
 the dialect's error event (`stream_error`), not an HTTP status.
 """
 
@@ -298,7 +300,9 @@ class EventStream(Response):
         return reply
 
     async def _rest(self, send: Send, reply: Reply, left: asyncio.Future[Any]) -> None:
-        """The events once the engine has answered, the recording once they are all out."""
+        """The events once the engine has answered; the recording once the answer is out, before the
+        closing event: a client's SDK returns at that event, and its agent may then end the episode,
+        after which nothing more is recorded, so the call must be on the trajectory by then."""
         try:
             answered = await self._answer(reply, left)
         except BadRequest as err:
@@ -306,11 +310,15 @@ class EventStream(Response):
             if await self._events(send, self.dialect.stream_error(reply, str(err), err.status), left):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
-        if answered is None or not await self._events(send, self.dialect.stream_reply(answered), left):
+        if answered is None:
+            return
+        *body, closing = self.dialect.stream_reply(answered)
+        if not await self._events(send, body, left):
             return
         await asyncio.sleep(0)
         if left.done():
             self.turn.abandon()
             return
         await asyncio.to_thread(self.turn.record, answered)
+        await send({"type": "http.response.body", "body": closing, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
