@@ -7,9 +7,7 @@ the episode's base URL and key, read from the client it is handed (`run`, `run_a
 
 from __future__ import annotations
 
-import ast
 import json
-import operator
 import os
 import sys
 
@@ -23,18 +21,11 @@ from agents import (
 )
 from openai import AsyncOpenAI
 
+from turnrl.recipes.agents.calculator_openai import calculate
+
 INSTRUCTIONS = "You are a calculator. Use the calculator tool, then give the number."
 MAX_TOKENS = 48
 MAX_TURNS = 3
-OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
-
-
-def _value(node: ast.AST) -> float:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-        return node.value
-    if isinstance(node, ast.BinOp) and type(node.op) in OPS:
-        return OPS[type(node.op)](_value(node.left), _value(node.right))
-    raise ValueError("only + - * / on numbers")
 
 
 @function_tool
@@ -44,11 +35,7 @@ def calculator(expression: str) -> str:
     Args:
         expression: the expression, such as "12 * 34".
     """
-    try:
-        result = _value(ast.parse(expression, mode="eval").body)
-    except (SyntaxError, ValueError, ZeroDivisionError) as err:
-        return f"error: {err}"
-    return str(int(result) if float(result).is_integer() else result)
+    return calculate(expression)  # the shipped calculator agent's own tool
 
 
 def build(base_url: str, api_key: str, model: str) -> Agent:
