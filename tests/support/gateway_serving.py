@@ -5,8 +5,10 @@ app alone over an engine that always writes one text (`gateway_of`), driven thro
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,3 +86,56 @@ def gateway_of(tok, text: str = ANSWER, engine=None, eos: bool = True) -> Iterat
         yield create_app(gateway), gateway
     finally:
         gateway.close()
+
+
+def post(
+    app, path: str, body: dict, headers: list[tuple[bytes, bytes]], leave_after: int | None = None
+) -> tuple[int, dict[str, str], list[bytes]]:
+    """POST `body` to `path` through the ASGI app, as a client on loopback: the status, the headers
+    and the body's parts as sent. `leave_after`: the client disconnects once that many parts have
+    reached it (it reads nothing after); None: it stays to the end."""
+    return asyncio.run(_post(app, path, body, headers, leave_after))
+
+
+async def _post(app, path, body, headers, leave_after) -> tuple[int, dict[str, str], list[bytes]]:
+    left, delivered = asyncio.Event(), False
+    start: dict[str, Any] = {}
+    parts: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            start.update(message)
+        elif message.get("body") and not left.is_set():
+            parts.append(message["body"])
+            if leave_after is not None and len(parts) >= leave_after:
+                left.set()
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), *headers],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    await app(scope, receive, send)
+    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, parts
+
+
+def bearer(gateway: Gateway, episode_id: str = "e") -> list[tuple[bytes, bytes]]:
+    """The episode's key as OpenAI's SDKs send it."""
+    return [(b"authorization", f"Bearer {gateway.key_of(episode_id)}".encode())]

@@ -8,7 +8,6 @@ bookkeeping, not the model; tests/integration/test_gateway_stream.py has the rea
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.chat_templates import TOOL_TEMPLATE
-from tests.support.gateway_serving import FailingEngine, gateway_of
+from tests.support.gateway_serving import FailingEngine, bearer, gateway_of, post
 from turnrl.agent.gateway.dialects import DIALECTS
 from turnrl.agent.gateway.dialects.base import field_of
 from turnrl.agent.gateway.server import Gateway
@@ -38,47 +37,7 @@ def tok(tiny):
 def call(app, gateway: Gateway, body: dict, leave_after: int | None = None) -> tuple[int, dict, list[bytes]]:
     """POST `body` to the chat route through the ASGI app: the status, the headers and the body's
     parts as sent. `leave_after`: the client disconnects once that many parts have reached it."""
-    return asyncio.run(_call(app, gateway, body, leave_after))
-
-
-async def _call(app, gateway: Gateway, body: dict, leave_after: int | None) -> tuple[int, dict, list[bytes]]:
-    left, delivered = asyncio.Event(), False
-    start: dict[str, Any] = {}
-    parts: list[bytes] = []
-
-    async def receive() -> dict[str, Any]:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
-        await left.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            start.update(message)
-        elif message.get("body") and not left.is_set():  # a client that left reads nothing more
-            parts.append(message["body"])
-            if leave_after is not None and len(parts) >= leave_after:
-                left.set()
-
-    key = gateway.key_of("e")
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": PATH,
-        "raw_path": PATH.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"authorization", f"Bearer {key}".encode())],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
-    await app(scope, receive, send)
-    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, parts
+    return post(app, PATH, body, bearer(gateway), leave_after)
 
 
 def events(parts: list[bytes]) -> list[Any]:

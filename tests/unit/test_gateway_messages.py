@@ -6,7 +6,6 @@ the stop sequence that ended an answer. tests/integration/test_gateway_messages.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.chat_templates import TOOL_TEMPLATE
-from tests.support.gateway_serving import FailingEngine, gateway_of
+from tests.support.gateway_serving import FailingEngine, gateway_of, post
 from turnrl.agent.gateway.dialects.base import Call, Reply
 from turnrl.agent.gateway.dialects.messages import DIALECT, response
 from turnrl.agent.gateway.dialects.messages_request import parse
@@ -44,47 +43,13 @@ def tok(tiny):
 def call(app, gateway: Gateway, body: dict, key: str | None = "") -> tuple[int, list[bytes]]:
     """POST `body` to the Messages route with the key in `x-api-key` (the episode's unless given;
     None: no key): the status and the body's parts as sent."""
-    return asyncio.run(_call(app, gateway.key_of("e") if key == "" else key, body))
-
-
-async def _call(app, key: str | None, body: dict) -> tuple[int, list[bytes]]:
-    start: dict[str, Any] = {}
-    parts: list[bytes] = []
-    sent = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
-        await asyncio.Event().wait()  # the client stays
-        return {}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            start.update(message)
-        elif message.get("body"):
-            parts.append(message["body"])
-
-    headers = [(b"content-type", b"application/json"), (b"anthropic-version", b"2023-06-01")]
-    if key is not None:
-        headers.append((b"x-api-key", key.encode()))
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": PATH,
-        "raw_path": PATH.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": headers,
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
-    await app(scope, receive, send)
-    return start["status"], parts
+    key = gateway.key_of("e") if key == "" else key
+    headers = [
+        (b"anthropic-version", b"2023-06-01"),
+        *([(b"x-api-key", key.encode())] if key is not None else []),
+    ]
+    status, _, parts = post(app, PATH, body, headers)
+    return status, parts
 
 
 def events(parts: list[bytes]) -> list[tuple[str, dict[str, Any]]]:

@@ -6,7 +6,6 @@ and the episode's stored responses. tests/integration/test_gateway_responses.py 
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import gc
 import json
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.chat_templates import TOOL_TEMPLATE
-from tests.support.gateway_serving import FailingEngine, gateway_of
+from tests.support.gateway_serving import FailingEngine, bearer, gateway_of, post
 from turnrl.agent.gateway.dialects.base import BadRequest
 from turnrl.agent.gateway.dialects.responses import _KEPT, kept_of
 from turnrl.agent.gateway.dialects.responses_request import chat_tools, input_messages, parse
@@ -44,50 +43,8 @@ def tok(tiny):
 def call(app, gateway: Gateway, body: dict, leave_after: int | None = None) -> tuple[int, list[bytes]]:
     """POST `body` to the responses route through the ASGI app: the status and the body's parts.
     `leave_after`: the client disconnects once that many parts have reached it."""
-    return asyncio.run(_call(app, gateway, body, leave_after))
-
-
-async def _call(app, gateway: Gateway, body: dict, leave_after: int | None) -> tuple[int, list[bytes]]:
-    left, delivered = asyncio.Event(), False
-    status: list[int] = []
-    parts: list[bytes] = []
-
-    async def receive() -> dict[str, Any]:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
-        await left.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            status.append(message["status"])
-        elif message.get("body") and not left.is_set():
-            parts.append(message["body"])
-            if leave_after is not None and len(parts) >= leave_after:
-                left.set()
-
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"authorization", f"Bearer {gateway.key_of('e')}".encode()),
-    ]
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": PATH,
-        "raw_path": PATH.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": headers,
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
-    await app(scope, receive, send)
-    return status[0], parts
+    status, _, parts = post(app, PATH, body, bearer(gateway), leave_after)
+    return status, parts
 
 
 def events(parts: list[bytes]) -> list[dict[str, Any]]:
