@@ -10,12 +10,10 @@ models list reads; a refusal is Anthropic's error naming the field.
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
 
-from tests.support.chat_templates import TOOL_TEMPLATE
 from tests.support.gateway_serving import ANSWER, sampled, serving, tool_engine
 from tests.support.recording_engine import RecordingEngine
 from turnrl.agent.gateway.server import Gateway, OpenEpisode
@@ -31,15 +29,6 @@ TOOL = {
     "description": "Evaluate an arithmetic expression.",
     "input_schema": {"type": "object", "properties": {"expression": {"type": "string"}}},
 }
-
-
-@pytest.fixture(scope="module")
-def tiny_tool(tiny):
-    """tiny-random, and its tokenizer with a template that renders tools."""
-    model, tok = tiny
-    tool_tok = copy.copy(tok)
-    tool_tok.chat_template = TOOL_TEMPLATE
-    return model, tool_tok
 
 
 def client_of(gateway: Gateway, episode_id: str) -> tuple[anthropic.Anthropic, OpenEpisode]:

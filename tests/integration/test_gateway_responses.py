@@ -11,13 +11,11 @@ and their outputs included, records one sample, with no fork.
 
 from __future__ import annotations
 
-import copy
 import json
 
 import openai
 import pytest
 
-from tests.support.chat_templates import TOOL_TEMPLATE
 from tests.support.gateway_serving import ANSWER, client_of, sampled, serving, tool_engine
 from tests.support.recording_engine import RecordingEngine
 from tests.support.scripted_engine import ScriptedEngine
@@ -36,15 +34,6 @@ TOOLS = [
 CHAT_TOOLS = [
     {"type": "function", "function": {k: v for k, v in TOOLS[0].items() if k not in ("type", "strict")}}
 ]
-
-
-@pytest.fixture(scope="module")
-def tiny_tool(tiny):
-    """tiny-random, and its tokenizer with a template that renders tools."""
-    model, tok = tiny
-    tool_tok = copy.copy(tok)
-    tool_tok.chat_template = TOOL_TEMPLATE
-    return model, tool_tok
 
 
 def test_a_response_is_openai_s_recorded_as_sampled_and_continued_by_id(tiny_tool):

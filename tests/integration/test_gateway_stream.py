@@ -10,7 +10,6 @@ generation and is not recorded.
 
 from __future__ import annotations
 
-import copy
 import json
 import threading
 import time
@@ -19,22 +18,12 @@ import httpx
 import pytest
 
 from tests.support.agents.scripted import TOOLS
-from tests.support.chat_templates import TOOL_TEMPLATE
 from tests.support.gateway_serving import ANSWER, BUDGET, client_of, sampled, serving, tool_engine
 from tests.support.recording_engine import RecordingEngine
 from turnrl.rollout.base import SamplingParams
 from turnrl.rollout.hf import HFEngine
 
 QUESTION = [{"role": "user", "content": "Compute 12 * 34."}]
-
-
-@pytest.fixture(scope="module")
-def tiny_tool(tiny):
-    """tiny-random, and its tokenizer with a template that renders tools."""
-    model, tok = tiny
-    tool_tok = copy.copy(tok)
-    tool_tok.chat_template = TOOL_TEMPLATE
-    return model, tool_tok
 
 
 def test_streamed_chat_is_openai_s_and_recorded_as_sampled(tiny_tool):
