@@ -174,6 +174,9 @@ def train(
         f"trainer.total_training_steps={a.steps}", f"trainer.test_freq={a.steps}",
         f"trainer.val_before_train={str(seed == 1).lower()}", "trainer.save_freq=0",
         f"trainer.seed={seed}", f"trainer.num_threads={a.threads}", "trainer.logger=[jsonl]",
+        # a time limit that only a stuck episode meets: validation on a busy 2-core machine runs
+        # 64 greedy episodes through one engine, and 300 s (the default) cut some of them short
+        "rollout.agent.timeout_s=900",
         f"trainer.default_local_dir={run}",
     ]  # fmt: skip
     wall = cli(args, run.with_suffix(".log"))
@@ -195,6 +198,7 @@ def main() -> None:
     )
     ap.add_argument("--out", default="", help="output directory (default runs/calculator_agent-<time>)")
     ap.add_argument("--seeds", type=int, default=3, help="seeds 1..N")
+    ap.add_argument("--first-seed", type=int, default=1, help="start at this seed (to add seeds to a run)")
     ap.add_argument("--steps", type=int, default=4, help="RL steps per seed")
     ap.add_argument("--batch", type=int, default=8, help="prompts per step")
     ap.add_argument("--n", type=int, default=8, help="episodes per prompt")
@@ -217,7 +221,7 @@ def main() -> None:
     agent = agent_args(a.agent, node_script)
     rows: dict[str, list[dict[str, float]]] = {k: [v] for k, v in baselines(a.n_val).items()}
     walls, calls = [], []
-    for seed in range(1, a.seeds + 1):
+    for seed in range(a.first_seed, a.seeds + 1):
         wall, vals, steps = train(a, seed, out / f"seed{seed}", agent)
         walls.append(wall)
         calls.append(call_counts(steps))
