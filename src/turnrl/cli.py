@@ -21,6 +21,7 @@ from turnrl.servers.listen import OneLineParser
 COMMANDS: dict[str, str] = {
     "train": "turnrl.trainer.cli",
     "eval": "turnrl.evaluate.cli",
+    "compare": "turnrl.evaluate.compare",
     "sandbox": "turnrl.servers.sandbox.cli",
     "retriever": "turnrl.servers.retriever.cli",
     "trace": "turnrl.inspector.cli",

@@ -16,7 +16,7 @@ import numpy as np
 from turnrl.data.dataset import Example
 from turnrl.data.loader import batches_of
 from turnrl.rewards.guard import ERRORS_KEY
-from turnrl.rewards.scorer import OWN_PREFIX, RuleReward, own_metrics, rates_by_source
+from turnrl.rewards.scorer import OWN_PREFIX, RATE_KEYS, RuleReward, own_metrics, rates_by_source
 from turnrl.rollout.base import Rollout, SamplingParams
 from turnrl.trainer import stages
 from turnrl.trainer.stages import Scored
@@ -64,14 +64,18 @@ def validate(
     samples: list[dict[str, object]] = []
     for scored in scored_batches(rollout, reward, examples, params, batch_size, pad_id):
         batch = scored.batch
+        # the scorer's per-row rates (acc, formatted) when every row reported them: `turnrl compare --field`
+        aligned = {k: v for k in RATE_KEYS if len(v := scored.extras.get(k, [])) == len(scored.scores)}
         for i, s in enumerate(scored.scores):
             per_source[batch["data_source"][i]].append(s)
             samples.append(
                 {
+                    "data_source": batch["data_source"][i],
                     "index": batch["index"][i],
                     "response": scored.texts[i],
                     "score": s,
                     "ground_truth": batch["ground_truth"][i],
+                    **{k: float(v[i]) for k, v in aligned.items()},
                 }
             )
         for k, v in scored.extras.items():
