@@ -167,6 +167,15 @@ _DECLARED = (
     _f("agent_invalid_actions", "(B,)", "object int", "gen", "metrics", "turns whose action did not parse"),
     _f("agent_tool_errors", "(B,)", "object int", "gen", "metrics", "tool calls that returned an error"),
     _f("agent_truncated", "(B,)", "object bool", "gen", "metrics", "the episode ran out of turns or tokens"),
+    _f(
+        "turn_rewards",
+        "(B,)",
+        "object list[float]",
+        "gen",
+        "adv",
+        "one step reward per model turn, times rollout.multi_turn.step_reward_weight "
+        "(`rollout.multi_turn.step_rewards`): what each turn adds to the turns' returns (gigpo, turn_rloo)",
+    ),
     # a function agent's (`rollout.agent`) own reward, carried to the reward stage (rewards/carried.py)
     _f(
         "agent_reward",

@@ -27,8 +27,15 @@ EPISODE_FIELDS = (
 
 
 def assemble_episodes(
-    gen_batch: Batch, episodes: list[Episode], n: int, pad_id: int, response_length: int
+    gen_batch: Batch,
+    episodes: list[Episode],
+    n: int,
+    pad_id: int,
+    response_length: int,
+    step_reward_weight: float | None = None,
 ) -> Batch:
+    """`step_reward_weight`: None, no step rewards; else `turn_rewards`, each episode's step rewards
+    per model turn times the weight (what they add to the turns' returns)."""
     for i, e in enumerate(episodes):
         if len(e.ids) > response_length:  # the loop never lets this happen; a silent cut would hide a bug
             raise ValueError(
@@ -55,6 +62,11 @@ def assemble_episodes(
     batch["agent_invalid_actions"] = np.array([e.invalid_actions for e in episodes], dtype=object)
     batch["agent_tool_errors"] = np.array([e.tool_errors for e in episodes], dtype=object)
     batch["agent_truncated"] = np.array([e.truncated for e in episodes], dtype=object)
+    if step_reward_weight is not None:
+        rewards = np.empty(len(episodes), dtype=object)  # one list per row, whatever their lengths
+        for i, e in enumerate(episodes):
+            rewards[i] = [step_reward_weight * r for r in e.turn_rewards]
+        batch["turn_rewards"] = rewards
     return batch
 
 

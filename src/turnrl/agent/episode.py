@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -26,6 +27,12 @@ class Episode:
     answered: bool = False
     versions: list[int] = field(default_factory=list)
     """Per response token, the policy version that sampled it (observation tokens: the turn before's)."""
+    row: dict[str, Any] = field(default_factory=dict)
+    """The dataset row's own fields (`ground_truth`, `extra_info`, ...), where step rewards read them."""
+    turn_rewards: list[float] = field(default_factory=list)
+    """One step reward per model turn (a maximal run of model tokens), 0.0 until a tool rewards it."""
+    step_memo: dict[str, Any] = field(default_factory=dict)
+    """What the tools' step rewards remember across the episode's turns (evidence already found)."""
 
     @property
     def context(self) -> list[int]:
@@ -38,6 +45,8 @@ class Episode:
     def add_model(self, ids: list[int], log_probs: list[float], version: int = 0) -> None:
         if len(ids) != len(log_probs):
             raise ValueError(f"{len(ids)} generated ids but {len(log_probs)} log-probs")
+        if ids and not (self.mask and self.mask[-1]):  # a new run of model tokens: a new turn
+            self.turn_rewards.append(0.0)
         self.ids += ids
         self.mask += [1] * len(ids)
         self.log_probs += log_probs
@@ -48,6 +57,11 @@ class Episode:
         self.mask += [0] * len(ids)
         self.log_probs += [0.0] * len(ids)
         self.versions += [self.versions[-1] if self.versions else 0] * len(ids)
+
+    def reward_turn(self, reward: float) -> None:
+        """Set the step reward of the latest model turn."""
+        if self.turn_rewards:
+            self.turn_rewards[-1] = reward
 
     def end(self, truncated: bool = False) -> None:
         self.done = True

@@ -15,7 +15,9 @@ What is done so a faulty tool cannot stop or stall the run:
   output is an error showing its start (tokenising 10 MB took 25 s on a 2-core VM; the model sees at most
   `max_obs_length` tokens of it anyway), an empty one is shown empty and counted as failed;
 - if the loop itself stops answering (a tool blocking it inside `async def call`), `run` raises
-  `FatalToolError` in one line instead of waiting forever.
+  `FatalToolError` in one line instead of waiting forever;
+- a step reward (`ToolResult.reward`) that is not a finite number raises `FatalToolError` naming the
+  tool: shown to no model, it would only corrupt the turns' returns.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import asyncio
 import concurrent.futures
 import inspect
 import logging
+import math
 import threading
 import time
 from collections import defaultdict
@@ -66,6 +69,8 @@ class ToolOutcome:
     metrics: dict[str, float] = field(default_factory=dict)
     kind: str = ""
     """Why the call failed, one of ERROR_KINDS; '' when it did not."""
+    reward: float | None = None
+    """The step reward the tool returned with it (`ToolResult.reward`); None: none."""
 
     def __post_init__(self) -> None:
         if self.error and not self.kind:
@@ -100,9 +105,29 @@ def decode_text(value: str | bytes | bytearray) -> tuple[str, bool]:
         return raw.decode("utf-8", "replace"), False
 
 
+def step_reward(value: Any, name: str) -> float | None:
+    """A tool's step reward as a float; one that is not a finite number stops the run in one line
+    naming the tool (it would train on garbage, unlike a bad text, which the model is shown)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise FatalToolError(
+            f"tool '{name}' returned the step reward {value!r}: a step reward must be a finite number (or None)"
+        )
+    return float(value)
+
+
 def normalise(result: Any, name: str) -> ToolOutcome:
     """A tool may return a ToolResult or a plain string (bytes are decoded); anything else, and text no
-    model should be shown, is the tool's fault, shown as an error naming the tool."""
+    model should be shown, is the tool's fault, shown as an error naming the tool. The step reward
+    rides along, whatever the text (`step_reward` checks it)."""
+    outcome = _normalise_text(result, name)
+    if isinstance(result, ToolResult):
+        outcome.reward = step_reward(result.reward, name)
+    return outcome
+
+
+def _normalise_text(result: Any, name: str) -> ToolOutcome:
     value, reported, metrics = result, False, {}
     if isinstance(result, ToolResult):
         value, reported = result.text, bool(result.error)

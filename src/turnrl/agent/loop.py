@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,7 @@ from turnrl.agent.episode import Episode
 from turnrl.agent.executor import ToolCall, ToolExecutor, ToolOutcome
 from turnrl.agent.observation import Observation, ObservationBuilder
 from turnrl.agent.tools.base import ToolError, xml_argument
+from turnrl.agent.tools.step_rewards import StepReward
 from turnrl.config.agent_schema import MultiTurnConfig
 from turnrl.rollout.base import RolloutEngine, SamplingParams
 
@@ -67,8 +69,12 @@ class EpisodeLoop:
         executor: ToolExecutor,
         eos_ids: set[int],
         max_episodes_in_flight: int = 64,
+        step_rewards: Mapping[str, StepReward] | None = None,
     ):
+        """`step_rewards`: None, no step rewards; else the built-in tools' by name (`ToolSet.step_rewards`),
+        and every turn's calls are rewarded (`_reward_turn`)."""
         self.engine, self.tokenizer, self.cfg = engine, tokenizer, cfg
+        self.step_rewards = step_rewards
         self.tools, self.executor, self.eos_ids = tools, executor, eos_ids
         if max_episodes_in_flight < 1:
             raise ValueError(f"max_episodes_in_flight must be >= 1, got {max_episodes_in_flight}")
@@ -139,12 +145,20 @@ class EpisodeLoop:
         return out
 
     def run(
-        self, prompts: list[list[int]], n: int, params: SamplingParams, budget: int, streaming: bool = False
+        self,
+        prompts: list[list[int]],
+        n: int,
+        params: SamplingParams,
+        budget: int,
+        streaming: bool = False,
+        rows: list[dict[str, Any]] | None = None,
     ) -> list[Episode]:
         """`n` episodes per prompt, interleaved (A,A,B,B) whatever order they finish in; `budget` bounds
-        each whole response. `streaming`: each episode runs its own turns (see the module docstring)."""
+        each whole response. `streaming`: each episode runs its own turns (see the module docstring).
+        `rows`: each prompt's dataset row, for the step rewards that read it."""
         self.stats = self._fresh_stats()
-        episodes = [Episode(list(p)) for p in prompts for _ in range(n)]
+        rows = rows or [{} for _ in prompts]
+        episodes = [Episode(list(p), row=row) for p, row in zip(prompts, rows, strict=True) for _ in range(n)]
         if streaming:
             self._run_streaming(episodes, params, budget)
         else:
@@ -308,7 +322,26 @@ class EpisodeLoop:
                 self.stats.error_kinds[r.kind] += 1
             for k, v in r.metrics.items():
                 self.stats.per_tool[call.name][k].append(v)
+        if self.step_rewards is not None:
+            self._reward_turn(e, action, results, self.step_rewards)
         self._append(e, self._observation(action, results, eos_text), budget)
+
+    def _reward_turn(
+        self, e: Episode, action: Action, results: list[ToolOutcome], builtins: Mapping[str, StepReward]
+    ) -> None:
+        """The turn's step reward: the mean over its calls that give one (a tool's own
+        `ToolResult.reward`, else its built-in step reward), so several calls in one turn earn no
+        more than one; a turn whose calls give none keeps 0."""
+        rewards = []
+        for call, r in zip(action.calls, results, strict=True):
+            reward, builtin = r.reward, builtins.get(call.name)
+            if reward is None and builtin is not None:
+                reward = builtin(r, e.row, e.step_memo)
+            if reward is not None:
+                rewards.append(reward)
+                self.stats.per_tool[call.name]["step_reward"].append(reward)
+        if rewards:
+            e.reward_turn(sum(rewards) / len(rewards))
 
     def _observation(self, action: Action, results: list[ToolOutcome], eos_text: str) -> Observation:
         if self.template is not None:

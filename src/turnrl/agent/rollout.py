@@ -47,6 +47,7 @@ class AgentRollout:
     ):
         """`default_index`: see `ToolSet` (the run's assembly passes the search task's index)."""
         mt = cfg.rollout.multi_turn
+        self.wants_rows = mt.step_rewards  # the search tool's step reward reads each row's answers
         self.engine = engine  # its counters (a server engine's restarts) reach the step's metrics
         self.cfg, self.pad_id, self.streaming = mt, pad_id, streaming
         self.toolset = ToolSet(mt, cache_root(cfg.model.cache_dir), default_index).start()
@@ -62,6 +63,7 @@ class AgentRollout:
                 self.executor,
                 set(engine.eos_ids),
                 max_episodes_in_flight,
+                self.toolset.step_rewards if mt.step_rewards else None,
             )
         except BaseException:
             self.close()
@@ -76,8 +78,10 @@ class AgentRollout:
         ids, mask = gen_batch["input_ids"], gen_batch["attention_mask"]
         prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
         budget = params.max_new_tokens
-        episodes = self.loop.run(prompts, params.n, params, budget, streaming=self.streaming)
-        batch = assemble_episodes(gen_batch, episodes, params.n, self.pad_id, budget)
+        rows = [{k: v[i] for k, v in gen_batch.non_tensors.items()} for i in range(len(prompts))]
+        episodes = self.loop.run(prompts, params.n, params, budget, streaming=self.streaming, rows=rows)
+        weight = self.cfg.step_reward_weight if self.cfg.step_rewards else None
+        batch = assemble_episodes(gen_batch, episodes, params.n, self.pad_id, budget, weight)
         metrics = agent_metrics(episodes, self.loop.stats)
         if self.toolset.supervisors:  # so far in the run: a restart is rare, a step's count would blink
             metrics["servers/restarts"] = float(self.toolset.restarts)

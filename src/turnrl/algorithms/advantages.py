@@ -28,7 +28,7 @@ from torch import Tensor
 
 from turnrl.algorithms.core import check_same_shape, masked_fill_zero, masked_mean, masked_whiten
 from turnrl.algorithms.groups import group_stats
-from turnrl.algorithms.turn_credit import gigpo_advantage
+from turnrl.algorithms.turn_credit import gigpo_advantage, turn_rloo_advantage
 from turnrl.plugins import load_function
 
 
@@ -273,6 +273,9 @@ class AdvantageInputs:
     """The teacher's log-probs of the same tokens (`opd`, `algorithm.distill_coef`)."""
     responses: Tensor | None = None
     """The response token ids (`gigpo`: its states are observations)."""
+    turn_rewards: np.ndarray | None = None
+    """(B,) per row, the step rewards of its model turns (`rollout.multi_turn.step_rewards`; read by
+    `gigpo` and `turn_rloo` when present)."""
 
 
 NEEDS = {
@@ -282,6 +285,7 @@ NEEDS = {
     "responses": "responses (token ids)",
     "old_log_probs": "old_log_probs (the student's log-probs)",
     "teacher_log_prob": "teacher_log_prob (the teacher's log-probs: set teacher.model.path)",
+    "turn_rewards": "turn_rewards (step rewards per turn: set rollout.multi_turn.step_rewards=true)",
 }
 """The `AdvantageInputs` fields an estimator may need (`EstimatorSpec.needs`), as errors word them."""
 
@@ -325,6 +329,14 @@ class GigpoParams:
     """Added to the standard deviation."""
 
 
+@dataclass(frozen=True)
+class TurnRlooParams:
+    step_weight: float = 1.0
+    """Weight of the per-turn leave-one-out term (`algorithm.gigpo.step_weight`)."""
+    gamma: float = 0.95
+    """Discount of later turns' rewards in a turn's return (`algorithm.gigpo.gamma`)."""
+
+
 def _gae(x: AdvantageInputs, p: Discount) -> tuple[Tensor, Tensor]:
     return gae_advantage(x.token_level_rewards, x.values, x.response_mask, p.gamma, p.lam)  # type: ignore[arg-type]
 
@@ -365,6 +377,18 @@ def _gigpo(x: AdvantageInputs, p: GigpoParams) -> tuple[Tensor, Tensor]:
         p.gamma,
         p.norm_by_std,
         1e-6,  # type: ignore[arg-type]
+        x.turn_rewards,
+    )
+
+
+def _turn_rloo(x: AdvantageInputs, p: TurnRlooParams) -> tuple[Tensor, Tensor]:
+    return turn_rloo_advantage(
+        x.token_level_rewards,
+        x.response_mask,
+        x.index,  # type: ignore[arg-type]
+        p.step_weight,
+        p.gamma,
+        x.turn_rewards,
     )
 
 
@@ -388,6 +412,15 @@ class EstimatorSpec:
     per_sequence: bool = False
     """One advantage per response (an outcome estimator): an agent episode that forked into several
     rows is then one response of its group, its advantage given to every row (`episode_advantage`)."""
+    reads: tuple[str, ...] = ()
+    """`AdvantageInputs` fields it reads where the batch has them, without needing them."""
+    multi_turn: bool = False
+    """It credits the turns of multi-turn episodes: a single-turn run is refused."""
+
+    @property
+    def reads_turn_rewards(self) -> bool:
+        """It adds the step rewards (`rollout.multi_turn.step_rewards`) to the turns' returns."""
+        return "turn_rewards" in (*self.needs, *self.reads)
 
     @property
     def needs_critic(self) -> bool:
@@ -426,6 +459,15 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
         GigpoParams,
         (("step_weight", "gigpo.step_weight"), ("gamma", "gigpo.gamma"), *GROUP_KEYS),
         ("responses", "index"),
+        reads=("turn_rewards",),
+    ),
+    "turn_rloo": EstimatorSpec(
+        _turn_rloo,
+        TurnRlooParams,
+        (("step_weight", "gigpo.step_weight"), ("gamma", "gigpo.gamma")),
+        ("index",),
+        reads=("turn_rewards",),
+        multi_turn=True,
     ),
     "opd": EstimatorSpec(_opd, needs=("old_log_probs", "teacher_log_prob")),
 }
@@ -505,7 +547,8 @@ def compute_advantage(
     group). ``opd`` reads ``old_log_probs`` (the student's) and ``teacher_log_prob``, not the rewards. With
     another estimator, ``distill_coef`` > 0 then adds ``distill_coef`` times opd's advantage to its
     advantages (after its own whitening); its returns, a critic's targets, stay the task's.
-    ``gigpo`` reads ``responses`` (the token ids: its states are observations) (algorithms/turn_credit.py).
+    ``gigpo`` reads ``responses`` (the token ids: its states are observations); ``gigpo`` and
+    ``turn_rloo`` read ``turn_rewards`` when present (algorithms/turn_credit.py).
     """
     name, own = estimator.name, estimator.spec.distills
     if (own or distill_coef > 0) and (x.old_log_probs is None or x.teacher_log_prob is None):

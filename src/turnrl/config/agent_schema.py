@@ -98,6 +98,16 @@ class MultiTurnConfig:
     """Shown after an unusable action (`{tool_tag}`, `{answer_tag}` are filled in); empty = end the episode instead."""
     eos_ends_episode: bool = True
     """An EOS with no action ends the episode (true) or counts as an invalid action (false, Search-R1's way)."""
+    step_rewards: bool = False
+    """Record a step reward per model turn, carried in the batch as `turn_rewards` for
+    `algorithm.adv_estimator=gigpo` or `turn_rloo` to add to the turns' returns. A tool's call gives
+    one with `ToolResult.reward`; the built-in tools' own: search 1 when its passages name the
+    question's bridge entity or an answer not found by an earlier search of the episode (after
+    StepSearch, arXiv 2505.15107), calculator 1 for a call that evaluates, python 1 for a program
+    that runs and exits 0; else 0. A turn's reward is the mean over its calls that give one."""
+    step_reward_weight: float = ranged(0.1, "> 0")
+    """Each step reward is multiplied by this before it enters a turn's return (the outcome reward
+    is 1 for a right answer in the built-in tasks)."""
     search: SearchToolConfig = field(default_factory=SearchToolConfig)
     """The `search` tool (retriever client)."""
     python: PythonToolConfig = field(default_factory=PythonToolConfig)

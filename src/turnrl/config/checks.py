@@ -339,7 +339,32 @@ def _check_algorithm(cfg: Config) -> None:
     _one_of("algorithm.kl_ctrl.type", alg.kl_ctrl.type, KL_CONTROLLERS)
     _one_of("algorithm.filter_groups.refill", alg.filter_groups.refill, REFILLS)
     _check_needed_models(cfg, estimator.spec)
+    _check_turn_credit(cfg, est, estimator.spec)
     _check_reward(cfg)
+
+
+def _check_turn_credit(cfg: Config, est: str, estimator: EstimatorSpec) -> None:
+    """Step rewards and credit per turn need turnrl's own multi-turn loop, and step rewards an
+    estimator that reads them (its row says): recording what nothing reads is refused, not ignored."""
+    from turnrl.algorithms.advantages import ESTIMATORS
+
+    mt, key = cfg.rollout.multi_turn, "rollout.multi_turn.step_rewards"
+    if mt.step_rewards and not mt.enable:
+        raise ConfigError(
+            f"'{key}=true' rewards the tool calls of multi-turn episodes, and this run is single-turn: "
+            "set rollout.multi_turn.enable=true or drop step_rewards"
+        )
+    if mt.step_rewards and not estimator.reads_turn_rewards:
+        readers = " or ".join(n for n, s in ESTIMATORS.items() if s.reads_turn_rewards)
+        raise ConfigError(
+            f"'{key}=true' but 'algorithm.adv_estimator={est}' does not read step rewards: "
+            f"set it to {readers}, or drop step_rewards"
+        )
+    if estimator.multi_turn and not mt.enable:
+        raise ConfigError(
+            f"'algorithm.adv_estimator={est}' credits the turns of multi-turn episodes, and this run is "
+            "single-turn: set rollout.multi_turn.enable=true"
+        )
 
 
 def _resolve(

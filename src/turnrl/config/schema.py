@@ -118,13 +118,15 @@ class FilterGroupsConfig:
 @dataclass
 class GiGPOConfig:
     """`algorithm.adv_estimator=gigpo`: GRPO's episode advantage plus a step-level one per model turn,
-    comparing the turns that acted from the same observation (Feng et al. 2025, arXiv 2505.10978;
-    the maths: turnrl/algorithms/turn_credit.py)."""
+    comparing the turns that acted from the same observation (Feng et al. 2025, arXiv 2505.10978);
+    `adv_estimator=turn_rloo` reads the same two settings (its step term compares a turn with the
+    other episodes' turns of the same index, leave-one-out). The maths: turnrl/algorithms/turn_credit.py."""
 
     step_weight: float = ranged(1.0, ">= 0", "0 = GRPO")
-    """omega: the step-level advantage's weight beside the episode's (0 = GRPO)."""
+    """omega: the step-level advantage's weight beside the episode's (0 = GRPO; turn_rloo: RLOO)."""
     gamma: float = ranged(0.95, "in (0, 1]")
-    """The per-turn discount of the episode's score: turn k of K gets gamma^(K-1-k) * score."""
+    """The per-turn discount of a turn's return: turn k of K gets gamma^(K-1-k) * score, plus its own
+    and later turns' step rewards (`rollout.multi_turn.step_rewards`) discounted by their distance."""
 
 
 @dataclass
@@ -154,7 +156,8 @@ class RolloutCorrectionConfig:
 class AlgorithmConfig:
     adv_estimator: str = "grpo"
     """Advantage estimator: gae, grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax,
-    gigpo (GRPO plus turn-level credit for multi-turn episodes: `algorithm.gigpo`), or
+    gigpo (GRPO plus turn-level credit for multi-turn episodes: `algorithm.gigpo`), turn_rloo
+    (leave-one-out baselines per episode and per turn index, unbiased; multi-turn only), or
     opd (on-policy distillation: the per-token reverse KL to `teacher.model.path`; the task reward is
     then computed and logged but not used for the advantage), or an estimator of your own,
     `path/to/file.py:fn` (`fn(x: AdvantageInputs)` -> advantages, or (advantages, returns))."""

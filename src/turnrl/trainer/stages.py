@@ -264,6 +264,7 @@ def advantages(batch: Batch, cfg: Config, estimator: Estimator | None = None) ->
         old_log_probs=batch.tensors.get("old_log_probs"),
         teacher_log_prob=batch.tensors.get("teacher_log_prob"),
         responses=batch.tensors.get("responses"),
+        turn_rewards=batch.non_tensors.get("turn_rewards"),
     )
     if estimator is None:
         estimator = resolve_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)

@@ -2,7 +2,8 @@
 
 A tool has a `name`, a `description` and a JSON schema of its `parameters` (the form chat
 templates take in `tools=[...]`), and an async `call(arguments) -> ToolResult | str`. In the XML
-action format the text between the tool's tags becomes the argument named `xml_argument`.
+action format the text between the tool's tags becomes the argument named `xml_argument`. A call
+may reward its step: `ToolResult(text, reward=1.0)` (read with `rollout.multi_turn.step_rewards`).
 
 Optional:
 - `tag` / `obs_tag`: XML tags of the action and of the observation (default: the name, `observation`);
@@ -41,6 +42,8 @@ class ToolResult:
     """Numbers averaged into `agent/tool/<name>/<key>` metrics."""
     error: bool = False
     """The call failed; the text says why (the episode goes on)."""
+    reward: float | None = None
+    """The call's step reward, a finite number (`rollout.multi_turn.step_rewards`); None: none."""
 
 
 @runtime_checkable

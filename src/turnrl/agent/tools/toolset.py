@@ -21,6 +21,7 @@ from typing import Any
 from turnrl.agent.tools.base import ToolError
 from turnrl.agent.tools.calculator import Calculator
 from turnrl.agent.tools.custom import load_custom_tool
+from turnrl.agent.tools.step_rewards import StepReward, new_evidence, program_ran, well_formed
 from turnrl.agent.tools.supervisor import ServerSupervisor
 from turnrl.config.agent_schema import MultiTurnConfig
 from turnrl.rollout.base import Endpoint, Services
@@ -47,12 +48,18 @@ class ToolSet:
         self.services = Services()
         """The servers the tools run on (URL and key; a key '' = $TURNRL_API_KEY's): code rewards
         reuse the sandbox, and send its key."""
+        self.step_rewards: dict[str, StepReward] = {}
+        """The built-in tools' step rewards by tool name (`ToolSpec.step_reward`)."""
 
     def start(self) -> ToolSet:
         try:
             check_tool_names(self.cfg.tools)
             for name in self.cfg.tools:
-                self._add(TOOLS[name].build(self), "the built-in tool")
+                spec = TOOLS[name]
+                tool = spec.build(self)
+                self._add(tool, "the built-in tool")
+                if spec.step_reward is not None:
+                    self.step_rewards[tool.name] = spec.step_reward
             for spec in self.cfg.custom_tools:
                 self._add(load_custom_tool(spec), f"the custom tool '{spec}'")
             if self.cfg.mcp_servers:
@@ -209,12 +216,14 @@ class ToolSpec:
     build: Callable[[ToolSet], Any]
     """The tool, from the set (its config, and `server` to start or check what it needs)."""
     summary: str
+    step_reward: StepReward | None = None
+    """Its calls' step rewards with `rollout.multi_turn.step_rewards` (`step_rewards.py`); None: none."""
 
 
 TOOLS: dict[str, ToolSpec] = {
-    "calculator": ToolSpec("calculator", build_calculator, "exact arithmetic in Python, no server"),
-    "python": ToolSpec("python", build_python, "runs code in the sandbox (a child of the run's, or python.url)"),
-    "search": ToolSpec("search", build_search, "searches a retriever (a child of the run's, or search.url)"),
+    "calculator": ToolSpec("calculator", build_calculator, "exact arithmetic in Python, no server", well_formed),
+    "python": ToolSpec("python", build_python, "runs code in the sandbox (a child of the run's, or python.url)", program_ran),
+    "search": ToolSpec("search", build_search, "searches a retriever (a child of the run's, or search.url)", new_evidence),
 }  # fmt: skip
 """The built-in tools by name: a new one is a builder and a line here."""
 
