@@ -63,7 +63,7 @@ def test_gigpo_credits_each_turn_of_real_episodes(tmp_path):
         "data.train_batch_size": 2,
         "data.max_response_length": 64,
         "rollout.n": 4,
-        "rollout.multi_turn.max_tokens_per_turn": 6,
+        "rollout.multi_turn.max_tokens_per_turn": 16,  # room for a whole scripted call
         "actor.ppo_mini_batch_size": 1,
         "algorithm.adv_estimator": "gigpo",
         "trainer.total_training_steps": 1,
@@ -81,7 +81,8 @@ def test_gigpo_credits_each_turn_of_real_episodes(tmp_path):
     def first_turn(context: list[int]) -> list[int] | None:
         # every episode opens with a calculator call (a random tiny model rarely writes one); the
         # tiny model samples the turns after the observation
-        if "</calculator>" in tok.decode(context):
+        # (the prompt's worked example holds a call too: the first turn is the one right after it)
+        if not tok.decode(context).endswith("assistant\n"):
             return None
         return tok(f"<calculator>{len(context) % 5} + 7</calculator>", add_special_tokens=False)["input_ids"]
 
@@ -90,6 +91,8 @@ def test_gigpo_credits_each_turn_of_real_episodes(tmp_path):
     b = keep.batches["adv"]
     mask = b["response_mask"]
     assert max(len(turn_spans(row)) for row in mask.tolist()) >= 2  # multi-turn episodes were credited
+    opened = [tok.decode(b["responses"][i][mask[i].bool()][:4]) for i in range(len(mask))]
+    assert all(o.startswith("<calculator>") for o in opened), opened  # the scripted first turns ran
     assert bool((b["advantages"][mask == 0] == 0).all())  # observation tokens and padding: 0
     want, _ = gigpo_advantage(b["token_level_rewards"], mask, b["responses"], b["uid"], 1.0, 0.95)
     assert torch.equal(b["advantages"], want)
