@@ -90,11 +90,12 @@ def test_each_task_scores_its_own_right_answer():
         assert result["score"] == 1.0, (name, result)
 
 
-def test_only_the_search_task_has_a_corpus_and_search_and_code_demonstrations():
+def test_only_the_search_task_has_a_corpus_and_search_code_and_harbor_demonstrations():
     assert [n for n, t in TASKS.items() if t.corpus is not None] == ["search"]
-    assert [n for n, t in TASKS.items() if t.demos is not None] == ["code", "search"]
+    assert [n for n, t in TASKS.items() if t.demos is not None] == ["code", "search", "harbor"]
     assert {n: t.tools for n, t in TASKS.items()} == {
         "addition": (), "calculator": ("calculator",), "code": ("python",), "search": ("search",),
+        "harbor": ("bash", "editor"),
     }  # fmt: skip
 
 

@@ -30,7 +30,7 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +59,8 @@ _ERROR_HEAD_CHARS = 2_000  # of the decoded text shown after a non-UTF-8 error
 class ToolCall:
     name: str
     arguments: dict[str, Any]
+    workspace: Any = None
+    """The episode's sandbox session, for the tools that act in it (`uses_workspace`); None: none."""
 
 
 @dataclass
@@ -214,6 +216,16 @@ class ToolExecutor:
                     "call() is blocking it (make call() a plain function or run the blocking work in a thread)"
                 )
 
+    def gather(self, coroutines: list[Coroutine[Any, Any, Any]], timeout: float) -> list[Any]:
+        """Run `coroutines` on the tools' loop (where the tools' clients live: opening and closing the
+        episodes' workspaces) and return their results in order, an exception in place of a failed one's;
+        TimeoutError past `timeout` s."""
+
+        async def every() -> list[Any]:
+            return await asyncio.gather(*coroutines, return_exceptions=True)
+
+        return asyncio.run_coroutine_threadsafe(every(), self.loop).result(timeout)
+
     def _loop_answers(self, within: float) -> bool:
         probe = asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self.loop)
         done, _ = concurrent.futures.wait([probe], timeout=within)
@@ -266,13 +278,22 @@ class ToolExecutor:
                 True,
                 kind="unknown_tool",
             )
+        args: tuple[Any, ...] = (call.arguments,)
+        if getattr(tool, "uses_workspace", False):
+            if call.workspace is None:
+                return ToolOutcome(
+                    f"error: tool '{call.name}' acts in a task's workspace, and this episode has none",
+                    True,
+                    kind="exception",
+                )
+            args = (call.arguments, call.workspace)
         async with self._limit:
             start = time.perf_counter()
             try:
                 if inspect.iscoroutinefunction(tool.call):
-                    result = await self._bounded(tool.call(call.arguments))
+                    result = await self._bounded(tool.call(*args))
                 else:  # a blocking tool runs in a thread so it cannot stall the others
-                    result = await self._bounded(asyncio.to_thread(tool.call, call.arguments))
+                    result = await self._bounded(asyncio.to_thread(tool.call, *args))
                 outcome = normalise(result, call.name)
             except FatalToolError:
                 raise  # the run cannot go on (a child server that keeps dying): not the model's business

@@ -5,6 +5,7 @@ of turnrl reads.
     calculator  large products, solved with the calculator tool             tasks/calculator.py
     code        small stdin/stdout programs, tested in the sandbox          tasks/code/
     search      questions over a corpus of invented facts, with demos       tasks/search/
+    harbor      45 small Python repositories in Harbor's task format        tasks/harbor/
 
 and `reasoning_gym:<dataset>`: any of reasoning-gym's procedural datasets (`chain_sum`,
 `basic_arithmetic`, ...), built on demand by `get` (tasks/gym.py; needs `pip install -e ".[gym]"`).
@@ -32,7 +33,7 @@ from typing import Any
 
 from turnrl.errors import TurnrlInputError
 from turnrl.rewards.registry import ScoreFn
-from turnrl.tasks import addition, calculator, code, gym, search
+from turnrl.tasks import addition, calculator, code, gym, harbor, search
 from turnrl.tasks.search import demos
 
 SPLITS = ("train", "val")
@@ -85,6 +86,12 @@ TASKS: dict[str, Task] = {
         "search of its corpus answers; validation on a world of entities training never names",
         search.DATA_SOURCES, search.rows, search.compute_score, tools=("search",),
         corpus=search.write_corpus, demos=demos.build,
+    ),
+    "harbor": Task(
+        "harbor", "45 small Python repositories in Harbor's task format (fix a bug, implement what the tests "
+        "describe, refactor with the behaviour kept), verified in a sandbox session; validation on held-out "
+        "tasks and a held-out family", harbor.DATA_SOURCES, harbor.rows, harbor.compute_score,
+        tools=("bash", "editor"), demos=harbor.demonstrations,
     ),
 }  # fmt: skip
 

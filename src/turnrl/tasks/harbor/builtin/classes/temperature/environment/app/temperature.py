@@ -1,0 +1,2 @@
+class Temperature:
+    """A temperature, stored in degrees Celsius."""

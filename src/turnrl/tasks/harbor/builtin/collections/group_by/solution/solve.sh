@@ -1,0 +1,15 @@
+#!/bin/bash
+# Reference solution: a patch of unique strings.
+set -euo pipefail
+cd "${TURNRL_WORKSPACE:-/app}"
+python3 - <<'EOF'
+from pathlib import Path
+
+EDITS = [
+    ('grouping.py', '    raise NotImplementedError\n', '    groups: dict = {}\n    for item in items:\n        groups.setdefault(key(item), []).append(item)\n    return groups\n'),
+]
+for path, old, new in EDITS:
+    text = Path(path).read_text()
+    assert text.count(old) == 1, f"{path}: the text to replace is not there once"
+    Path(path).write_text(text.replace(old, new))
+EOF

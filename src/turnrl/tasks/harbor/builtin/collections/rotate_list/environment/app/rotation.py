@@ -1,0 +1,3 @@
+def rotate(items: list, k: int) -> list:
+    """`items` rotated right by `k`."""
+    raise NotImplementedError

@@ -1,0 +1,3 @@
+def luhn_valid(number: str) -> bool:
+    """True when `number` passes the Luhn checksum."""
+    raise NotImplementedError

@@ -1,0 +1,3 @@
+def days_between(a: str, b: str) -> int:
+    """Days between two ISO dates, order ignored."""
+    raise NotImplementedError
