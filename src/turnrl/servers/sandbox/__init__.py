@@ -11,16 +11,22 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from turnrl.servers.sandbox.client import (
+        CommandResult,
         RunResult,
         SandboxClient,
         SandboxError,
         SandboxRequestError,
+        SandboxSession,
         SandboxUnavailable,
+        SessionGone,
         check_server,
     )
     from turnrl.servers.sandbox.process import SandboxProcess
 
 _HOMES = {
+    "CommandResult": "client",
+    "SandboxSession": "client",
+    "SessionGone": "client",
     "RunResult": "client",
     "SandboxClient": "client",
     "SandboxError": "client",
@@ -31,12 +37,15 @@ _HOMES = {
 }
 
 __all__ = [
+    "CommandResult",
     "RunResult",
     "SandboxClient",
     "SandboxError",
     "SandboxProcess",
     "SandboxRequestError",
+    "SandboxSession",
     "SandboxUnavailable",
+    "SessionGone",
     "check_server",
 ]
 

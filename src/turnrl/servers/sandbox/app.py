@@ -39,6 +39,9 @@ from turnrl.servers.sandbox.schema import (
     response,
     run_result,
 )
+from turnrl.servers.sandbox.session_routes import health_of as sessions_health
+from turnrl.servers.sandbox.session_routes import router as session_router
+from turnrl.servers.sandbox.sessions import CommandSpec, Session, SessionStore, command_result
 
 logger = logging.getLogger("turnrl.sandbox")
 
@@ -86,7 +89,17 @@ class Sandbox:
         self.cfg, self.iso, self.work_root = cfg, iso, work_root
         self.languages = cfg.languages()
         self.runner = Runner(cfg, iso, work_root)
+        self.sessions = SessionStore(cfg, iso, work_root)
         self.gate: Gate | None = None
+
+    def _overloaded(self) -> Response:
+        gate = self.gate
+        assert gate is not None
+        msg = (
+            f"sandbox overloaded: {gate.running} running and {gate.waiting} queued (the limits); retry later"
+        )
+        body = {"detail": msg, "status": "SandboxError", "message": msg}
+        return finite_json(body, 503, {"Retry-After": "1"})
 
     async def answer(self, spec: RunSpec) -> Response:
         """Wait for a worker slot, run, free the slot: the answer to one checked request."""
@@ -95,9 +108,7 @@ class Sandbox:
         try:
             slot = await gate.acquire()
         except Overloaded:
-            msg = f"sandbox overloaded: {gate.running} running and {gate.waiting} queued (the limits); retry later"
-            body = {"detail": msg, "status": "SandboxError", "message": msg}
-            return finite_json(body, 503, {"Retry-After": "1"})
+            return self._overloaded()
         try:
             result = await self.runner.run(spec, slot)
         except BadRequest as err:  # the request's own files could not be written
@@ -110,6 +121,46 @@ class Sandbox:
         finally:
             gate.release(slot)
         return finite_json(result)
+
+    async def session_answer(self, session: Session, command: CommandSpec) -> Response:
+        """A session's command through a worker slot, as a /run_code program runs, watched for
+        the session's limits while it runs and measured after it."""
+        gate, store = self.gate, self.sessions
+        assert gate is not None
+        try:
+            slot = await gate.acquire()
+        except Overloaded:
+            return self._overloaded()
+        assert store.bash is not None
+        spec = RunSpec(b"", store.bash, command.timeout_s, self.cfg.default_memory_MB, command.stdin)
+        stopped = ""
+        try:
+            target = store.target(session, command.command)
+            result, stopped = await self.runner.run_command(spec, slot, target, store.watcher(session))
+        except Exception as err:
+            logger.exception("a session's command failed inside the sandbox server")
+            result = response(
+                "SandboxError", f"internal error: {type(err).__name__}: {err}", run_result("Error")
+            )
+        finally:
+            gate.release(slot)
+        session.commands += 1
+        store.commands += 1
+        if stopped:
+            session.over = stopped
+        else:
+            usage = await asyncio.to_thread(store.measure, session)
+            if usage.over:
+                session.over = usage.over
+                result["message"] = "; ".join(
+                    m
+                    for m in [
+                        f"the session passed its limits ({usage.over}); it refuses further commands and writes",
+                        result.get("message", ""),
+                    ]
+                    if m
+                )
+        return finite_json(command_result(result, stopped))
 
 
 def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
@@ -126,6 +177,7 @@ def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
         try:
             yield
         finally:
+            await sandbox.sessions.close()
             await sandbox.runner.kill_all()
             sandbox.runner.close()
             iso.close()
@@ -142,7 +194,7 @@ def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:
 
 router = APIRouter()
 # a new route is one module with an `APIRouter` and one line in this table
-ROUTERS: list[APIRouter] = [router]
+ROUTERS: list[APIRouter] = [router, session_router]
 
 
 @router.post("/run_code")
@@ -209,6 +261,7 @@ async def health(request: Request) -> Response:
             "api_key": bool(cfg.api_key),  # whether one is required, never the key
             "work_root": sandbox.work_root,
             "zygote": None if sandbox.runner.zygote is None else sandbox.runner.zygote.describe(),
+            "sessions": sessions_health(sandbox),
         }
     )
 

@@ -26,7 +26,8 @@ COMMAND = "turnrl sandbox serve"
 OPTIONS = (
     "host", "port", "workers", "queue", "isolation", "cgroup", "rootfs", "seccomp", "zygote",
     "max_run_timeout", "max_output", "max_body", "max_code", "max_stdin", "max_files",
-    "max_files_bytes", "python",
+    "max_files_bytes", "python", "max_sessions", "session_ttl_s", "session_max_ttl_s",
+    "session_disk_bytes", "session_max_files",
 )  # fmt: skip
 """The SandboxConfig fields `turnrl sandbox serve` takes as options (`servers.options`)."""
 
@@ -36,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
     cmds = parser.add_subparsers(dest="sandbox_command", metavar="COMMAND")
     serve = cmds.add_parser("serve", help="serve POST /run_code and GET /health")
-    positive = dict.fromkeys(("max_output", "max_body", "max_code", "max_stdin", "max_files", "max_files_bytes"), positive_int)  # fmt: skip
+    positive = dict.fromkeys(("max_output", "max_body", "max_code", "max_stdin", "max_files", "max_files_bytes", "session_disk_bytes", "session_max_files"), positive_int)  # fmt: skip
     add_options(
         serve,
         SandboxConfig,

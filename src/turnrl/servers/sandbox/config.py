@@ -41,6 +41,12 @@ MAX_RUN_TIMEOUT_S = 86_400
 whose CPU-time rlimit overflows)."""
 
 
+UIDS_PER_SERVER = 1024
+"""uids one root server claims (probe.UID_STRIDE): one per worker slot and one per session."""
+MAX_SESSION_TTL_S = 7 * 86_400
+"""The largest `--session-max-ttl-s`: a week."""
+
+
 def cpu_count() -> int:
     return os.cpu_count() or 1
 
@@ -118,6 +124,19 @@ class SandboxConfig:
     max_body: int = 64 << 20
     """Largest request body accepted at all (`--max-body`), counted while it streams in, so a
     chunked body without Content-Length is refused as soon as it passes the limit."""
+    max_sessions: int = 64
+    """Sessions (persistent workspaces, `POST /sessions`) alive at once; one more is answered 503.
+    With the uid layer each holds a uid of its own for its lifetime."""
+    session_ttl_s: float = 900.0
+    """Lifetime of a session whose request sends no `ttl_s`; then it and its files are removed."""
+    session_max_ttl_s: float = 14_400.0
+    """Largest `ttl_s` a session may ask for (seconds)."""
+    session_disk_bytes: int = 512 << 20
+    """Disk a session's files may take (its /app, /tests, /logs together, as du counts them)."""
+    session_max_files: int = 20_000
+    """Files, directories and links a session may hold."""
+    session_max_depth: int = 128
+    """Directory levels a session's tree may have (a deeper tree counts as over its file limit)."""
     uid_base: int = 200_000
     """First uid of the unprivileged uids runs execute as when the server is root; each server
     claims its own block of `workers` uids (see isolation.claim_uid_block)."""
@@ -158,6 +177,19 @@ class SandboxConfig:
                 f"default_memory_MB: must be in [{self.min_memory_MB}, {self.max_memory_MB}], "
                 f"got {self.default_memory_MB}"
             )
+        if self.max_sessions < 0:
+            raise ValueError(f"--max-sessions {self.max_sessions}: must be >= 0")
+        ttl, longest_ttl = self.session_ttl_s, self.session_max_ttl_s
+        if not (math.isfinite(longest_ttl) and 0 < longest_ttl <= MAX_SESSION_TTL_S):
+            raise ValueError(
+                f"--session-max-ttl-s {longest_ttl:g}: must be > 0 and at most {MAX_SESSION_TTL_S}"
+            )
+        if not (math.isfinite(ttl) and 0 < ttl <= longest_ttl):
+            raise ValueError(
+                f"--session-ttl-s {ttl:g}: must be > 0 and <= --session-max-ttl-s {longest_ttl:g}"
+            )
+        if self.session_max_depth < 1:
+            raise ValueError(f"session_max_depth: must be >= 1, got {self.session_max_depth}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port: must be in [0, 65535], got {self.port}")
         for name in (
@@ -168,6 +200,8 @@ class SandboxConfig:
             "max_fetch",
             "max_body",
             "max_output",
+            "session_disk_bytes",
+            "session_max_files",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")

@@ -196,14 +196,21 @@ class Isolation:
             split=self.run_reaper,
             uid=self.uid(slot),
             install_filter=seccomp.installer(self.seccomp) if self.seccomp else None,
+            rootfs=self.root is not None,
         )
 
-    def preexec(self, limits: Limits, slot: int, tmpfs_MB: int) -> Callable[[], None]:
+    def preexec(
+        self, limits: Limits, slot: int, tmpfs_MB: int, uid: int | None = None, session: bool = False
+    ) -> Callable[[], None]:
         """The function run in the forked child before exec (launch.direct), in the slot's first
         cgroup cell. It returns in the program's process; a failure is reported on stderr with
-        exit code SETUP_EXIT."""
+        exit code SETUP_EXIT. `uid`: a session's own uid instead of the slot's (with the uid
+        layer); `session`: the cwd is a session root (launch.Steps)."""
         steps = self._steps(slot, cell_of(slot, 0), tmpfs_MB)
         steps.rlimits = limits.pairs()
+        if uid is not None and steps.uid is not None:
+            steps.uid = uid
+        steps.session = session
         return launch.direct(steps)
 
     def prepare(

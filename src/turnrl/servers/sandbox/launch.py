@@ -46,8 +46,10 @@ class RunRequest:
 
     argv: list[str]
     env: dict[str, str]
-    workdir: str  # the run's dir on the host, inside the server's work root
+    workdir: str  # the run's dir on the host, inside the server's work root (a session's root)
     rlimits: list[tuple[int, tuple[int, int]]]
+    uid: int | None = None  # a session's own uid instead of the slot's (with the uid layer)
+    session: bool = False  # workdir is a session root: its app, tests, logs at /app, /tests, /logs
 
 
 @dataclass
@@ -64,6 +66,8 @@ class Steps:
     uid: int | None
     install_filter: Callable[[], None] | None
     rlimits: list[tuple[int, tuple[int, int]]] = field(default_factory=list)
+    rootfs: bool = False  # the minimal root is entered (a session's dirs go to /app, /tests, /logs)
+    session: bool = False  # (direct only) the cwd is a session root, not a run's work dir
 
     def begin(self) -> list[int]:
         """Parent-death signal; the cgroup files, opened while /sys is in reach (the minimal root
@@ -74,13 +78,16 @@ class Steps:
                 os._exit(SETUP_EXIT)
         return [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in self.cgroup_files]
 
-    def lock_down(self, rlimits: list[tuple[int, tuple[int, int]]]) -> None:
+    def lock_down(self, rlimits: list[tuple[int, tuple[int, int]]], uid: int | None = None) -> None:
+        """rlimits, the drop to the slot's uid (or `uid`, a session's, where the slot has one),
+        no_new_privs, seccomp."""
         for res, pair in rlimits:
             resource.setrlimit(res, pair)
-        if self.uid is not None:
+        target = self.uid if uid is None or self.uid is None else uid
+        if target is not None:
             os.setgroups([])
-            os.setgid(self.uid)
-            os.setuid(self.uid)
+            os.setgid(target)
+            os.setuid(target)
             nsetup.prctl(nsetup.PR_SET_NO_NEW_PRIVS, 1)
         if self.install_filter is not None:  # last: everything above needs calls it denies
             self.install_filter()
@@ -108,6 +115,8 @@ def direct(steps: Steps) -> Callable[[], None]:
         try:
             cgroups = steps.begin()
             steps.setup()
+            if steps.session and steps.mount_ns:
+                nsetup.enter_session_direct(steps.rootfs)
             if steps.pid_ns:
                 pidns.enter(steps.pdeathsig, SETUP_EXIT)
             if steps.split:  # before the rlimits: the reaper, a copy of the server, must not hit them
@@ -151,10 +160,10 @@ def prepared(steps: Steps, channel: int) -> Callable[[], NoReturn]:
                 request, stdio = _await(channel)
             _take_stdio(stdio)
             if steps.mount_ns:
-                nsetup.take_work_dir(request.workdir)
+                nsetup.take_work_dir(request.workdir, request.session, steps.rootfs)
             else:
-                os.chdir(request.workdir)
-            steps.lock_down(request.rlimits)
+                os.chdir(os.path.join(request.workdir, "app") if request.session else request.workdir)
+            steps.lock_down(request.rlimits, request.uid)
             _exec(request)
         except BaseException as err:
             fail(err)

@@ -161,14 +161,62 @@ def bind_work(new_root: str, work_root_fd: int | None) -> None:
     os.close(work_root_fd)
 
 
-def take_work_dir(run_dir: str) -> None:
-    """In a prepared sandbox, as root: the run's own dir at WORK_PATH, the rest of the work root
-    (other runs' dirs) unmounted, and the cwd there."""
+def take_work_dir(run_dir: str, session: bool = False, rootfs: bool = False) -> None:
+    """In a prepared sandbox, as root: the run's own dir at WORK_PATH (a session root's dirs at
+    their places, `bind_session`), the rest of the work root (other runs' and sessions' dirs)
+    unmounted, and the cwd there."""
     assert LIBC is not None
-    _mount(os.path.join(STAGE_PATH, os.path.basename(run_dir)), WORK_PATH, None, MS_BIND | MS_REC)
+    source = os.path.join(STAGE_PATH, os.path.basename(run_dir))
+    if session:
+        bind_session(source, rootfs)
+    else:
+        _mount(source, WORK_PATH, None, MS_BIND | MS_REC)
     _check(LIBC.umount2(STAGE_PATH.encode(), MNT_DETACH), f"umount2 {STAGE_PATH}")
     os.rmdir(STAGE_PATH)
-    os.chdir(WORK_PATH)
+    if not session:
+        os.chdir(WORK_PATH)
+
+
+SESSION_DIRS = ("app", "tests", "logs")
+"""A session root's dirs that commands see: at /app (the workspace), /tests and /logs with the
+rootfs layer; under WORK_PATH without it (the host's / is no place to make mount points)."""
+
+
+def session_paths(rootfs: bool) -> dict[str, str]:
+    """Where a command sees each of SESSION_DIRS, when the mount layer is on."""
+    if rootfs:
+        return {name: "/" + name for name in SESSION_DIRS}
+    return {name: f"{WORK_PATH}/{name}" for name in SESSION_DIRS}
+
+
+def bind_session(source: str, rootfs: bool) -> None:
+    """Bind the session root at `source` for its command, and enter its workspace. With the
+    rootfs layer the read-only root is made writable for the three mount points only."""
+    if not rootfs:
+        if source != WORK_PATH:
+            _mount(source, WORK_PATH, None, MS_BIND | MS_REC)
+        os.chdir(f"{WORK_PATH}/app")
+        return
+    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
+    umask = os.umask(0o022)
+    try:
+        for name in SESSION_DIRS:
+            os.mkdir("/" + name)
+    finally:
+        os.umask(umask)
+    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for name in SESSION_DIRS:
+        _mount(os.path.join(source, name), "/" + name, None, MS_BIND | MS_REC)
+    os.chdir("/app")
+
+
+def enter_session_direct(rootfs: bool) -> None:
+    """A session's command forked by the server (no zygote): its root is at WORK_PATH (`bind_work`
+    bound the cwd there); with the rootfs layer its dirs move to /app, /tests, /logs."""
+    assert LIBC is not None
+    bind_session(WORK_PATH, rootfs)
+    if rootfs:
+        _check(LIBC.umount2(WORK_PATH.encode(), MNT_DETACH), f"umount2 {WORK_PATH}")
 
 
 def namespace_setup(

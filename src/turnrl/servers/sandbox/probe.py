@@ -20,11 +20,11 @@ from pathlib import Path
 from turnrl.servers.sandbox import nsetup, reaper, rootfs, seccomp
 from turnrl.servers.sandbox.cgroups import CgroupSlots
 from turnrl.servers.sandbox.cleanup import remove_tree
-from turnrl.servers.sandbox.config import SandboxConfig
+from turnrl.servers.sandbox.config import UIDS_PER_SERVER, SandboxConfig
 from turnrl.servers.sandbox.isolation import FALLBACK_NOTE, Isolation, Limits
 from turnrl.servers.sandbox.nsetup import exposures
 
-UID_STRIDE = 1024  # uids reserved per server; more workers than this cannot have per-slot uids
+UID_STRIDE = UIDS_PER_SERVER  # uids reserved per server: one per worker slot and one per session
 FALLBACK_UID_BASE = 50_000  # for hosts (user-namespaced containers) that map only 16-bit uids
 
 
@@ -35,7 +35,7 @@ def claim_uid_block(base: int, size: int) -> tuple[int, int]:
     never share uids (a shared uid would share the process budget and the kill sweep).
     Returns (first uid, lock fd)."""
     if size > UID_STRIDE:
-        raise OSError(f"workers: at most {UID_STRIDE} with per-slot uids, got {size}")
+        raise OSError(f"workers + sessions: at most {UID_STRIDE} with per-slot uids, got {size}")
     lock_dir = Path("/run/lock") if os.access("/run/lock", os.W_OK) else Path(tempfile.gettempdir())
     for k in range(256):
         start = base + k * UID_STRIDE
@@ -189,7 +189,8 @@ def _probe_rootfs(
         )
         return
     prefixes, sys_path = layout
-    uids = [] if iso.uid_base is None else [iso.uid_base + i for i in range(cfg.workers)]
+    # the slots' uids, then the sessions' (sessions.SessionStore), so that names resolve for all
+    uids = [] if iso.uid_base is None else [iso.uid_base + i for i in range(cfg.workers + cfg.max_sessions)]
     tools = [cfg.python, *(lang.argv[0] for lang in cfg.languages().values())]
     try:
         iso.root = rootfs.plan_root(prefixes, sys_path, [t for t in tools if t], uids)
@@ -261,7 +262,7 @@ def _claim_uids(iso: Isolation, cfg: SandboxConfig, root: bool) -> int | None:
         )
         return None
     try:
-        uid_base, iso.uid_lock_fd = claim_uid_block(cfg.uid_base, cfg.workers)
+        uid_base, iso.uid_lock_fd = claim_uid_block(cfg.uid_base, cfg.workers + cfg.max_sessions)
     except OSError as err:
         iso.notes.append(f"unprivileged_uid: {err}")
         return None

@@ -28,7 +28,8 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from turnrl.servers.sandbox import reaper, zygote_client
@@ -46,7 +47,7 @@ from turnrl.servers.sandbox.launch import RunRequest
 from turnrl.servers.sandbox.schema import BadRequest, RunSpec, response, run_result, shown
 from turnrl.servers.sandbox.spawn import CappedOutput, RunProtocol, Spawned, spawn_by_zygote, spawn_forked
 
-__all__ = ["CappedOutput", "Runner"]
+__all__ = ["CappedOutput", "Runner", "Target"]
 
 DRAIN_GRACE_S = 1.0  # after the kill, how long pipes may take to reach EOF
 INLINE_BYTES = 64 << 10  # a request's files up to this size are written without a worker thread
@@ -82,6 +83,25 @@ async def _in_thread_to_the_end(fn: Callable[..., T], *args: Any) -> T:
     return task.result()
 
 
+@dataclass
+class Target:
+    """What to start and where: a /run_code program in its work dir, or a session's command."""
+
+    argv: list[str]
+    env: dict[str, str]
+    workdir: str  # on the host: the run's work dir, or the session's root
+    uid: int | None = None  # the session's uid, instead of the slot's (with the uid layer)
+    session: bool = False
+
+    def cwd(self, mount_ns: bool) -> str:
+        """The host dir a server-forked program starts in (the mount layer moves it from there)."""
+        return os.path.join(self.workdir, "app") if self.session and not mount_ns else self.workdir
+
+
+Watch = Callable[[], Awaitable[str]]
+"""Returns (a reason) when a running program must be stopped early: a session over its quota."""
+
+
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -110,7 +130,8 @@ def _user_tasks(uid: int) -> int:
 class Runner:
     def __init__(self, cfg: SandboxConfig, iso: Isolation, work_root: str) -> None:
         self.cfg, self.iso, self.work_root = cfg, iso, work_root
-        self.active: dict[int, tuple[Spawned, int]] = {}  # slot -> running program and its cell
+        # slot -> running program, its cell, what it runs
+        self.active: dict[int, tuple[Spawned, int, Target]] = {}
         self.halves = [0] * cfg.workers  # which of its two cgroup cells a slot's next run uses
         self.zygote: zygote_client.ZygoteClient | None = None
         self.spawner_note = ""  # why runs are forked by the server, if they are
@@ -201,7 +222,7 @@ class Runner:
             files[rel] = base64.b64encode(data).decode("ascii")
         return files, problems
 
-    def _kill_program(self, run: Spawned, slot: int, cell: int) -> None:
+    def _kill_program(self, run: Spawned, uid: int | None, cell: int) -> None:
         """Kill the program and everything it started, escapees included, but spare the process
         that reports its end.
 
@@ -213,7 +234,7 @@ class Runner:
         `run.pid` is the reaper: it kills the daemons re-parented to it, which no sweep here can
         find, and exits with the program's status.
         """
-        iso, uid, pid = self.iso, self.iso.uid(slot), run.pid
+        iso, pid = self.iso, run.pid
         if iso.cgroups is not None:  # exact: an unprivileged process cannot leave its cgroup
             iso.cgroups.kill(cell, run.spare)
         elif uid is not None:  # the launcher and init are root, the program is not
@@ -232,9 +253,8 @@ class Runner:
         if self.iso.run_reaper:  # the reaper itself, if it would not go
             reaper.kill_until_gone(lambda: reaper.pids_in_session(pid))
 
-    def _remove_strays(self, slot: int) -> None:
-        """Without a private /tmp, files the slot's uid left in the shared temp dirs."""
-        uid = self.iso.uid(slot)
+    def _remove_strays(self, uid: int | None) -> None:
+        """Without a private /tmp, files the run's uid left in the shared temp dirs."""
         if uid is None or self.iso.mount_ns:
             return
         for top in ("/tmp", "/var/tmp", "/dev/shm"):
@@ -253,16 +273,24 @@ class Runner:
         cgroups = self.iso.cgroups
         return cgroups is not None and not cgroups.pids(cell) - run.spare
 
-    async def _stop(self, run: Spawned, slot: int, cell: int) -> None:
+    def _uid_of(self, slot: int, target: Target | None) -> int | None:
+        """The uid the run executes as: its session's, else its slot's (None without the layer)."""
+        slot_uid = self.iso.uid(slot)
+        return (
+            target.uid if slot_uid is not None and target is not None and target.uid is not None else slot_uid
+        )
+
+    async def _stop(self, run: Spawned, slot: int, cell: int, target: Target | None = None) -> None:
+        uid = self._uid_of(slot, target)
         if not self._cell_is_empty(run, cell):
-            await asyncio.to_thread(self._kill_program, run, slot, cell)
+            await asyncio.to_thread(self._kill_program, run, uid, cell)
         if not await run.exit_within(LAUNCHER_GRACE_S) or not self.iso.pid_ns:
             # a session or group id stays taken while any process holds it, and the kernel hands
             # out pids cyclically, so these cannot hit an unrelated process
             await asyncio.to_thread(self._kill_leftovers, run.pid)
         await run.exit_within(LAUNCHER_GRACE_S)
-        if self.iso.uid(slot) is not None and not self.iso.mount_ns:
-            await asyncio.to_thread(self._remove_strays, slot)
+        if uid is not None and not self.iso.mount_ns:
+            await asyncio.to_thread(self._remove_strays, uid)
 
     async def run(self, spec: RunSpec, slot: int) -> dict[str, Any]:
         """The run's answer; BadRequest when the request's own files cannot be written. Cancelled,
@@ -279,7 +307,7 @@ class Runner:
                     await _in_thread_to_the_end(self._prepare, spec, slot, workdir)
             except OSError as err:
                 return response("SandboxError", f"could not prepare the work dir: {err}", run_result("Error"))
-            result, ran = await self._execute(spec, slot, workdir)
+            result, ran = await self._execute(spec, slot, self._program(spec, workdir))
             if not ran:
                 return result
             files: dict[str, str] = {}
@@ -292,18 +320,49 @@ class Runner:
         finally:
             await _in_thread_to_the_end(remove_tree, workdir)
 
-    async def _spawn(self, spec: RunSpec, slot: int, workdir: str, protocol: RunProtocol) -> Spawned:
-        cfg, iso = self.cfg, self.iso
+    def _program(self, spec: RunSpec, workdir: str) -> Target:
+        """A /run_code program: its file in its work dir."""
         argv = [*spec.language.argv, spec.language.filename]
-        env = iso.env(iso.work_path(workdir), [os.path.dirname(cfg.python)])
-        limits = self._limits(spec)
-        if self.zygote is not None:
-            request = RunRequest(argv, env, workdir, limits.pairs())
-            return await spawn_by_zygote(self.zygote, slot, self.halves[slot], request, spec.stdin, protocol)
-        preexec = iso.preexec(limits, slot, cfg.tmpfs_MB)
-        return await spawn_forked(argv, env, workdir, preexec, spec.stdin, protocol)
+        env = self.iso.env(self.iso.work_path(workdir), [os.path.dirname(self.cfg.python)])
+        return Target(argv, env, workdir)
 
-    async def _execute(self, spec: RunSpec, slot: int, workdir: str) -> tuple[dict[str, Any], bool]:
+    async def run_command(
+        self, spec: RunSpec, slot: int, target: Target, watch: Watch | None = None
+    ) -> tuple[dict[str, Any], str]:
+        """A session's command (`target`) in the slot: the response, as /run_code's, and why
+        `watch` stopped it ("" if it did not). Cancelled, it kills the command first."""
+        result, _ = await self._execute(spec, slot, target, watch)
+        return result, result.pop("stopped", "")
+
+    async def _spawn(self, spec: RunSpec, slot: int, target: Target, protocol: RunProtocol) -> Spawned:
+        cfg, iso = self.cfg, self.iso
+        limits = self._limits(spec)
+        uid = target.uid if iso.uid(slot) is not None else None
+        if self.zygote is not None:
+            request = RunRequest(target.argv, target.env, target.workdir, limits.pairs(), uid, target.session)
+            return await spawn_by_zygote(self.zygote, slot, self.halves[slot], request, spec.stdin, protocol)
+        preexec = iso.preexec(limits, slot, cfg.tmpfs_MB, uid, target.session)
+        cwd = target.cwd(iso.mount_ns)
+        return await spawn_forked(target.argv, target.env, cwd, preexec, spec.stdin, protocol)
+
+    async def _wait(self, spawned: Spawned, timeout: float, watch: Watch | None) -> tuple[bool, str]:
+        """Until the program exits, `timeout` passes or `watch` says stop: (timed out, why stopped)."""
+        if watch is None:
+            return not await spawned.exit_within(timeout), ""
+        exited = asyncio.ensure_future(spawned.exit_within(timeout))
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await asyncio.wait({exited, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (exited, watcher):
+                task.cancel()
+        if exited.done() and not exited.cancelled():
+            return not exited.result(), ""
+        return False, watcher.result()
+
+    async def _execute(
+        self, spec: RunSpec, slot: int, target: Target, watch: Watch | None = None
+    ) -> tuple[dict[str, Any], bool]:
         """The response and whether the program ran (False: the sandbox failed to run it)."""
         cfg, iso = self.cfg, self.iso
         cell = cell_of(slot, self.halves[slot])
@@ -315,7 +374,7 @@ class Runner:
         start = time.monotonic()
         # a program being handed over is seen through even if the request is cancelled meanwhile:
         # cut short, it would start unwatched, in a slot the next request is given
-        spawning = asyncio.ensure_future(self._spawn(spec, slot, workdir, protocol))
+        spawning = asyncio.ensure_future(self._spawn(spec, slot, target, protocol))
         cancelled = await _ride_out(spawning)
         if self.zygote is not None:  # the slot's next run: the other cell, prepared meanwhile
             self.halves[slot] ^= 1
@@ -325,17 +384,17 @@ class Runner:
             if cancelled:
                 raise asyncio.CancelledError from None
             return response("SandboxError", f"could not start the program: {exc}", run_result("Error")), False
-        self.active[slot] = (spawned, cell)
-        timed_out = False
+        self.active[slot] = (spawned, cell, target)
+        timed_out, stopped = False, ""
         try:
             if cancelled:
                 raise asyncio.CancelledError  # stopped below, like any run whose request is cancelled
-            timed_out = not await spawned.exit_within(spec.run_timeout)
+            timed_out, stopped = await self._wait(spawned, spec.run_timeout, watch)
         finally:
             elapsed = time.monotonic() - start
             try:
                 # runs even when the request is cancelled, so no run outlives its request
-                await self._stop(spawned, slot, cell)
+                await self._stop(spawned, slot, cell, target)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.gather(*protocol.eof.values()), DRAIN_GRACE_S)
             finally:
@@ -344,7 +403,10 @@ class Runner:
         if spawned.lost is not None:
             run = run_result("Error", elapsed, None, out.text(), err.text())
             return response("SandboxError", spawned.lost, run), False
-        return self._result(spawned.returncode(), timed_out, elapsed, spec, out, err)
+        result, ran = self._result(spawned.returncode(), timed_out, elapsed, spec, out, err)
+        if stopped:
+            result["stopped"] = stopped
+        return result, ran
 
     def _result(
         self,
@@ -378,5 +440,5 @@ class Runner:
         return response(status, "; ".join(n for n in notes if n), run), True
 
     async def kill_all(self) -> None:
-        for slot, (spawned, cell) in list(self.active.items()):
-            await self._stop(spawned, slot, cell)
+        for slot, (spawned, cell, target) in list(self.active.items()):
+            await self._stop(spawned, slot, cell, target)
