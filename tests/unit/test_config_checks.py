@@ -252,7 +252,8 @@ def test_an_unknown_task_is_checked_against_the_table_before_the_model_loads():
     from turnrl.trainer.setup import check_plugins
 
     message = (
-        r"unknown 'data\.task' 'chess'; valid: addition, calculator, code, search, harbor, or reasoning_gym:<dataset>"
+        r"unknown 'data\.task' 'chess'; valid: addition, calculator, code, search, harbor, "
+        r"reasoning_gym:<dataset> \(e\.g\. reasoning_gym:chain_sum\), or harbor:<folder of task directories>"
     )
     with pytest.raises(ConfigError, match=message):
         check_plugins(config_with(data__task="chess"))

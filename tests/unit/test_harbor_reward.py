@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from turnrl.agent.harbor import local, reward
+from turnrl.agent.harbor.demos import TOOLS, solved_files
 from turnrl.tasks.harbor import (
     DemoError,
     HarborTask,
@@ -18,13 +20,10 @@ from turnrl.tasks.harbor import (
     VerifierOutput,
     builtin_tasks,
     demonstration,
-    local,
     parse_solve,
-    reward,
     reward_of,
     verify,
 )
-from turnrl.tasks.harbor.demos import TOOLS, solved_files
 
 
 @pytest.mark.parametrize(

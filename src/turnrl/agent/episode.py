@@ -33,6 +33,8 @@ class Episode:
     """One step reward per model turn (a maximal run of model tokens), 0.0 until a tool rewards it."""
     step_memo: dict[str, Any] = field(default_factory=dict)
     """What the tools' step rewards remember across the episode's turns (evidence already found)."""
+    workspace: Any = None
+    """The episode's sandbox session (a task that brings a workspace); None: none."""
 
     @property
     def context(self) -> list[int]:

@@ -152,13 +152,18 @@ class EpisodeLoop:
         budget: int,
         streaming: bool = False,
         rows: list[dict[str, Any]] | None = None,
+        workspaces: list[Any] | None = None,
     ) -> list[Episode]:
         """`n` episodes per prompt, interleaved (A,A,B,B) whatever order they finish in; `budget` bounds
         each whole response. `streaming`: each episode runs its own turns (see the module docstring).
-        `rows`: each prompt's dataset row, for the step rewards that read it."""
+        `rows`: each prompt's dataset row, for the step rewards that read it. `workspaces`: each
+        episode's sandbox session (`agent.workspaces`), in episode order; an exception in place of one
+        (it could not be opened) ends that episode before its first turn."""
         self.stats = self._fresh_stats()
         rows = rows or [{} for _ in prompts]
         episodes = [Episode(list(p), row=row) for p, row in zip(prompts, rows, strict=True) for _ in range(n)]
+        for e, w in zip(episodes, workspaces or [], strict=False):
+            e.workspace, e.done = (None, True) if isinstance(w, BaseException) else (w, False)
         if streaming:
             self._run_streaming(episodes, params, budget)
         else:
@@ -255,7 +260,11 @@ class EpisodeLoop:
         """Append the turn's generated ids as sampled; returns (tool action, eos text) when tools must run."""
         e.add_model(out.ids, out.log_probs, out.version)
         e.turns += 1
-        return self._after_generation(e, out, final, budget)
+        step = self._after_generation(e, out, final, budget)
+        if step is not None and e.workspace is not None:  # the tools that act in it get it with each call
+            for call in step[0].calls:
+                call.workspace = e.workspace
+        return step
 
     def _after_generation(
         self, e: Episode, out: TurnOutput, final: bool, budget: int

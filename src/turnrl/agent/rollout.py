@@ -24,12 +24,19 @@ from turnrl.agent.assemble import agent_metrics, assemble_episodes
 from turnrl.agent.executor import ToolExecutor
 from turnrl.agent.loop import EpisodeLoop
 from turnrl.agent.tools.toolset import ToolSet
+from turnrl.agent.workspaces import Finished, Workspaces, carried_fields, one_line, workspace_metrics
 from turnrl.batch import Batch
 from turnrl.config.schema import Config
 from turnrl.models.loader import cache_root
 from turnrl.rollout.base import RolloutEngine, SamplingParams
 
 log = logging.getLogger(__name__)
+
+OPEN_TIMEOUT_S = 120.0
+"""Opening (or closing) every episode's session of a step; a sandbox slower than this is down."""
+FINISH_TIMEOUT_S = 900.0
+"""Verifying every episode of a step: above the longest verifier the sandbox runs (300 s) plus its
+files' transfer; each verifier is bounded by its own timeout well before."""
 
 
 class AgentRollout:
@@ -53,6 +60,10 @@ class AgentRollout:
         self.toolset = ToolSet(mt, cache_root(cfg.model.cache_dir), default_index).start()
         self.services = self.toolset.services  # code rewards reuse its sandbox
         self.executor: ToolExecutor | None = None
+        self.workspaces: Workspaces | None = None
+        if (ws := self.toolset.services.workspace) is not None:  # bash / editor: one session per episode
+            self.workspaces = Workspaces(ws.url, ws.api_key or None, mt.workspace.ttl_s)
+            self.wants_rows = True  # a row carries its task's workspace and tests
         try:
             self.executor = ToolExecutor(self.toolset.tools, mt.tool_timeout, mt.max_concurrent_calls)
             self.loop = EpisodeLoop(
@@ -79,16 +90,54 @@ class AgentRollout:
         prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
         budget = params.max_new_tokens
         rows = [{k: v[i] for k, v in gen_batch.non_tensors.items()} for i in range(len(prompts))]
-        episodes = self.loop.run(prompts, params.n, params, budget, streaming=self.streaming, rows=rows)
+        sessions = self._open(rows, params.n)
+        episodes = self.loop.run(
+            prompts, params.n, params, budget, streaming=self.streaming, rows=rows, workspaces=sessions
+        )
         weight = self.cfg.step_reward_weight if self.cfg.step_rewards else None
         batch = assemble_episodes(gen_batch, episodes, params.n, self.pad_id, budget, weight)
         metrics = agent_metrics(episodes, self.loop.stats)
+        if sessions is not None:
+            finished = self._finish(episodes, sessions)
+            for key, value in carried_fields(finished).items():
+                batch[key] = value
+            metrics.update(workspace_metrics(finished))
         if self.toolset.supervisors:  # so far in the run: a restart is rare, a step's count would blink
             metrics["servers/restarts"] = float(self.toolset.restarts)
         return batch, metrics
 
+    def _open(self, rows: list[dict[str, Any]], n: int) -> list[Any] | None:
+        """Each episode's sandbox session (an exception where it could not be opened), in episode
+        order; None without workspace tools."""
+        if self.workspaces is None or self.executor is None:
+            return None
+        opening = [self.workspaces.open(row) for row in rows for _ in range(n)]
+        return self.executor.gather(opening, OPEN_TIMEOUT_S)
+
+    def _finish(self, episodes: list[Any], sessions: list[Any]) -> list[Finished]:
+        """Each episode verified by its task's tests in its session, the sessions deleted."""
+        assert self.workspaces is not None and self.executor is not None
+        finishing = [
+            self.workspaces.finish(None if isinstance(s, BaseException) else s, e.row)
+            for e, s in zip(episodes, sessions, strict=True)
+        ]
+        done = self.executor.gather(finishing, FINISH_TIMEOUT_S)
+        opened = [
+            Finished(None, f"workspace: the session could not be opened: {one_line(s)}")
+            if isinstance(s, BaseException)
+            else None
+            for s in sessions
+        ]
+        return [
+            o or (d if isinstance(d, Finished) else Finished(None, f"workspace: {d!r}"))
+            for o, d in zip(opened, done, strict=True)
+        ]
+
     def close(self) -> None:
         """Close tool clients and stop the child servers; safe to call twice."""
+        if self.executor is not None and self.workspaces is not None:
+            self.executor.gather([self.workspaces.aclose()], OPEN_TIMEOUT_S)
+            self.workspaces = None
         if self.executor is not None:
             self.executor.close()
             self.executor = None

@@ -55,6 +55,25 @@ class PythonToolConfig:
 
 
 @dataclass
+class WorkspaceToolConfig:
+    """The `bash` and `editor` tools' sandbox: one session per episode of a task that brings a
+    workspace (`data.task=harbor`, docs/data.md "Harbor tasks")."""
+
+    url: str = ""
+    """A turnrl sandbox server (`turnrl sandbox serve`: sessions are turnrl's own routes). Empty = start
+    turnrl's own sandbox as a child process."""
+    api_key: str = ""
+    """Key of `url`'s sandbox. Empty = $TURNRL_API_KEY (a child sandbox gets a fresh key by itself)."""
+    workers: int = ranged(0, ">= 0", "0 = one per CPU core")
+    """Concurrent commands of the child sandbox (0 = one per CPU core); ignored with `url`."""
+    command_timeout_s: float = ranged(30.0, "> 0")
+    """Wall-clock seconds one `bash` command (or an editor's listing) may run."""
+    ttl_s: float = ranged(1800.0, "> 0")
+    """Longest life of an episode's session; the server removes it and its files then, whatever
+    happened to the run (each session lives at most its task's agent and verifier time, plus 60 s)."""
+
+
+@dataclass
 class CalculatorToolConfig:
     tag: str = "calculator"
     """XML action tag: the model writes `<calculator>12 * 34</calculator>`."""
@@ -114,6 +133,8 @@ class MultiTurnConfig:
     """The `python` tool (code sandbox client)."""
     calculator: CalculatorToolConfig = field(default_factory=CalculatorToolConfig)
     """The `calculator` tool (exact arithmetic, no code execution)."""
+    workspace: WorkspaceToolConfig = field(default_factory=WorkspaceToolConfig)
+    """The `bash` and `editor` tools' sandbox sessions."""
 
 
 @dataclass

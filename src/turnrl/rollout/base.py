@@ -114,6 +114,8 @@ class Services:
 
     sandbox: Endpoint | None = None
     retriever: Endpoint | None = None
+    workspace: Endpoint | None = None
+    """The sandbox of the episodes' sessions (the `bash` and `editor` tools)."""
 
 
 class Rollout(Protocol):

@@ -34,6 +34,7 @@ from typing import Any
 from turnrl.errors import TurnrlInputError
 from turnrl.rewards.registry import ScoreFn
 from turnrl.tasks import addition, calculator, code, gym, harbor, search
+from turnrl.tasks.harbor import folder
 from turnrl.tasks.search import demos
 
 SPLITS = ("train", "val")
@@ -101,11 +102,29 @@ def get(name: str) -> Task:
     UnknownGymDataset for a name it does not know)."""
     if gym.is_gym(name):
         return gym_task(gym.dataset_of(name))
+    if folder.is_folder_task(name):
+        return harbor_folder_task(name)
     if name not in TASKS:
         raise UnknownTask(
-            f"unknown built-in task '{name}'; valid: {', '.join(TASKS)}, or reasoning_gym:<dataset>"
+            f"unknown built-in task '{name}'; valid: {', '.join(TASKS)}, reasoning_gym:<dataset>, "
+            "or harbor:<folder of task directories>"
         )
     return TASKS[name]
+
+
+def harbor_folder_task(name: str) -> Task:
+    """`harbor:<folder>`: a user's Harbor task directories (tasks/harbor/folder.py)."""
+    where = folder.folder_of(name)
+    if not where.is_dir():
+        raise UnknownTask(f"data.task={name}: {where} is not a folder of Harbor task directories")
+    return Task(
+        name,
+        f"the Harbor tasks under {where}",
+        (folder.SOURCE, folder.HELD_OUT),
+        partial(folder.rows, where),
+        harbor.compute_score,
+        tools=("bash", "editor"),
+    )
 
 
 def gym_task(dataset: str) -> Task:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
+import re
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -70,7 +72,11 @@ def task_dir_name(task: str, seed: int, args: dict[str, Any]) -> str:
     """`addition-seed0`, `reasoning_gym_chain_sum-seed0-args3f9c0a1b2d`: the task's cached rows
     are keyed by everything they are made from, so runs with other arguments never share them."""
     key = args_key(args)
-    return f"{task.replace(':', '_')}-seed{seed}" + (f"-args{key}" if key else "")
+    name = re.sub(r"[^\w.-]+", "_", task)
+    if "/" in task:  # harbor:<folder>: its last part names it, a hash of the path keeps folders apart
+        name = re.sub(r"[^\w.-]+", "_", task.split(":", 1)[0] + "_" + Path(task.split(":", 1)[1]).name)
+        name += "-" + hashlib.sha256(task.encode()).hexdigest()[:8]
+    return f"{name}-seed{seed}" + (f"-args{key}" if key else "")
 
 
 @dataclass
@@ -86,13 +92,15 @@ def check_plugins(cfg: Config) -> None:
     from it; a reasoning-gym dataset's name is checked where its rows are made, which needs the
     package), the built-in tools against `TOOLS`."""
     from turnrl.tasks import TASKS, gym
+    from turnrl.tasks.harbor.folder import is_folder_task
 
     d = cfg.data
     written = not (d.train_files and d.val_files)
-    if written and d.task not in TASKS and not (gym.is_gym(d.task) and gym.dataset_of(d.task)):
+    known = d.task in TASKS or (gym.is_gym(d.task) and gym.dataset_of(d.task)) or is_folder_task(d.task)
+    if written and not known:
         raise ConfigError(
-            f"unknown 'data.task' '{d.task}'; valid: {', '.join(TASKS)}, or "
-            f"{gym.PREFIX}<dataset> (e.g. {gym.PREFIX}chain_sum)"
+            f"unknown 'data.task' '{d.task}'; valid: {', '.join(TASKS)}, "
+            f"{gym.PREFIX}<dataset> (e.g. {gym.PREFIX}chain_sum), or harbor:<folder of task directories>"
         )
     if cfg.rollout.multi_turn.enable:
         from turnrl.agent.tools.toolset import check_tool_names

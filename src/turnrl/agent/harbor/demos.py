@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from turnrl.tasks.harbor.spec import WORKSPACE, HarborTask
+from turnrl.agent.harbor.spec import WORKSPACE, HarborTask
 
 HEREDOC = re.compile(r"""^(?P<cmd>.*?)<<-?\s*(?P<q>['"]?)(?P<mark>\w+)(?P=q)\s*$""")
 WRITE = re.compile(r"""^cat\s+>\s*(?P<path>"[^"]+"|'[^']+'|\S+)\s*$""")

@@ -17,7 +17,7 @@ import posixpath
 import shlex
 from pathlib import Path
 
-from turnrl.tasks.harbor.spec import WORKSPACE, HarborTaskError
+from turnrl.agent.harbor.spec import WORKSPACE, HarborTaskError
 
 PLAIN_BASES = ("python", "debian", "ubuntu", "buildpack-deps")
 """Images whose files the sandbox's system stands in for (any tag). An image that brings its own tools

@@ -15,8 +15,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from turnrl.tasks.harbor.reward import Verdict, VerifierOutput, reward_of
-from turnrl.tasks.harbor.spec import TESTS, WORKSPACE, HarborTask, TaskFile
+from turnrl.agent.harbor.reward import Verdict, VerifierOutput, reward_of
+from turnrl.agent.harbor.spec import TESTS, WORKSPACE, HarborTask, TaskFile
 
 TIMEOUT_S = 60.0
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from turnrl.tasks.harbor.dockerfile import context_files, starting_files
-from turnrl.tasks.harbor.spec import (
+from turnrl.agent.harbor.dockerfile import context_files, starting_files
+from turnrl.agent.harbor.spec import (
     DEFAULT_AGENT_TIMEOUT_S,
     DEFAULT_VERIFIER_TIMEOUT_S,
     TESTS,
@@ -23,7 +23,11 @@ from turnrl.tasks.harbor.spec import (
 
 PREAMBLE = (
     "You are working in a Linux shell, in the folder {workdir}. Use the tools to read and change files "
-    "and to run commands; when you are done, say so. Your work is checked by tests you cannot see.\n\n"
+    "and to run commands; when you are done, say so. Your work is checked by tests you cannot see.\n"
+    'Call a tool by writing <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>. Tools:\n'
+    '- bash {{"command"}}: run a shell command in {workdir};\n'
+    '- editor {{"command": "view" | "create" | "str_replace", "path", "file_text", '
+    '"old_str", "new_str"}}: view a file, create one, or replace a string that occurs once.\n\n'
 )
 """What every row's prompt says before the task's own instruction."""
 DEFAULT_LIMITS = Limits()
@@ -194,5 +198,6 @@ def make_row(task: HarborTask, data_source: str, split: str, index: int, **info:
 
 def task_from_row(row: dict[str, Any]) -> HarborTask:
     """The task a row made by `make_row` carries (its instruction read from the prompt)."""
-    content = row["prompt"][-1]["content"]
+    prompt = row.get("prompt", row.get("raw_prompt"))  # a dataset row's, or a batch row's
+    content = prompt[-1]["content"]
     return HarborTask.from_json(row["extra_info"]["harbor"], instruction=content)

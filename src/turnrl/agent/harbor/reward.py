@@ -21,7 +21,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Protocol
 
-from turnrl.tasks.harbor.spec import TESTS, VERIFIER_DIR, WORKSPACE, HarborTask
+from turnrl.agent.harbor.spec import TESTS, VERIFIER_DIR, WORKSPACE, HarborTask
 
 REWARD_TXT = f"{VERIFIER_DIR}/reward.txt"
 REWARD_JSON = f"{VERIFIER_DIR}/reward.json"

@@ -207,6 +207,44 @@ def build_search(tools: ToolSet) -> Any:
     )
 
 
+def workspace_server(tools: ToolSet) -> Endpoint:
+    """The sessions' sandbox, started or checked once for both tools that use it: `workspace.url`'s,
+    else a child sandbox of the run's own (`tools.services.workspace`)."""
+    if tools.services.workspace is not None:
+        return tools.services.workspace
+    from turnrl.servers.sandbox import SandboxError, SandboxProcess, check_server
+
+    w = tools.cfg.workspace
+    child = None if w.url else SandboxProcess(workers=w.workers or None)
+
+    def check(url: str) -> dict[str, Any]:
+        health = check_server(url, api_key=w.api_key)
+        if "sessions" not in health:  # a SandboxFusion server runs programs, it keeps no workspace
+            raise SandboxError(f"sandbox server at {url} has no sessions (run `turnrl sandbox serve`)")
+        return health
+
+    url, _ = tools.server(
+        "rollout.multi_turn.workspace", w.url, check, (SandboxError, ValueError), child, "workspace sandbox"
+    )
+    api_key = child.api_key if child is not None else w.api_key
+    tools.services = replace(tools.services, workspace=Endpoint(url, api_key))
+    return tools.services.workspace
+
+
+def build_bash(tools: ToolSet) -> Any:
+    from turnrl.agent.tools.workspace import BashTool
+
+    workspace_server(tools)
+    return BashTool(tools.cfg.workspace.command_timeout_s)
+
+
+def build_editor(tools: ToolSet) -> Any:
+    from turnrl.agent.tools.workspace import EditorTool
+
+    workspace_server(tools)
+    return EditorTool(tools.cfg.workspace.command_timeout_s)
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     """A built-in tool: its config section and what builds it (starting the server it needs)."""
@@ -224,6 +262,8 @@ TOOLS: dict[str, ToolSpec] = {
     "calculator": ToolSpec("calculator", build_calculator, "exact arithmetic in Python, no server", well_formed),
     "python": ToolSpec("python", build_python, "runs code in the sandbox (a child of the run's, or python.url)", program_ran),
     "search": ToolSpec("search", build_search, "searches a retriever (a child of the run's, or search.url)", new_evidence),
+    "bash": ToolSpec("workspace", build_bash, "a shell command in the episode's workspace (a sandbox session)"),
+    "editor": ToolSpec("workspace", build_editor, "views, creates and edits the workspace's files"),
 }  # fmt: skip
 """The built-in tools by name: a new one is a builder and a line here."""
 

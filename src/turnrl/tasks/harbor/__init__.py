@@ -1,4 +1,4 @@
-"""Coding tasks in Harbor's task format, run in sandbox sessions.
+"""The built-in coding tasks in Harbor's task format (`data.task=harbor`), run in sandbox sessions.
 
 A task is a directory:
 
@@ -9,16 +9,15 @@ A task is a directory:
                           writes /logs/verifier/reward.txt (or reward.json), else its exit status counts
     solution/solve.sh     the reference solution
 
-`read_task` / `read_tasks` (reader.py) read directories into `HarborTask`s, refusing in one line
-what one sandbox session cannot provide (dockerfile.py, reader.check_environment); `make_row` turns a
-task into a verl row whose `extra_info["harbor"]` carries the workspace files, the tests and the
-timeouts (`task_from_row` reads them back). `verify` (reward.py) places the tests in a session,
-runs the verifier and reads its reward (`reward_of`, pure); `oracle` plays solve.sh first.
-`demos.demonstration` turns a scripted solve.sh into a tool-call episode for SFT.
-
-The built-in tasks (builtin.py, files under `builtin/<family>/<task>/`) are `data.task=harbor`.
+The format itself (reading, refusing, verifying, demonstrations) is `turnrl.agent.harbor`'s; this
+package holds the built-in tasks (builtin.py, files under `builtin/<family>/<task>/`) and re-exports
+the format's names.
 """
 
+from turnrl.agent.harbor.demos import DemoError, demonstration, parse_solve
+from turnrl.agent.harbor.reader import ReadResult, make_row, read_task, read_tasks, task_from_row
+from turnrl.agent.harbor.reward import Verdict, VerifierOutput, oracle, reward_of, verify
+from turnrl.agent.harbor.spec import HarborTask, HarborTaskError, Limits, TaskFile
 from turnrl.tasks.harbor.builtin import (
     DATA_SOURCE,
     DATA_SOURCES,
@@ -31,10 +30,6 @@ from turnrl.tasks.harbor.builtin import (
     demonstrations,
     rows,
 )
-from turnrl.tasks.harbor.demos import DemoError, demonstration, parse_solve
-from turnrl.tasks.harbor.reader import ReadResult, make_row, read_task, read_tasks, task_from_row
-from turnrl.tasks.harbor.reward import Verdict, VerifierOutput, oracle, reward_of, verify
-from turnrl.tasks.harbor.spec import HarborTask, HarborTaskError, Limits, TaskFile
 
 __all__ = [
     "DATA_SOURCE",

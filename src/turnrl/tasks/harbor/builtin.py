@@ -18,10 +18,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from turnrl.agent.harbor import demos, local
+from turnrl.agent.harbor.reader import make_row, read_tasks
+from turnrl.agent.harbor.spec import HarborTask, HarborTaskError
 from turnrl.tasks.args import count_arg, reject_unknown
-from turnrl.tasks.harbor import demos, local
-from turnrl.tasks.harbor.reader import make_row, read_tasks
-from turnrl.tasks.harbor.spec import HarborTask, HarborTaskError
 
 ROOT = Path(__file__).parent / "builtin"
 DATA_SOURCE = "turnrl/harbor"
@@ -103,7 +103,7 @@ def compute_score(
     the episode's sandbox session (`harbor.verify`), which a response's text alone cannot give."""
     raise HarborTaskError(
         str(ground_truth),
-        "scored by its verifier in the episode's sandbox session (turnrl.tasks.harbor.verify), "
+        "scored by its verifier in the episode's sandbox session (turnrl.agent.harbor.reward.verify), "
         "not from the response text",
     )
 
