@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from turnrl.agent.harbor.demos import solved_files
 from turnrl.tasks.harbor import HELD_OUT_TASKS, VAL_FAMILIES, builtin_tasks, demonstrations, rows
 from turnrl.tasks.harbor.builtin import split_of
-from turnrl.tasks.harbor.demos import solved_files
 
 SHARED = {"/tests/test.sh"}
 """Files every built-in task has alike (the verifier script): infrastructure, not a task's content."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from turnrl.agent.harbor.spec import DEFAULT_AGENT_TIMEOUT_S, DEFAULT_VERIFIER_TIMEOUT_S
 from turnrl.tasks import TASKS
 from turnrl.tasks.harbor import (
     HELD_OUT_TASKS,
@@ -21,7 +22,6 @@ from turnrl.tasks.harbor import (
     rows,
     task_from_row,
 )
-from turnrl.tasks.harbor.spec import DEFAULT_AGENT_TIMEOUT_S, DEFAULT_VERIFIER_TIMEOUT_S
 
 TOML = """version = "1.0"
 
