@@ -117,8 +117,8 @@ def test_topk_sets_the_passages_per_search(tmp_path, capsys):
     [
         (["--input", "x.jsonl"], "search_sft generates its rows from the built-in corpus"),
         (["--n", "0"], "--n must be a positive integer, got 0"),
-        (["--topk", "100000"], "--topk must be between 1 and the corpus size (400), got 100000"),
-        (["--topk", "0"], "--topk must be between 1 and the corpus size (400), got 0"),
+        (["--topk", "100000"], "--topk must be between 1 and the corpus size (620), got 100000"),
+        (["--topk", "0"], "--topk must be between 1 and the corpus size (620), got 0"),
         (["--retry-fraction", "2"], "--retry-fraction must be in [0, 1]"),
         (["--two-hop-share", "1.5"], "--two-hop-share must be in [0, 1], got 1.5"),
         (["--opener", "loud"], "--opener must be one of plain, subject, joined, got 'loud'"),

@@ -19,7 +19,10 @@ true: the worked example in the prompt), `facts_seed` (default 0: another value 
 counterfactual corpus, the same entities with re-sampled facts, and rows with its answers) and
 `val` (default `held_out`; `demonstrated`: the validation rows are instead the two-hop templates the
 demonstrations show, asked about validation entities, source `turnrl/search/2hop_demo`: a probe of
-whether a cold start learned to chain where it was shown how), `bridge_credit` (default 0: a process
+whether a cold start learned to chain where it was shown how), `val_size` (default `large`: 120
+one-hop, 320 two-hop and 72 comparison questions about the validation world and its extension;
+`small`: the 40, 64 and 24 about the validation world alone that docs/results/search-agent.md
+measured, with its 400-document corpus), `bridge_credit` (default 0: a process
 reward for two-hop training rows, below).
 `demos` scripts successful episodes for a supervised cold start (`turnrl data search_sft`).
 """
@@ -35,15 +38,24 @@ from typing import Any
 from turnrl.rewards.qa import em_check, extract_answer, targets
 from turnrl.tasks.args import TaskArgError, reject_unknown
 from turnrl.tasks.search.corpus import ENTITIES, FACTS_SEED, SEED, write_builtin_corpus
-from turnrl.tasks.search.questions import N_VAL as N_VAL_BY_SORT
-from turnrl.tasks.search.questions import TEMPLATES, Question, demonstrated_probe, split
+from turnrl.tasks.search.questions import N_VAL as N_VAL_BY_SIZE
+from turnrl.tasks.search.questions import (
+    TEMPLATES,
+    VAL_EXTENSIONS,
+    VAL_SIZES,
+    Question,
+    demonstrated_probe,
+    split,
+)
 
 SOURCES = {sort: f"turnrl/search/{sort}" for sort in ("1hop", "2hop", "compare", "2hop_demo")}
 DATA_SOURCES = tuple(SOURCES.values())
-N_VAL = sum(N_VAL_BY_SORT.values())
+# The small validation's row count: training rows are indexed from it whatever the validation size,
+# so they are the same rows, byte for byte, beside either
+N_VAL = sum(N_VAL_BY_SIZE["small"].values())
 FORMAT_SCORE = 0.1  # a well-formed wrong answer: enough to learn the protocol, far below a right one
 MAX_ANSWER_WORDS = 8  # longer is an explanation, not an answer: no format credit
-ARGS = ("example", "facts_seed", "val", "bridge_credit", "train")
+ARGS = ("example", "facts_seed", "val", "bridge_credit", "train", "val_size")
 SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL)
 VAL_SETS = ("held_out", "demonstrated")
 # which training questions `rows("train")` gives: every one; only the two-hop questions of the
@@ -81,6 +93,7 @@ class Options:
     val: str = "held_out"
     bridge_credit: float = 0.0
     train: str = "all"
+    val_size: str = "large"
 
 
 def options(args: dict[str, Any]) -> Options:
@@ -103,7 +116,10 @@ def options(args: dict[str, Any]) -> Options:
     train = args.get("train", "all")
     if train not in TRAIN_SETS:
         raise TaskArgError(f"task 'search': train must be one of {', '.join(TRAIN_SETS)}, got {train!r}")
-    return Options(example, facts_seed, val, float(credit), train)
+    val_size = args.get("val_size", "large")
+    if val_size not in VAL_SIZES:
+        raise TaskArgError(f"task 'search': val_size must be one of {', '.join(VAL_SIZES)}, got {val_size!r}")
+    return Options(example, facts_seed, val, float(credit), train, val_size)
 
 
 def prompt(question: str, example: bool = True) -> str:
@@ -135,11 +151,15 @@ def make_row(
     return row
 
 
-def indexed(facts_seed: int = FACTS_SEED) -> tuple[list[tuple[int, Question]], list[tuple[int, Question]]]:
-    """(validation, training) questions with their row index: validation 0 .. N_VAL-1, training
-    after, in the fixed order (the index is the same whatever the training order)."""
-    val, train = split(SEED, facts_seed, ENTITIES)
-    return list(enumerate(val)), [(len(val) + i, q) for i, q in enumerate(train)]
+def indexed(
+    facts_seed: int = FACTS_SEED, val_size: str = "large"
+) -> tuple[list[tuple[int, Question]], list[tuple[int, Question]]]:
+    """(validation, training) questions with their row index, in the fixed order (the index is the
+    same whatever the training order): training from `N_VAL`; the small validation 0 .. N_VAL-1, the
+    large after every training row (no index is shared, and a training row is the same beside either)."""
+    val, train = split(SEED, facts_seed, ENTITIES, val_size)
+    first_val = 0 if val_size == "small" else N_VAL + len(train)
+    return [(first_val + i, q) for i, q in enumerate(val)], [(N_VAL + i, q) for i, q in enumerate(train)]
 
 
 def rows(split_name: str, seed: int, **args: Any) -> list[dict[str, Any]]:
@@ -148,7 +168,7 @@ def rows(split_name: str, seed: int, **args: Any) -> list[dict[str, Any]]:
     those and the first third as many one-hop questions, in the fixed order), shuffled by `seed` (the
     corpus is fixed, so `seed` changes only the training order)."""
     opts = options(args)
-    val, train = indexed(opts.facts_seed)
+    val, train = indexed(opts.facts_seed, opts.val_size)
     if split_name == "train":
         if opts.train != "all":
             two_hop = [(i, q) for i, q in train if q.sort == "2hop" and TEMPLATES[q.template].val]
@@ -160,18 +180,19 @@ def rows(split_name: str, seed: int, **args: Any) -> list[dict[str, Any]]:
         return out
     if split_name != "val":
         raise ValueError(f"split must be 'train' or 'val', got {split_name!r}")
-    if opts.val == "demonstrated":  # indexed after every training row: no index is shared
-        first = len(val) + len(train)
-        probe = demonstrated_probe(SEED, opts.facts_seed, ENTITIES)
+    if opts.val == "demonstrated":  # indexed after every training and validation row: no index is shared
+        first = max(i for i, _ in val + train) + 1
+        probe = demonstrated_probe(SEED, opts.facts_seed, ENTITIES, opts.val_size)
         return [make_row(q, "test", first + i, opts.example) for i, q in enumerate(probe)]
     return [make_row(q, "test", i, opts.example) for i, q in val]
 
 
 def write_corpus(out_dir: Path, **args: Any) -> tuple[Path, ...]:
     """The task's corpus (`corpus.jsonl`) and its one-hop fact questions (`qa.jsonl`) into `out_dir`;
-    `facts_seed` writes the counterfactual one."""
+    `facts_seed` writes the counterfactual one, `val_size=small` the one without the validation
+    world's extension."""
     opts = options(args)  # `example` is accepted (a run passes the same arguments to both) and unused
-    paths = write_builtin_corpus(out_dir, ENTITIES, SEED, opts.facts_seed)
+    paths = write_builtin_corpus(out_dir, ENTITIES, SEED, opts.facts_seed, VAL_EXTENSIONS[opts.val_size])
     return paths.corpus, paths.qa
 
 

@@ -5,7 +5,10 @@ Every entity (river, town, person, company) has an invented name, so a language 
 worlds that never refer to each other: the **training world** and the **validation world** (val
 people are born in val towns, which lie on val rivers; val companies are founded by val people and
 based in val towns). Questions stay inside one world, so no validation entity is ever on a training
-question's answer path, yet both worlds live in one index and are searched together.
+question's answer path, yet both worlds live in one index and are searched together. The task's
+validation world has an **extension** (`VAL_EXTENSION` more entities, drawn after everything else, so
+the training world and the first validation entities are the same with or without it): more held-out
+questions measure a model more finely (`questions.N_VAL`).
 
 Names are drawn so that a partial name is ambiguous: people share first names and surnames
 ("Velmora Quist", "Velmora Dran", "Tarek Quist") and companies share stems ("Brask Ironworks",
@@ -13,9 +16,9 @@ Names are drawn so that a partial name is ambiguous: people share first names an
 the companies they founded too. The right document is not always first.
 
 Names come from `seed`; facts (years, towns, rivers, professions, founders ...) from
-(`seed`, `facts_seed`). Another `facts_seed` gives a counterfactual corpus: the same entities under
+(`seed`, `facts_seed`), the extension's after the two worlds' own. Another `facts_seed` gives a counterfactual corpus: the same entities under
 the same names, their facts re-sampled. Everything is a pure function of (n_entities, seed,
-facts_seed): the task and the index built from the same arguments agree. `builtin_index` is the BM25
+facts_seed, val_extension): the task and the index built from the same arguments agree. `builtin_index` is the BM25
 index an agent run's search tool serves when `rollout.multi_turn.search` names neither a URL nor an
 index.
 """
@@ -65,6 +68,10 @@ MIN_WORLD = 8  # a world needs one river, town and company, and people to compar
 MIN_ENTITIES = 2 * MIN_WORLD
 # The search task and the built-in index must describe the same invented world.
 ENTITIES = 400
+# The task's validation world grows by this many entities (80 towns and companies and 112 people with
+# its own 100): enough for 80 two-hop questions of each template validation asks. A corpus of another
+# size (a test's, a demo's) has no extension unless it asks for one.
+VAL_EXTENSION = 220
 SEED = 0
 FACTS_SEED = 0
 INDEX_VERSION = "v2"  # in the built-in index's cache key: a cached index of the v1 corpus is not reused
@@ -157,6 +164,16 @@ def world_sizes(n_entities: int) -> dict[str, int]:
     return {"train": n_entities - val, "val": val}
 
 
+def extension_of(n_entities: int, val_extension: int | None) -> int:
+    """The validation world's extension: `val_extension`, or by default (None) `VAL_EXTENSION` for the
+    task's corpus (`ENTITIES`) and none for a corpus of another size."""
+    if val_extension is None:
+        return VAL_EXTENSION if n_entities == ENTITIES else 0
+    if val_extension and val_extension < MIN_WORLD:
+        raise ValueError(f"val_extension: need 0 or at least {MIN_WORLD}, got {val_extension}")
+    return val_extension
+
+
 def _pairs(rng: random.Random, firsts: list[str], seconds: list[str], n: int) -> list[str]:
     """`n` distinct "first second" names from two pools: every pool word is shared by several names,
     so half a name matches namesakes (the point: a partial-name query is ambiguous)."""
@@ -241,25 +258,48 @@ def _facts(rng: random.Random, w: WorldNames) -> tuple[dict[tuple[str, str], Fac
 
 
 @lru_cache(maxsize=8)
-def build(n_entities: int = ENTITIES, seed: int = SEED, facts_seed: int = FACTS_SEED) -> Corpus:
-    """The corpus: both worlds' documents (training world first) and facts."""
+def build(
+    n_entities: int = ENTITIES,
+    seed: int = SEED,
+    facts_seed: int = FACTS_SEED,
+    val_extension: int | None = None,
+) -> Corpus:
+    """The corpus: both worlds' documents (training world first, the validation world's extension
+    last) and facts. The extension's entities refer only to each other: with it, the validation world
+    is two parts that questions never cross, except a comparison of two people."""
     if n_entities < MIN_ENTITIES:
         raise ValueError(f"n_entities: need at least {MIN_ENTITIES}, got {n_entities}")
+    extension = extension_of(n_entities, val_extension)
     name_rng = random.Random(seed)
     names = _Names(name_rng)
-    # every world's names before any fact: the names never depend on the facts seed
-    world_names = {w: _world_names(name_rng, names, n) for w, n in world_sizes(n_entities).items()}
+    # every world's names before any fact: the names never depend on the facts seed; the extension's
+    # last, so the two worlds' are the same with or without it
+    parts = {w: [_world_names(name_rng, names, n)] for w, n in world_sizes(n_entities).items()}
+    if extension:
+        parts["val"].append(_world_names(name_rng, names, extension))
     fact_rng = random.Random(f"{seed}/facts/{facts_seed}")
     docs: list[tuple[str, str]] = []
     doc_ids: dict[str, str] = {}
-    worlds: dict[str, World] = {}
-    for name, wn in world_names.items():
+    drawn: dict[str, list[tuple[WorldNames, dict[tuple[str, str], Fact]]]] = {w: [] for w in parts}
+    # facts in the order of the documents (training, validation, its extension): the extension's
+    # draws come after every other, so they change nothing before them
+    for name, wn in ((w, wn) for w, world_parts in parts.items() for wn in world_parts):
         facts, texts = _facts(fact_rng, wn)
         for title, text in texts.items():
             doc_ids[title] = str(len(docs))
             docs.append((doc_ids[title], f"{title}\n{text}"))
-        worlds[name] = World(name, wn.rivers, wn.towns, wn.people, wn.companies, facts)
-    return Corpus(tuple(docs), worlds, doc_ids)
+        drawn[name].append((wn, facts))
+    return Corpus(tuple(docs), {w: _joined(w, drawn[w]) for w in parts}, doc_ids)
+
+
+def _joined(name: str, parts: list[tuple[WorldNames, dict[tuple[str, str], Fact]]]) -> World:
+    """One world of its parts' entities (in order) and facts."""
+
+    def kind(attr: str) -> tuple[str, ...]:
+        return tuple(title for wn, _ in parts for title in getattr(wn, attr))
+
+    facts = {key: fact for _, part in parts for key, fact in part.items()}
+    return World(name, kind("rivers"), kind("towns"), kind("people"), kind("companies"), facts)
 
 
 # The one-hop question of each relation, as the corpus's own question list (`qa.jsonl`) words it.
@@ -282,15 +322,23 @@ CANONICAL = {
 
 
 def builtin_documents(
-    n_entities: int = ENTITIES, seed: int = SEED, facts_seed: int = FACTS_SEED
+    n_entities: int = ENTITIES,
+    seed: int = SEED,
+    facts_seed: int = FACTS_SEED,
+    val_extension: int | None = None,
 ) -> list[dict[str, str]]:
     """Corpus rows `{id, contents}`, title on the first line of `contents`."""
-    return [{"id": i, "contents": c} for i, c in build(n_entities, seed, facts_seed).docs]
+    return [{"id": i, "contents": c} for i, c in build(n_entities, seed, facts_seed, val_extension).docs]
 
 
-def builtin_qa(n_entities: int = ENTITIES, seed: int = SEED, facts_seed: int = FACTS_SEED) -> list[QAPair]:
+def builtin_qa(
+    n_entities: int = ENTITIES,
+    seed: int = SEED,
+    facts_seed: int = FACTS_SEED,
+    val_extension: int | None = None,
+) -> list[QAPair]:
     """Every fact of the corpus (both worlds) as a one-hop question, in a seed-shuffled order."""
-    corpus = build(n_entities, seed, facts_seed)
+    corpus = build(n_entities, seed, facts_seed, val_extension)
     qa = [
         QAPair(
             CANONICAL[f.relation].format(e=f.title),
@@ -308,12 +356,17 @@ def builtin_qa(n_entities: int = ENTITIES, seed: int = SEED, facts_seed: int = F
 
 
 def write_builtin_corpus(
-    out_dir: str | Path, n_entities: int = ENTITIES, seed: int = SEED, facts_seed: int = FACTS_SEED
+    out_dir: str | Path,
+    n_entities: int = ENTITIES,
+    seed: int = SEED,
+    facts_seed: int = FACTS_SEED,
+    val_extension: int | None = None,
 ) -> BuiltinCorpusPaths:
     """Write `corpus.jsonl` ({id, contents}) and `qa.jsonl` (every one-hop fact question) into `out_dir`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    docs, qa = builtin_documents(n_entities, seed, facts_seed), builtin_qa(n_entities, seed, facts_seed)
+    args = (n_entities, seed, facts_seed, val_extension)
+    docs, qa = builtin_documents(*args), builtin_qa(*args)
     corpus_path, qa_path = out / "corpus.jsonl", out / "qa.jsonl"
     with corpus_path.open("w", encoding="utf-8") as handle:
         for row in docs:
@@ -327,17 +380,18 @@ def write_builtin_corpus(
 
 
 def builtin_index(cache: Path) -> Path:
-    """A BM25 index over the task's corpus (`ENTITIES`, `SEED`, `FACTS_SEED`), built once into `cache`
-    (about a second)."""
+    """A BM25 index over the task's corpus (`ENTITIES` and the validation world's `VAL_EXTENSION`,
+    `SEED`, `FACTS_SEED`), built once into `cache` (about a second)."""
     from turnrl.servers.retriever.index import build_index
 
-    out = cache / "retriever" / f"builtin-{INDEX_VERSION}-{ENTITIES}-seed{SEED}-facts{FACTS_SEED}"
+    name = f"builtin-{INDEX_VERSION}-{ENTITIES}+{VAL_EXTENSION}-seed{SEED}-facts{FACTS_SEED}"
+    out = cache / "retriever" / name
     if (out / "meta.json").is_file():
         return out
     # build beside the target and rename, so two runs starting together never see half an index
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    paths = write_builtin_corpus(tmp / "corpus", ENTITIES, SEED, FACTS_SEED)
+    paths = write_builtin_corpus(tmp / "corpus", ENTITIES, SEED, FACTS_SEED, VAL_EXTENSION)
     build_index(paths.corpus, tmp / "index", show_progress=False)
     try:
         (tmp / "index").rename(out)

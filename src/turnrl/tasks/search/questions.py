@@ -13,6 +13,11 @@ SFT demonstrations, which may show the others (`DEMO_TEMPLATES`).
 
 Which questions are asked, and how they are worded, is drawn from the name seed only: a
 counterfactual corpus (another facts seed) asks the same questions and expects its own answers.
+
+Validation comes in two sizes (`VAL_SIZES`): "large" (the default) asks about the validation world
+with its extension (`corpus.VAL_EXTENSION`), as evenly as it can over the templates and, within each,
+over the phrasings; "small" is the validation world alone, sampled as before the extension existed
+(the figures of docs/results/search-agent.md). Training questions are the same for both.
 """
 
 from __future__ import annotations
@@ -81,8 +86,15 @@ TEMPLATES = {t.name: t for t in (*ONE_HOP, *TWO_HOP, *COMPARE)}
 VAL_TWO_HOP = frozenset(t.name for t in (*TWO_HOP, *COMPARE) if t.val)
 DEMO_TEMPLATES = frozenset((*(t.name for t in ONE_HOP), *(t.name for t in TWO_HOP if not t.val)))
 
-# Validation: this many of each sort, from the validation world (at least half two-hop)
-N_VAL = {"1hop": 40, "2hop": 64, "compare": 24}
+# Validation: this many of each sort, from the validation world (at least half two-hop), by size; the
+# large one asks each two-hop template validation asks 80 times, each of their three phrasings 26-27
+N_VAL = {
+    "large": {"1hop": 120, "2hop": 320, "compare": 72},
+    "small": {"1hop": 40, "2hop": 64, "compare": 24},
+}
+VAL_SIZES = tuple(N_VAL)
+# `corpus.build`'s `val_extension` by size: the task's corpus's own (`corpus.VAL_EXTENSION`), or none
+VAL_EXTENSIONS: dict[str, int | None] = {"large": None, "small": 0}
 N_PROBE = 64  # the demonstrated two-hop templates asked about validation entities (`demonstrated_probe`)
 
 
@@ -143,45 +155,84 @@ def subjects_of(world: World, t: Template, rng: random.Random) -> list[tuple[str
     return [tuple(rng.sample(pool, 2)) for _ in pool]  # type: ignore[misc]
 
 
+def world_questions(world: World, split_name: str, rng: random.Random) -> list[Question]:
+    """Every question a split asks of `world`, one phrasing each drawn from `rng`, in template order."""
+    questions = []
+    for t in TEMPLATES.values():
+        if split_name == "val" and not t.val:
+            continue
+        for subjects in subjects_of(world, t, rng):
+            questions.append(ask(world, t, subjects, rng.choice(t.phrasing_ids(split_name))))
+    return questions
+
+
+def balanced(
+    world: World, templates: list[Template], n: int, split_name: str, rng: random.Random
+) -> list[Question]:
+    """`n` questions of `templates` about `world`, spread as evenly as their subjects allow: the
+    templates take turns, and each template's subjects, shuffled, cycle through its phrasings (those
+    `split_name` uses), so every phrasing is asked about as often. No subject (a comparison: no pair
+    of people) is asked twice by one template."""
+    queues = []
+    for t in templates:
+        seen: set[frozenset[str]] = set()
+        subjects = []
+        for s in subjects_of(world, t, rng):  # a pair of people once, in the order drawn first
+            if frozenset(s) not in seen:
+                seen.add(frozenset(s))
+                subjects.append(s)
+        rng.shuffle(subjects)
+        phrasings = t.phrasing_ids(split_name)
+        queues.append([ask(world, t, s, phrasings[i % len(phrasings)]) for i, s in enumerate(subjects)])
+    out: list[Question] = []
+    for turn in range(max(map(len, queues), default=0)):
+        out += [q[turn] for q in queues if turn < len(q)][: n - len(out)]
+    return out
+
+
 @lru_cache(maxsize=8)
 def split(
-    seed: int = SEED, facts_seed: int = FACTS_SEED, n_entities: int = ENTITIES
+    seed: int = SEED, facts_seed: int = FACTS_SEED, n_entities: int = ENTITIES, val_size: str = "large"
 ) -> tuple[tuple[Question, ...], tuple[Question, ...]]:
-    """(validation, training) questions: validation `N_VAL` of each sort from the validation world,
-    in a mixed fixed order; training every question of the training world, in a fixed order."""
-    corpus = build(n_entities, seed, facts_seed)
+    """(validation, training) questions: validation `N_VAL[val_size]` of each sort from the validation
+    world, in a mixed fixed order; training every question of the training world, in a fixed order
+    (the same whatever `val_size`: its draws come first)."""
+    corpus = build(n_entities, seed, facts_seed, VAL_EXTENSIONS[val_size])
     rng = random.Random(f"{seed}/questions")  # independent of the facts: a counterfactual asks the same
-    out: dict[str, list[Question]] = {}
-    for split_name in ("train", "val"):
-        world = corpus.worlds[split_name]
-        questions = []
-        for t in TEMPLATES.values():
-            if split_name == "val" and not t.val:
-                continue
-            for subjects in subjects_of(world, t, rng):
-                phrasing = rng.choice(t.phrasing_ids(split_name))
-                questions.append(ask(world, t, subjects, phrasing))
-        out[split_name] = questions
-    by_sort: dict[str, list[Question]] = {s: [] for s in N_VAL}
-    for q in out["val"]:
-        by_sort[q.sort].append(q)
-    val = [q for sort, n in N_VAL.items() for q in rng.sample(by_sort[sort], min(n, len(by_sort[sort])))]
+    train = world_questions(corpus.worlds["train"], "train", rng)
+    world, sizes = corpus.worlds["val"], N_VAL[val_size]
+    if val_size == "small":  # a sample of every validation question of each sort
+        by_sort: dict[str, list[Question]] = {s: [] for s in sizes}
+        for q in world_questions(world, "val", rng):
+            by_sort[q.sort].append(q)
+        val = [q for sort, n in sizes.items() for q in rng.sample(by_sort[sort], min(n, len(by_sort[sort])))]
+    else:
+        asked = [t for t in TEMPLATES.values() if t.val]
+        val = []
+        for sort, n in sizes.items():
+            val += balanced(world, [t for t in asked if sort_of(t) == sort], n, "val", rng)
     rng.shuffle(val)  # any prefix mixes the sorts
-    return tuple(val), tuple(out["train"])
+    return tuple(val), tuple(train)
 
 
 @lru_cache(maxsize=8)
 def demonstrated_probe(
-    seed: int = SEED, facts_seed: int = FACTS_SEED, n_entities: int = ENTITIES
+    seed: int = SEED, facts_seed: int = FACTS_SEED, n_entities: int = ENTITIES, val_size: str = "large"
 ) -> tuple[Question, ...]:
     """`N_PROBE` two-hop questions of the templates the demonstrations show (`DEMO_TEMPLATES`), about
     the validation world's entities, in the phrasings training uses: whether a cold start taught
     chaining on what it saw, with new entities only (no new wording, no template only RL sees).
     Sort `2hop_demo`. No training row or demonstration names a validation entity, so none of these
-    is trained on; the held-out validation (`split`) never asks these templates."""
-    corpus = build(n_entities, seed, facts_seed)
+    is trained on; the held-out validation (`split`) never asks these templates. The large size
+    spreads them evenly over the templates (`balanced`), the small samples them as before."""
+    corpus = build(n_entities, seed, facts_seed, VAL_EXTENSIONS[val_size])
     rng = random.Random(f"{seed}/probe")
     world = corpus.worlds["val"]
+    if val_size != "small":
+        shown = [t for t in TWO_HOP if t.name in DEMO_TEMPLATES]
+        probe = balanced(world, shown, N_PROBE, "train", rng)
+        rng.shuffle(probe)
+        return tuple(dataclasses.replace(q, sort="2hop_demo") for q in probe)
     out = []
     for t in TWO_HOP:
         if t.name not in DEMO_TEMPLATES:
