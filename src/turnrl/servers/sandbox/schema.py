@@ -134,11 +134,29 @@ def check_relative_path(name: str, path: str) -> str:
     return norm
 
 
-def _decode_files(raw: dict[str, str | None], reserved: str, cfg: SandboxConfig) -> dict[str, bytes]:
+def check_file_count(raw: dict[str, str | None], cfg: SandboxConfig) -> None:
     if len(raw) > cfg.max_files:
         raise BadRequest(
             f"files: {len(raw)} files exceeds the server limit of {cfg.max_files} (--max-files)", 413
         )
+
+
+def decode_file(name: str, content: str | None, total: int, cfg: SandboxConfig) -> bytes:
+    """One request file's bytes, `total` the bytes decoded before it: within the request's cap."""
+    try:
+        data = base64.b64decode(content or "", validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise BadRequest(f"{name}: invalid base64 ({err})") from None
+    if total + len(data) > cfg.max_files_bytes:
+        raise BadRequest(
+            f"files: decoded size exceeds the server limit of {cfg.max_files_bytes} bytes (--max-files-bytes)",
+            413,
+        )
+    return data
+
+
+def _decode_files(raw: dict[str, str | None], reserved: str, cfg: SandboxConfig) -> dict[str, bytes]:
+    check_file_count(raw, cfg)
     out: dict[str, bytes] = {}
     total = 0
     for path, content in raw.items():
@@ -148,17 +166,8 @@ def _decode_files(raw: dict[str, str | None], reserved: str, cfg: SandboxConfig)
             raise BadRequest(f"{name}: {reserved!r} is where the program's code is written; rename the file")
         if norm in out:  # "a" and "./a": the second would silently replace the first
             raise BadRequest(f"{name}: the same file as another entry ({shown(norm)})")
-        try:
-            data = base64.b64decode(content or "", validate=True)
-        except (binascii.Error, ValueError) as err:
-            raise BadRequest(f"{name}: invalid base64 ({err})") from None
-        total += len(data)
-        if total > cfg.max_files_bytes:
-            raise BadRequest(
-                f"files: decoded size exceeds the server limit of {cfg.max_files_bytes} bytes (--max-files-bytes)",
-                413,
-            )
-        out[norm] = data
+        out[norm] = decode_file(name, content, total, cfg)
+        total += len(out[norm])
     return out
 
 

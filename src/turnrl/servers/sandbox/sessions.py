@@ -19,8 +19,6 @@ live sessions (503).
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import logging
 import os
@@ -37,7 +35,7 @@ from turnrl.servers.sandbox.config import Language, SandboxConfig
 from turnrl.servers.sandbox.isolation import Isolation
 from turnrl.servers.sandbox.nsetup import SESSION_DIRS, session_paths
 from turnrl.servers.sandbox.runner import Target, Watch
-from turnrl.servers.sandbox.schema import BadRequest, shown
+from turnrl.servers.sandbox.schema import BadRequest, check_file_count, decode_file, shown
 from turnrl.servers.sandbox.session_files import Usage
 
 logger = logging.getLogger("turnrl.sandbox")
@@ -296,24 +294,12 @@ class SessionStore:
 
 def decode_files(raw: dict[str, str | None], cfg: SandboxConfig) -> dict[str, bytes]:
     """A create request's files, decoded, within /run_code's bounds on count and total size."""
-    if len(raw) > cfg.max_files:
-        raise BadRequest(
-            f"files: {len(raw)} files exceeds the server limit of {cfg.max_files} (--max-files)", 413
-        )
+    check_file_count(raw, cfg)
     out: dict[str, bytes] = {}
     total = 0
     for path, content in raw.items():
-        try:
-            data = base64.b64decode(content or "", validate=True)
-        except (binascii.Error, ValueError) as err:
-            raise BadRequest(f"files[{shown(path)}]: invalid base64 ({err})") from None
-        total += len(data)
-        if total > cfg.max_files_bytes:
-            raise BadRequest(
-                f"files: decoded size exceeds the server limit of {cfg.max_files_bytes} bytes (--max-files-bytes)",
-                413,
-            )
-        out[path] = data
+        out[path] = decode_file(f"files[{shown(path)}]", content, total, cfg)
+        total += len(out[path])
     return out
 
 
