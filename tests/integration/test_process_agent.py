@@ -281,6 +281,7 @@ def test_failures_are_counted_and_killed_while_the_batch_goes_on(tiny, tmp_path)
         "prompt_too_long": 0,
         "nonzero_exit": 1,
         "output_limit": 1,
+        "workspace": 0,
     }
     errors = dict(zip(modes, batch["agent_error"], strict=True))
     assert errors["ok"] == errors["orphan"] == ""

@@ -53,6 +53,8 @@ class AgentFunction:
     where a thread cannot be stopped, and at close."""
     error_kinds: tuple[str, ...] = ()
     """Its own `agent/errors/<kind>`, besides the rollout's."""
+    close: Callable[[], None] | None = None
+    """Stops what it started for every episode (a process agent's child sandbox), at the rollout's close."""
 
 
 def load_agent(entrypoint: str, where: str = "rollout.agent.entrypoint") -> AgentFunction:

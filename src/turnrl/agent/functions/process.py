@@ -17,11 +17,26 @@ and the row's JSON on its stdin. Its reward, the first that is there: a reward i
 TURNRL_REWARD_FILE, else 1 for exit status 0 and 0 for any other); an answer it printed; the last
 assistant message the gateway recorded. A failure raises `EpisodeFailed` of its kind, and the
 process's whole group is killed: when it ends, when it floods its output, and at the timeout.
+
+A row that brings a workspace (a Harbor task, `workspaces.brings_workspace`) gets a sandbox session
+holding the task's files (`process_workspace`), opened before the process starts, and four more
+variables to reach it (docs/sandbox.md "Sessions" has its routes):
+
+    TURNRL_SANDBOX_URL      the sandbox server             TURNRL_SANDBOX_SESSION  the session's id
+    TURNRL_SANDBOX_KEY      its key ('' = none)            TURNRL_WORKSPACE        /app, the files' folder
+
+Once the process has exited, whatever its exit status (an agent stopped by a limit still leaves
+its work), the task's tests run in the session and the verifier's reward is the episode's, unless
+the process printed a reward of its own; `test_command` is not run. A session that cannot be
+opened, or a verifier that cannot be run or read, fails the episode (`agent/errors/workspace`).
+The session is deleted in every case, at a timeout or a kill too; `rollout.agent.timeout_s`
+bounds the process and its verifier together.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -34,8 +49,12 @@ from typing import Any
 from turnrl.agent.functions.entrypoint import AgentFunction, AgentLoadError, EpisodeFailed, Returned
 from turnrl.agent.functions.process_output import last_line, read_reward_file, read_stdout
 from turnrl.agent.functions.process_run import OUTPUT_CAP, Finished, Run
+from turnrl.agent.functions.process_workspace import KIND, EpisodeWorkspace, WorkspaceServer
+from turnrl.agent.workspaces import brings_workspace
 
-ERROR_KINDS = ("nonzero_exit", "output_limit")
+log = logging.getLogger(__name__)
+
+ERROR_KINDS = ("nonzero_exit", "output_limit", KIND)
 """The failures of its own, besides `timeout` and `no_calls` (`agent/errors/<kind>`)."""
 LOOPBACK = "127.0.0.1,localhost"
 
@@ -59,12 +78,16 @@ def parse_command(command: str, key: str) -> list[str]:
     return argv
 
 
-def load_process_agent(ac: Any) -> AgentFunction:
-    """`rollout.agent.command` (and `test_command`) as an agent function; see the module docstring."""
+def load_process_agent(ac: Any, multi_turn: Any = None) -> AgentFunction:
+    """`rollout.agent.command` (and `test_command`) as an agent function; see the module docstring.
+    `multi_turn` (`rollout.multi_turn`, else its defaults) names the workspaces' sandbox."""
+    from turnrl.config.agent_schema import MultiTurnConfig
+
     argv = parse_command(ac.command, "rollout.agent.command")
     test = parse_command(ac.test_command, "rollout.agent.test_command") if ac.test_command else None
-    agent = ProcessAgent(argv, test, ac.timeout_s)
-    return AgentFunction(agent, False, ac.command.strip(), agent.stop, ERROR_KINDS)
+    server = WorkspaceServer(multi_turn if multi_turn is not None else MultiTurnConfig())
+    agent = ProcessAgent(argv, test, ac.timeout_s, server)
+    return AgentFunction(agent, False, ac.command.strip(), agent.stop, ERROR_KINDS, server.close)
 
 
 def _plain(value: Any) -> Any:
@@ -103,11 +126,16 @@ def env_for_test_command(folder: Path) -> dict[str, str]:
 class ProcessAgent:
     """`fn(client, model, row)` for one command; see the module docstring."""
 
-    def __init__(self, argv: list[str], test: list[str] | None, timeout_s: float) -> None:
+    def __init__(
+        self, argv: list[str], test: list[str] | None, timeout_s: float, server: WorkspaceServer | None = None
+    ) -> None:
         self.argv, self.test, self.timeout_s = argv, test, timeout_s
+        self.server = server
+        """The sandbox of the episodes whose rows bring a workspace (None: such a row fails)."""
         self.running: dict[str, Run] = {}
         """The process each episode runs now, by its key."""
         self.lock = threading.Lock()
+        self.warned_exit = False
 
     def __call__(self, client: Any, model: str, row: dict[str, Any]) -> Returned:
         key = str(client.api_key)
@@ -116,6 +144,10 @@ class ProcessAgent:
             folder = Path(name)
             (folder / "row.json").write_text(json.dumps(row, default=_plain))
             env = agent_env(folder, str(client.base_url), key, model)
+            if brings_workspace(row):
+                with self._workspace(row) as workspace:
+                    done = self._run(self.argv, env | workspace.env, folder, key, deadline)
+                    return self._score_in_workspace(done, workspace)
             done = self._run(self.argv, env, folder, key, deadline)
             _check(done, "")
             returned = read_stdout(done.stdout.decode("utf-8", "replace"))
@@ -124,6 +156,38 @@ class ProcessAgent:
             if self.test is not None:
                 return self._score_by_test(folder, key, deadline)
             return returned if returned.answer is not None else Returned(recorded=True)
+
+    def _workspace(self, row: dict[str, Any]) -> EpisodeWorkspace:
+        if self.server is None:
+            raise EpisodeFailed(KIND, "workspace: this agent was loaded without a sandbox for workspaces")
+        return EpisodeWorkspace(self.server, row)
+
+    def _score_in_workspace(self, done: Finished, workspace: EpisodeWorkspace) -> Returned:
+        """A reward it printed, else the verifier's, whatever its exit status; a process that was
+        killed (timeout, flood) fails as any does, its session deleted unverified."""
+        _check_killed(done, "")  # any exit status is verified, a process we killed is not
+        returned = read_stdout(done.stdout.decode("utf-8", "replace"))
+        if returned.reward is not None or returned.bad:
+            return returned
+        verified = workspace.verify()
+        if done.returncode != 0:
+            self._warn_exit(done)
+        # how many verified episodes' processes failed: an agent that cannot run at all still scores
+        verified.metrics["nonzero_exit"] = float(done.returncode != 0)
+        return verified
+
+    def _warn_exit(self, done: Finished) -> None:
+        """Once per run: the first process that failed but was verified, with its last line."""
+        if not self.warned_exit:
+            self.warned_exit = True
+            said = last_line(done.stderr) or last_line(done.stdout)
+            log.warning(
+                "agent %s exited with status %d (%s); its workspace is verified all the same "
+                "(agent/fn/nonzero_exit counts such episodes)",
+                " ".join(self.argv),
+                done.returncode,
+                said or "nothing on stderr",
+            )
 
     def _score_by_test(self, folder: Path, key: str, deadline: float) -> Returned:
         assert self.test is not None
@@ -160,6 +224,19 @@ class ProcessAgent:
 
 def _check(done: Finished, who: str) -> None:
     """Raise the failure `done` shows, if any: `who` is '' for the agent, else names its test."""
+    _check_killed(done, who)
+    if done.returncode != 0 and not who:
+        said = last_line(done.stderr) or last_line(done.stdout)
+        status = (
+            f"was killed by signal {-done.returncode}"
+            if done.returncode < 0
+            else f"exited with status {done.returncode}"
+        )
+        raise EpisodeFailed("nonzero_exit", f"{status}" + (f": {said}" if said else ""))
+
+
+def _check_killed(done: Finished, who: str) -> None:
+    """Raise the failure of a process we killed: it flooded its output, or ran out of time."""
     if done.over:
         raise EpisodeFailed(
             "output_limit",
@@ -169,11 +246,3 @@ def _check(done: Finished, who: str) -> None:
         raise EpisodeFailed(
             "timeout", f"{who}did not end within rollout.agent.timeout_s; killed with its children"
         )
-    if done.returncode != 0 and not who:
-        said = last_line(done.stderr) or last_line(done.stdout)
-        status = (
-            f"was killed by signal {-done.returncode}"
-            if done.returncode < 0
-            else f"exited with status {done.returncode}"
-        )
-        raise EpisodeFailed("nonzero_exit", f"{status}" + (f": {said}" if said else ""))

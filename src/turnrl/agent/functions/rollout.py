@@ -12,7 +12,8 @@ agent) talks to the gateway at the episode's own base URL, which records the exa
 `row` is the dataset row (`prompt`: its messages, `data_source`, `ground_truth`, `extra_info`,
 `index`), a copy per episode. An agent as a process (`rollout.agent.command`, `process.py`) is
 such a function: it starts the process with the client's URL and key, and is stopped (its process
-group killed) at the timeout.
+group killed) at the timeout; for a row that brings a workspace it opens the episode's sandbox
+session first and scores the episode by the task's verifier (`process_workspace`).
 
 The batch has the fields of `rollout.base.assemble` with each episode's own prompt (its first
 call's, left-padded to the batch's longest), rows interleaved A,A,B,B, plus the agent's reward
@@ -127,7 +128,7 @@ class FunctionAgentRollout:
         self.engine = engine  # its counters (a server engine's restarts) reach the step's metrics
         ac = cfg.rollout.agent
         self.cfg, self.ac, self.pad_id = cfg, ac, pad_id
-        self.agent: AgentFunction = load_configured(ac)
+        self.agent: AgentFunction = load_configured(ac, cfg.rollout.multi_turn)
         self.openai = _openai()
         tok = _with_template(tokenizer, ac.chat_template)
         try:
@@ -366,6 +367,8 @@ class FunctionAgentRollout:
         agent = getattr(self, "agent", None)
         if agent is not None and agent.stop is not None:
             agent.stop(None)  # nothing an episode started outlives the rollout
+        if agent is not None and agent.close is not None:
+            agent.close()
         gateway = getattr(self, "gateway", None)
         if gateway is not None:
             gateway.close()
