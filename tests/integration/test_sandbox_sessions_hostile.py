@@ -14,8 +14,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.integration.test_sandbox_sessions import (
-    LIMITS,
+from tests.support.sandbox_runs import fork_bounded
+from tests.support.sandbox_runs import run as run_code
+from tests.support.session_server import (
     assert_idle,
     create,
     delete,
@@ -23,14 +24,9 @@ from tests.integration.test_sandbox_sessions import (
     http,
     roots,
     run,
+    start,
 )
-from tests.support.sandbox_runs import fork_bounded
-from tests.support.sandbox_runs import run as run_code
 from turnrl.servers.sandbox.process import SandboxProcess
-
-
-def start(isolation: str) -> SandboxProcess:
-    return SandboxProcess(workers=2, queue=16, isolation=isolation, extra_args=LIMITS).start()
 
 
 @pytest.fixture(scope="module")

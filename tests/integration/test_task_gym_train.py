@@ -50,7 +50,7 @@ def test_one_step_on_chain_sum_reports_accuracy_and_format_rate(tmp_path, cli):
     [
         (
             ["data.task=chess"],
-            "unknown 'data.task' 'chess'; valid: addition, calculator, code, search, or reasoning_gym:<dataset>",
+            "unknown 'data.task' 'chess'; valid: addition, calculator, code, search, harbor, reasoning_gym:<dataset>",
         ),
         (["data.task=reasoning_gym:chian_sum"], "unknown reasoning-gym dataset 'chian_sum'; valid: "),
         (

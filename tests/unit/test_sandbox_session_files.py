@@ -161,3 +161,6 @@ def test_command_result_shape() -> None:
     assert command_result({"status": "Failed", "run_result": timed}, "")["timed_out"] is True
     stopped = command_result({"status": "Failed", "run_result": run}, "quota")
     assert stopped["status"] == "Error" and "passed its limits (quota)" in stopped["message"]
+    assert "the command was killed" not in stopped["message"]  # it ended before the watcher saw it
+    killed = command_result({"status": "Failed", "run_result": run}, "quota", killed=True)
+    assert killed["status"] == "Error" and "the command was killed" in killed["message"]

@@ -244,7 +244,7 @@ def test_unknown_dataset_lists_the_valid_ones():
         gym.UnknownGymDataset, match=r"unknown reasoning-gym dataset 'chian_sum'; valid: .*chain_sum"
     ):
         get("reasoning_gym:chian_sum")
-    with pytest.raises(UnknownTask, match=r"or reasoning_gym:<dataset>"):
+    with pytest.raises(UnknownTask, match=r", reasoning_gym:<dataset>, or harbor:<folder"):
         get("chess")
 
 
@@ -280,7 +280,7 @@ def test_the_config_accepts_a_gym_task_and_names_the_form():
     )
     from turnrl.trainer.setup import check_plugins  # where the run is assembled: the config knows no task
 
-    with pytest.raises(ConfigError, match=r"or reasoning_gym:<dataset> \(e\.g\. reasoning_gym:chain_sum\)"):
+    with pytest.raises(ConfigError, match=r", reasoning_gym:<dataset> \(e\.g\. reasoning_gym:chain_sum\), or harbor:<folder"):
         check_plugins(load_config(None, ["data.task=chess"]))
 
 

@@ -146,21 +146,11 @@ class Sandbox:
             gate.release(slot)
         session.commands += 1
         store.commands += 1
-        if stopped:
-            session.over = stopped
-        else:
-            usage = await asyncio.to_thread(store.measure, session)
-            if usage.over:
-                session.over = usage.over
-                result["message"] = "; ".join(
-                    m
-                    for m in [
-                        f"the session passed its limits ({usage.over}); it refuses further commands and writes",
-                        result.get("message", ""),
-                    ]
-                    if m
-                )
-        return finite_json(command_result(result, stopped))
+        # a command that ended before the watcher saw it pass a limit is caught here, and answered alike
+        over = stopped or (await asyncio.to_thread(store.measure, session)).over
+        if over:
+            session.over = over
+        return finite_json(command_result(result, over, killed=bool(stopped)))
 
 
 def create_app(cfg: SandboxConfig, iso: Isolation, work_root: str) -> FastAPI:

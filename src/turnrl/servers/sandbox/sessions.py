@@ -303,24 +303,19 @@ def decode_files(raw: dict[str, str | None], cfg: SandboxConfig) -> dict[str, by
     return out
 
 
-def command_result(result: dict[str, Any], stopped: str) -> dict[str, Any]:
-    """A /run_code response as a session command's answer."""
+def command_result(result: dict[str, Any], over: str, killed: bool = False) -> dict[str, Any]:
+    """A /run_code response as a session command's answer; `over`: the limit the session passed
+    during it ('' = none), `killed`: the command was stopped for it rather than ending first."""
     run = result.get("run_result") or {}
     status = run.get("status") or "Error"
     message = result.get("message") or ""
     if result.get("status") == "SandboxError":
         status = "Error"
-    if stopped:
+    if over:
         status = "Error"
-        message = "; ".join(
-            m
-            for m in [
-                f"the session passed its limits ({stopped}): the command was killed, and the session "
-                "refuses further commands and writes",
-                message,
-            ]
-            if m
-        )
+        what = "the command was killed, and the session" if killed else "the session"
+        said = f"the session passed its limits ({over}): {what} refuses further commands and writes"
+        message = "; ".join(m for m in [said, message] if m)
     return {
         "return_code": run.get("return_code"),
         "stdout": run.get("stdout") or "",
