@@ -73,6 +73,7 @@ def assert_recorded_as_sampled(batch, row: int, engine) -> None:
         pos += len(ids)
 
 
+@pytest.mark.slow  # ~40 s: the default run keeps mini-swe-agent's environment and workspace tests
 @pytest.mark.timeout(600)
 def test_mini_swe_agent_trains_a_step_on_harbor_tasks(tmp_path):
     folder = tmp_path / "tasks"
