@@ -142,3 +142,10 @@ def test_compare_names_the_culprit(tmp_path, capsys):
     assert "missing: no such file or directory" in capsys.readouterr().err
     assert main(["compare", "--base", str(a), str(a), "--new", str(a), str(a), str(a)]) == 2
     assert "--base: give one run or 3" in capsys.readouterr().err
+
+
+def test_files_without_a_data_source_pair_by_index(tmp_path, capsys):
+    old = _write(tmp_path / "old.jsonl", [{"index": i, "score": 0.0} for i in range(3)])
+    new = _run(tmp_path, "new", {("turnrl/x", i): 1.0 for i in range(3)})
+    assert main(["compare", "--base", str(old), "--new", str(new)]) == 0
+    assert "| all | 3 | 1 | 0.000 | 1.000 | +100.0" in capsys.readouterr().out

@@ -85,6 +85,22 @@ def read_scores(path: Path, field: str = "score", threshold: float | None = None
     return {k: float(np.mean(v)) for k, v in per.items()}
 
 
+def by_index_if_unnamed(runs: list[dict[Key, float]], names: list[Path]) -> list[dict[Key, float]]:
+    """Where some file's rows carry no `data_source` (samples written before they did), every run's
+    questions are paired by `index` alone."""
+    if not any(all(source == "" for source, _ in run) for run in runs):
+        return runs
+    out = []
+    for run, name in zip(runs, names, strict=True):
+        plain = {("", index): v for (_, index), v in run.items()}
+        if len(plain) != len(run):
+            raise CompareError(
+                f"{name}: an index stands in several data sources; pair it with files that name them"
+            )
+        out.append(plain)
+    return out
+
+
 def aligned(runs: list[dict[Key, float]], names: list[Path]) -> tuple[list[Key], np.ndarray]:
     """The questions every run answered, in one order, and the scores as (runs, questions)."""
     keys = sorted(runs[0], key=str)
@@ -106,7 +122,9 @@ def compare(
     if len(base) not in (1, len(new)):
         raise CompareError(f"--base: give one run or {len(new)} (one per --new run), got {len(base)}")
     files = [sample_file(p) for p in [*base, *new]]
-    keys, scores = aligned([read_scores(f, field, threshold) for f in files], files)
+    keys, scores = aligned(
+        by_index_if_unnamed([read_scores(f, field, threshold) for f in files], files), files
+    )
     a, b = scores[: len(base)], scores[len(base) :]
     sources = sorted({k[0] for k in keys})
     groups = {ALL: list(range(len(keys)))}
