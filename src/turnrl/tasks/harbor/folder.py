@@ -37,10 +37,17 @@ def folder_of(name: str) -> Path:
     return Path(name[len(PREFIX) :]).expanduser()
 
 
+_said: set[str] = set()
+"""Refusals already logged: each split reads the folder, a refusal is said once."""
+
+
 def _read(folder: Path) -> list[HarborTask]:
     result = read_tasks(folder)
     for line in result.refused:
-        log.warning("%s: left out: %s", PREFIX + str(folder), line)
+        said = f"{PREFIX}{folder}: left out: {line}"
+        if said not in _said:
+            _said.add(said)
+            log.warning("%s", said)
     return list(result.tasks)
 
 
