@@ -103,7 +103,11 @@ def test_builtin_table_keeps_every_data_source():
     table = registered(extra=scorers())  # a run adds the built-in tasks' sources
     search = ["turnrl/search/1hop", "turnrl/search/2hop", "turnrl/search/compare", "turnrl/search/2hop_demo"]
     code_sources = ["turnrl/code", "turnrl/code/new_problem", "turnrl/code/new_family"]
-    harbor = ["turnrl/harbor", "turnrl/harbor/new_task", "turnrl/harbor/new_family"]  # scored in their sessions
+    harbor = [
+        "turnrl/harbor",
+        "turnrl/harbor/new_task",
+        "turnrl/harbor/new_family",
+    ]  # scored in their sessions
     tasks = ["turnrl/addition", "turnrl/calculator", *search, *code_sources, *harbor, "reasoning_gym/*"]
     assert sorted(table) == sorted(public + tasks)
     assert table["lighteval/MATH"] is math.compute_score and table["nq"] is qa.compute_score

@@ -280,7 +280,9 @@ def test_the_config_accepts_a_gym_task_and_names_the_form():
     )
     from turnrl.trainer.setup import check_plugins  # where the run is assembled: the config knows no task
 
-    with pytest.raises(ConfigError, match=r", reasoning_gym:<dataset> \(e\.g\. reasoning_gym:chain_sum\), or harbor:<folder"):
+    with pytest.raises(
+        ConfigError, match=r", reasoning_gym:<dataset> \(e\.g\. reasoning_gym:chain_sum\), or harbor:<folder"
+    ):
         check_plugins(load_config(None, ["data.task=chess"]))
 
 
