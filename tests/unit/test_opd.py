@@ -13,7 +13,7 @@ import torch
 from tests.support.advantages import compute_advantage
 from tests.support.cli import one_line_error
 from tests.support.teachers import tiny_teacher, tokenizer_dir
-from turnrl.algorithms.advantages import distill_metrics, opd_advantage
+from turnrl.algorithms.distill import distill_metrics, opd_advantage
 from turnrl.config import ConfigError, load_config
 from turnrl.models.loader import load_tokenizer, tokenizer_difference
 

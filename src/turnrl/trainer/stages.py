@@ -20,10 +20,10 @@ from turnrl.algorithms.advantages import (
     AdvantageInputs,
     Estimator,
     compute_advantage,
-    distill_metrics,
     episode_advantage,
     resolve_estimator,
 )
+from turnrl.algorithms.distill import distill_metrics
 from turnrl.algorithms.rollout_corr import bypass_choice, rollout_correction
 from turnrl.batch import Batch
 from turnrl.config.schema import Config, RolloutCorrectionConfig
