@@ -8,7 +8,6 @@ import asyncio
 import base64
 import os
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -18,31 +17,16 @@ from tests.support.session_server import (
     b64,
     create,
     delete,
+    fixtures,
     health,
     http,
     roots,
     run,
-    start,
 )
 from turnrl.servers.sandbox.client import SandboxClient, SandboxRequestError, SessionGone
 from turnrl.servers.sandbox.process import SandboxProcess
 
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[SandboxProcess]:
-    with start("auto") as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def basic() -> Iterator[SandboxProcess]:
-    with start("basic") as proc:
-        yield proc
-
-
-@pytest.fixture(params=["auto", "basic"])
-def any_server(request: pytest.FixtureRequest) -> SandboxProcess:
-    return request.getfixturevalue("server" if request.param == "auto" else "basic")
+server, basic, any_server = fixtures()
 
 
 def test_files_persist_across_commands_and_the_file_api(any_server: SandboxProcess) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -20,30 +19,15 @@ from tests.support.session_server import (
     assert_idle,
     create,
     delete,
+    fixtures,
     health,
     http,
     roots,
     run,
-    start,
 )
 from turnrl.servers.sandbox.process import SandboxProcess
 
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[SandboxProcess]:
-    with start("auto") as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def basic() -> Iterator[SandboxProcess]:
-    with start("basic") as proc:
-        yield proc
-
-
-@pytest.fixture(params=["auto", "basic"])
-def any_server(request: pytest.FixtureRequest) -> SandboxProcess:
-    return request.getfixturevalue("server" if request.param == "auto" else "basic")
+server, basic, any_server = fixtures()
 
 
 def serving(server: SandboxProcess) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.support.proc_scan import pids_of_uids
 from turnrl.servers.sandbox.process import SandboxProcess
@@ -64,3 +66,25 @@ def assert_idle(server: SandboxProcess) -> None:
     sid = create(server)
     assert run(server, sid, "echo ok")["stdout"] == "ok\n"
     delete(server, sid)
+
+
+# the servers of a session test module (each module its own, started once): bound to module names
+# with `server, basic, any_server = fixtures()`; they override the integration conftest's `/run_code` ones
+def fixtures() -> tuple[object, object, object]:
+    """`server` (every layer the host allows), `basic` (`--isolation basic`), `any_server` (each)."""
+
+    @pytest.fixture(scope="module")
+    def server() -> Iterator[SandboxProcess]:
+        with start("auto") as proc:
+            yield proc
+
+    @pytest.fixture(scope="module")
+    def basic() -> Iterator[SandboxProcess]:
+        with start("basic") as proc:
+            yield proc
+
+    @pytest.fixture(params=["auto", "basic"])
+    def any_server(request: pytest.FixtureRequest) -> SandboxProcess:
+        return request.getfixturevalue("server" if request.param == "auto" else "basic")
+
+    return server, basic, any_server
