@@ -16,44 +16,24 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
 from tests.support.agent_batches import segments, unpadded
-from tests.support.keep_stages import KeepStages
+from tests.support.harbor_runs import SessionsAfterGen, task_folder
 from tests.support.scripted_engine import ScriptedEngine
 from turnrl.agent.gateway.engine_runner import EngineRunner
 from turnrl.agent.harbor.reader import read_task
 from turnrl.config import load_config
-from turnrl.servers.sandbox import check_server
 from turnrl.trainer.ppo import Trainer
 
 pytest.importorskip(
     "minisweagent", reason="mini-swe-agent is not installed (pip install -e '.[agent-frameworks]')"
 )
 
-BUILTIN = Path(__file__).parents[2] / "src" / "turnrl" / "tasks" / "harbor" / "builtin"
 TASKS = ("numbers/mean_fix", "numbers/clamp")
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
-
-
-class SessionsAfterGen(KeepStages):
-    """Also asks the workspace sandbox how many sessions live once the rollout stage is over."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.agent = None
-        self.live_after_gen: list[int] = []
-
-    def record(self, stage: str, batch, elapsed_s: float) -> None:
-        super().record(stage, batch, elapsed_s)
-        if stage == "gen" and self.agent is not None:
-            endpoint = self.agent.fn.server.endpoint
-            health = check_server(endpoint.url, api_key=endpoint.api_key or None)
-            self.live_after_gen.append(health["sessions"]["live"])
 
 
 def bash_call(command: str) -> str:
@@ -76,9 +56,7 @@ def assert_recorded_as_sampled(batch, row: int, engine) -> None:
 @pytest.mark.slow  # ~40 s: the default run keeps mini-swe-agent's environment and workspace tests
 @pytest.mark.timeout(600)
 def test_mini_swe_agent_trains_a_step_on_harbor_tasks(tmp_path):
-    folder = tmp_path / "tasks"
-    for key in TASKS:
-        shutil.copytree(BUILTIN / key, folder / key.split("/")[1])
+    folder = task_folder(tmp_path / "tasks", TASKS)
     solutions = {
         read_task(folder / k.split("/")[1]).instruction.strip()[:60]: read_task(
             folder / k.split("/")[1]
@@ -124,7 +102,7 @@ def test_mini_swe_agent_trains_a_step_on_harbor_tasks(tmp_path):
     engine = ScriptedEngine(script, inner=rollout.gateway.runner.engine)
     rollout.gateway.runner.close()  # its batcher holds the engine: a new runner over the scripted one
     rollout.gateway.runner = EngineRunner(engine, rollout.ac.max_concurrency)
-    keep.agent = rollout.agent
+    keep.endpoint = lambda: rollout.agent.fn.server.endpoint
     trainer.fit()
 
     b = keep.batches["reward"]

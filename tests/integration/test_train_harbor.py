@@ -6,37 +6,19 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.support.keep_stages import KeepStages
+from tests.support.harbor_runs import SessionsAfterGen, task_folder
 from tests.support.scripted_engine import ScriptedEngine
 from turnrl.agent.harbor.demos import parse_solve
 from turnrl.agent.harbor.reader import read_task
 from turnrl.config import load_config
-from turnrl.servers.sandbox import check_server
 from turnrl.trainer.ppo import Trainer
 
 RECIPE = Path(__file__).parents[2] / "examples" / "harbor_agent.yaml"
-BUILTIN = Path(__file__).parents[2] / "src" / "turnrl" / "tasks" / "harbor" / "builtin"
 TASKS = ("numbers/mean_fix", "numbers/clamp")
-
-
-class SessionsAfterGen(KeepStages):
-    """Also asks the workspace sandbox how many sessions live once the rollout stage is over."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.endpoint = None
-        self.live_after_gen: list[int] = []
-
-    def record(self, stage: str, batch, elapsed_s: float) -> None:
-        super().record(stage, batch, elapsed_s)
-        if stage == "gen" and self.endpoint is not None:
-            health = check_server(self.endpoint.url, api_key=self.endpoint.api_key or None)
-            self.live_after_gen.append(health["sessions"]["live"])
 
 
 def fix_call(task_dir: Path) -> str:
@@ -55,9 +37,7 @@ def fix_call(task_dir: Path) -> str:
 
 @pytest.mark.timeout(600)
 def test_a_harbor_task_is_verified_in_the_episodes_own_session(tmp_path):
-    folder = tmp_path / "tasks"
-    for key in TASKS:
-        shutil.copytree(BUILTIN / key, folder / key.split("/")[1])
+    folder = task_folder(tmp_path / "tasks", TASKS)
     fixes = {
         read_task(folder / k.split("/")[1]).instruction.strip()[:60]: fix_call(folder / k.split("/")[1])
         for k in TASKS
@@ -98,7 +78,7 @@ def test_a_harbor_task_is_verified_in_the_episodes_own_session(tmp_path):
         return tok(fix, add_special_tokens=False)["input_ids"]
 
     rollout.loop.engine = ScriptedEngine(script, inner=rollout.loop.engine)
-    keep.endpoint = rollout.toolset.services.workspace
+    keep.endpoint = lambda: rollout.toolset.services.workspace
     trainer.fit()
 
     b = keep.batches["reward"]

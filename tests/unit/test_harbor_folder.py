@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.harbor_runs import BUILTIN, task_folder
 from turnrl.agent.harbor.spec import HarborTaskError
 from turnrl.tasks import UnknownTask, get
 from turnrl.tasks.harbor.folder import held_out_key
 
-BUILTIN = Path(__file__).parents[2] / "src" / "turnrl" / "tasks" / "harbor" / "builtin"
 NAMES = (
     "numbers/mean_fix",
     "numbers/clamp",
@@ -22,10 +22,7 @@ NAMES = (
 
 
 def folder(tmp_path: Path, names=NAMES) -> Path:
-    out = tmp_path / "tasks"
-    for key in names:
-        shutil.copytree(BUILTIN / key, out / key.split("/")[1])
-    return out
+    return task_folder(tmp_path / "tasks", names)
 
 
 def tasks_of(rows: list[dict]) -> list[str]:
