@@ -117,21 +117,10 @@ class AgentRollout:
     def _finish(self, episodes: list[Any], sessions: list[Any]) -> list[Finished]:
         """Each episode verified by its task's tests in its session, the sessions deleted."""
         assert self.workspaces is not None and self.executor is not None
-        finishing = [
-            self.workspaces.finish(None if isinstance(s, BaseException) else s, e.row)
-            for e, s in zip(episodes, sessions, strict=True)
-        ]
+        finishing = [self.workspaces.finish(s, e.row) for e, s in zip(episodes, sessions, strict=True)]
         done = self.executor.gather(finishing, FINISH_TIMEOUT_S)
-        opened = [
-            Finished(None, f"workspace: the session could not be opened: {one_line(s)}")
-            if isinstance(s, BaseException)
-            else None
-            for s in sessions
-        ]
-        return [
-            o or (d if isinstance(d, Finished) else Finished(None, f"workspace: {d!r}"))
-            for o, d in zip(opened, done, strict=True)
-        ]
+        # finish never raises for the sandbox's sake; anything else it raised still fails only its episode
+        return [d if isinstance(d, Finished) else Finished(None, f"workspace: {one_line(d)}") for d in done]
 
     def close(self) -> None:
         """Close tool clients and stop the child servers; safe to call twice."""

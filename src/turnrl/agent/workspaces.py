@@ -57,10 +57,12 @@ class Workspaces:
         session = SandboxSession(self.client, task.workspace_files(), ttl)
         return await session.__aenter__()
 
-    async def finish(self, session: SandboxSession | None, row: dict[str, Any]) -> Finished:
-        """Run the task's tests in the episode's session, then delete it (whatever happened)."""
-        if session is None:
-            return Finished(None, "workspace: the session could not be opened")
+    async def finish(self, session: SandboxSession | BaseException | None, row: dict[str, Any]) -> Finished:
+        """Run the task's tests in the episode's session, then delete it (whatever happened); a
+        session that could not be opened (None, or the error `open` raised) fails the episode."""
+        if session is None or isinstance(session, BaseException):
+            why = f": {one_line(session)}" if session is not None else ""
+            return Finished(None, f"workspace: the session could not be opened{why}")
         try:
             verdict = await verify(session, task_from_row(row))
         except Exception as err:  # the sandbox failed mid-way: the episode cannot be scored
