@@ -22,8 +22,10 @@ On a machine that cannot compute the pinned bits (arm64, no AVX2) the comparison
 
 History: recorded before the roles took ownership of their models; re-recorded, on purpose, when
 the engine's sampler became an inverse-CDF draw (tests/unit/test_fast_decode.py), and again when the
-runs were pinned: each time the old recording was first checked to still hold on the machine that
-made it, with the code of the day.
+runs were pinned, and when the engine began prefilling the prompt prefix a batch shares once
+(`rollout.share_prefix`: the prefill's products in other shapes round otherwise, and the grpo run
+drew one other token at step 1): each time the old recording was first checked to still hold on
+the machine that made it, with the code of the day (for the last, with `share_prefix` off).
 """
 
 import math

@@ -63,6 +63,10 @@ class RolloutConfig:
     """`hf` engine: `preallocated` (each batch's KV cache allocated once and written in place) or
     `dynamic` (transformers' cache, which copies itself at every token). Same numbers either way;
     models with sliding-window layers always use `dynamic`."""
+    share_prefix: bool = True
+    """`hf` engine: the prompt prefix all rows of a forward batch share (an agent's system prompt,
+    re-sent every turn) is prefilled for one row and its keys and values copied to the others; the
+    same function of the same tokens, fewer prefill tokens (docs/rollout.md)."""
     compile: str = "auto"
     """`hf` engine: `true` decodes with fixed shapes through `torch.compile` (CUDA graphs on a GPU,
     where a small model's step is bound by kernel launches). Finished rows ride along instead of

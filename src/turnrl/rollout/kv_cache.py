@@ -52,10 +52,16 @@ class PreallocatedLayer(DynamicLayer):
         self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
 
     def batch_repeat_interleave(self, repeats: int) -> None:
+        # only the filled part is copied: the rest of the capacity is the budget still to be written
         if self._k is not None and self._v is not None:
-            self._k = self._k.repeat_interleave(repeats, dim=0)
-            self._v = self._v.repeat_interleave(repeats, dim=0)
+            self._k, self._v = (self._repeat(t, repeats) for t in (self._k, self._v))
             self._refresh()
+
+    def _repeat(self, buffer: torch.Tensor, repeats: int) -> torch.Tensor:
+        b, h, capacity, d = buffer.shape
+        out = buffer.new_empty((b * repeats, h, capacity, d))
+        out[:, :, : self.length] = buffer[:, :, : self.length].repeat_interleave(repeats, dim=0)
+        return out
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self._k is not None and self._v is not None:

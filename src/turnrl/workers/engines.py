@@ -63,6 +63,7 @@ def build_engine(
             rollout_cfg.kv_cache,
             compiles_decode(rollout_cfg, next(model.parameters()).device),
             rollout_cfg.dtype,
+            rollout_cfg.share_prefix,
         )
     if rollout_cfg.engine == "vllm":
         return _vllm_engine(model, tokenizer, Path(run_dir), weights_fn, dtype, seed)

@@ -1,0 +1,80 @@
+"""The shared prompt prefix, prefilled once, changes no number the engine returns.
+
+The slow obvious version is the same engine with `share_prefix=False` (every row prefilled whole,
+left-padded): greedy and seeded ids must be identical and log-probs equal to rounding, through
+what touches the layout and the cache: several samples per prompt, rows finishing early, per-row
+budgets, the dynamic and the preallocated cache, and the fixed-shape decode step.
+"""
+
+import pytest
+import torch
+
+from turnrl.rollout.base import SamplingParams
+from turnrl.rollout.hf import HFEngine
+from turnrl.rollout.prefix import prefix_layout, shared_prefix_length
+from turnrl.tensors import position_ids_from_mask
+
+SYSTEM = list(range(20, 44))  # 24 tokens every prompt starts with, as a system prompt
+PROMPTS = [[*SYSTEM, 5, 6, 7, 8], [*SYSTEM, 9], [*SYSTEM, 11, 12, 13], [*SYSTEM, 14, 15, 16, 17, 18, 19]]
+
+
+def same(a, b) -> None:
+    assert (a.response_ids, a.finish_reasons) == (b.response_ids, b.finish_reasons)
+    for x, y in zip(a.log_probs, b.log_probs, strict=True):
+        assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-4)
+
+
+def test_shared_prefix_length_by_hand():
+    assert shared_prefix_length([[1] * 20 + [2], [1] * 20 + [3]]) == 20
+    assert shared_prefix_length([[1] * 20 + [2], [1] * 20 + [3]], min_shared=21) == 0  # too short to pay
+    # each row keeps one token of its own, even when one row is a prefix of another
+    assert shared_prefix_length([[1] * 20, [1] * 25]) == 19
+    assert shared_prefix_length([[1] * 20 + [2]]) == 0  # one row: nothing to share
+    assert shared_prefix_length([[1] * 5 + [9] + [1] * 20, [1] * 26]) == 0  # 5 < 16
+
+
+def test_layout_by_hand():
+    ids, mask = prefix_layout([[7, 7, 1], [7, 7, 2, 3]], 2, 0)
+    assert ids.tolist() == [[7, 7, 0, 1], [7, 7, 2, 3]]
+    assert mask.tolist() == [[1, 1, 0, 1], [1, 1, 1, 1]]
+    # positions as the plain left-padded layout gives them: 0 1 2 for the short row, 0 1 2 3
+    assert position_ids_from_mask(mask).tolist() == [[0, 1, 0, 2], [0, 1, 2, 3]]
+
+
+@pytest.mark.parametrize("kv_cache", ["preallocated", "dynamic"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_sharing_the_prefix_gives_what_the_whole_prefill_gives(tiny, kv_cache, temperature):
+    model, tok = tiny
+    plain = HFEngine(model, tok, batch_size=16, kv_cache=kv_cache, share_prefix=False)
+    shared = HFEngine(model, tok, batch_size=16, kv_cache=kv_cache)
+    p = SamplingParams(max_new_tokens=12, n=2, temperature=temperature, seed=3)
+    limits = [12, 3, 9, 12, 1, 6, 11, 12]
+    ref = plain.generate(PROMPTS, p, limits)
+    frequent = ref.response_ids[0][2]  # an extra EOS id makes rows finish mid-batch
+    for e in (plain, shared):
+        e.eos_ids = e.eos_ids | {frequent}
+    ref = plain.generate(PROMPTS, p, limits)
+    assert "stop" in ref.finish_reasons
+    same(shared.generate(PROMPTS, p, limits), ref)
+
+
+def test_the_fixed_shape_step_takes_the_shared_layout(tiny):
+    model, tok = tiny
+    plain = HFEngine(model, tok, batch_size=8, share_prefix=False)
+    fixed = HFEngine(model, tok, batch_size=8, compile_decode="eager")
+    p = SamplingParams(max_new_tokens=10, n=2, temperature=0.0)
+    same(fixed.generate(PROMPTS, p), plain.generate(PROMPTS, p))
+
+
+def test_the_prefix_is_run_once(tiny):
+    """The prefill's forwards see the shared tokens for one row only: B * 24 fewer token positions."""
+    model, tok = tiny
+    seen: list[tuple[int, int]] = []
+    hook = model.model.embed_tokens.register_forward_hook(lambda m, a, out: seen.append(tuple(a[0].shape)))
+    try:
+        HFEngine(model, tok, batch_size=16).generate(
+            PROMPTS, SamplingParams(max_new_tokens=1, temperature=0.0)
+        )
+    finally:
+        hook.remove()
+    assert seen[:2] == [(1, 24), (4, 6)]  # the prefix for one row, then each row's own remainder
