@@ -38,6 +38,7 @@ def prompts_per_step(run_dir: Path) -> dict[int, list[str]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_staleness_zero_is_the_synchronous_run(tmp_path, server_run):
     sync = steps_of(server_run.run_dir)  # the synchronous run, shared with test_train_server

@@ -10,9 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gateway_load.py"
 
 
+@pytest.mark.slow
 def test_two_agents_of_one_call_are_timed(tmp_path):
     out = tmp_path / "load.json"
     args = ["--episodes", "2", "--calls", "1", "--concurrency", "2", "--client", "http", "--out", str(out)]

@@ -37,6 +37,7 @@ def answer(program: str) -> str:
     return f"<answer>\n```python\n{program}```\n</answer>"
 
 
+@pytest.mark.slow
 def test_every_reference_program_passes_all_its_tests(sandbox):
     rng = random.Random(0)
     failed = {}

@@ -83,6 +83,7 @@ def test_dapo_rounds_are_observed_before_the_next_is_drawn(tmp_path):
     assert set(history.values()) & {"R", "W"}  # flat groups DAPO dropped were remembered
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_async_mode_draws_and_observes_in_the_producer_thread(tmp_path):
     """The producer runs a step ahead; the loader is touched only there, observing each batch before

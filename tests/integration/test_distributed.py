@@ -71,6 +71,7 @@ def test_lora_and_gradient_checkpointing_two_ranks_equal_one(tmp_path):
     assert_same_weights(ckpt1 / "actor", ckpt2 / "actor", WEIGHT_TOL)
 
 
+@pytest.mark.slow
 def test_one_rank_never_imports_ray(tmp_path):
     import subprocess
     import sys

@@ -65,6 +65,7 @@ def test_with_tools_it_shows_them_and_the_calls():
     assert text.endswith("<|im_start|>tool\n2<|im_end|>\n<|im_start|>assistant\n")
 
 
+@pytest.mark.slow
 def test_an_openai_sdk_agent_with_tools_trains_with_no_template_option(tmp_path):
     """The two-call agent (tools, a short first reply appended as the SDK returns it, a user
     message, a second call) on tiny-random: before, it stopped with 'the chat template does not

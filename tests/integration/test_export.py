@@ -144,6 +144,7 @@ def test_lora_export_is_merged_and_generates_like_turnrl(tmp_path):
     assert not any("lora" in k for k in AutoModelForCausalLM.from_pretrained(out).state_dict())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_critic_export_logits_are_turnrl_values(tmp_path):
     root = tmp_path / "ppo"

@@ -440,6 +440,7 @@ def test_a_run_scores_rule_plus_coef_times_judge(server, weights, tmp_path, monk
     assert served(server) - before == step["reward/judge/requests"] + val["val/reward/judge/requests"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_run_with_a_child_judge_stops_at_a_reply_without_a_score(tmp_path, keep_torch_threads):
     trainer = Trainer(load_config(None, judge_run(tmp_path, model="tiny-random")))

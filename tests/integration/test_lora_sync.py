@@ -30,7 +30,8 @@ def steps_of(run: Path) -> list[dict]:
     [
         # the engine samples from the actor's own module; the old log-probs are recomputed to compare
         {"algorithm.rollout_correction.bypass": "false"},
-        {"rollout.engine": "server"},  # the merged weights written, loaded, version-checked
+        # the merged weights written, loaded, version-checked
+        pytest.param({"rollout.engine": "server"}, marks=pytest.mark.slow),
     ],
     ids=["in_process", "turnrl_serve"],
 )

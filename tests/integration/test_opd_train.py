@@ -78,6 +78,7 @@ def test_distill_coef_adds_the_term_to_grpo(tmp_path: Path):
     assert torch.allclose(b["advantages"], grpo + 0.5 * term, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_resume_with_another_teacher_is_refused(tmp_path: Path):
     run_dir, _ = train(tmp_path, steps=1, **{"algorithm.adv_estimator": "opd"})
@@ -119,6 +120,7 @@ def test_the_teacher_on_two_ranks_equals_one(tmp_path: Path):
     assert two[0]["balance/teacher/imbalance_after"] <= two[0]["balance/teacher/imbalance_before"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_training_run_directory_is_a_teacher(tmp_path: Path):
     """`teacher.model.path` takes a turnrl run directory, exported once like `model.path`'s."""

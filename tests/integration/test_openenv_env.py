@@ -324,6 +324,7 @@ def overrides(tmp_path: Path, env: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_one_training_step_goes_on_past_a_failing_env(tmp_path):
     """Every second session of the env raises at its first step: those episodes score 0 and are
     counted in agent/errors/env; the step trains on the others' rewards, and the run ends well."""

@@ -28,6 +28,7 @@ def steps_of(run: Path) -> list[dict]:
     return [r for r in rows if "critic/score/mean" in r]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_the_runs_own_server_killed_after_step_one_is_restarted_with_the_current_weights(tmp_path):
     """Before: `inference server unreachable after 4 attempts (rollout.server.max_retries=3)` and
@@ -72,6 +73,7 @@ def test_the_runs_own_server_killed_after_step_one_is_restarted_with_the_current
         assert len(dump.read_text().splitlines()) == rows, step
 
 
+@pytest.mark.slow
 def test_an_external_server_gone_is_routed_around_and_rejoins_at_the_current_version(tiny, tmp_path):
     """Two external `turnrl serve` processes; one is killed. Generation goes on through the other,
     the weight sync it misses leaves it stale (it serves nothing), and once it is up again it loads

@@ -33,6 +33,7 @@ def header_commands(recipe: Path) -> list[list[str]]:
     return [shlex.split(line.replace(RUN_DIR, shlex.quote(RUN_DIR)), comments=True)[1:] for line in lines]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_header_commands_run_and_write_what_each_stage_promises(cli, tmp_path):
     commands = header_commands(builtin_sft_recipes()["search_sft"])

@@ -342,6 +342,7 @@ def test_start_up_refusals_are_one_line(cli: Any, capsys: Any, monkeypatch: Any,
         assert stopped.value.code == 2 and f"turnrl serve: error: {words}" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_settings_that_failed_after_loading_are_one_line_at_start_up() -> None:
     """Once `--dtype int8` ended in a TypeError traceback and `--log-level bogus` in a KeyError, both
     once the model had loaded; `--batch-wait-ms nan` served requests that never got an answer (inf:

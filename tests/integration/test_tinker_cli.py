@@ -36,6 +36,7 @@ def test_refusals_to_start_are_one_line(cli, tmp_path, monkeypatch):
     assert cli("tinker").returncode == 2  # the family alone prints its help
 
 
+@pytest.mark.slow
 def test_the_command_serves_the_sdk_with_the_key_from_tinker_api_key(tmp_path, monkeypatch):
     key = "tml-cli-test-key"
     port = free_port()

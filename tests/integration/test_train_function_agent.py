@@ -8,6 +8,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.support.chat_templates import TOOL_TEMPLATE
 from tests.support.cli import console_script, one_line_error
 
@@ -76,6 +78,7 @@ def test_missing_agent_stops_at_start_up(tmp_path, cli):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_an_agent_that_rewrites_its_history_trains_on_its_forks(tmp_path):
     """Every episode forks once (its second call drops the first answer): each step trains on
     2 prompts x 2 episodes x 2 samples, and validation still averages one score per episode."""

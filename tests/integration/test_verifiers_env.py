@@ -158,6 +158,7 @@ def test_a_plain_row_plays_as_the_envs_task(child, tiny):
     assert set(play(child, lambda client: run(client, MODEL, row))) >= {"reward", "chars"}
 
 
+@pytest.mark.slow
 def test_a_tool_envs_tools_reach_the_server(child, tiny):
     env = load_verifiers_env(f"{ENVS}:with_tool")  # the loader returns an EnvConfig
     row = verifiers_rows(env)[1]

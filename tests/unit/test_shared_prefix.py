@@ -6,12 +6,15 @@ what touches the layout and the cache: several samples per prompt, rows finishin
 budgets, the dynamic and the preallocated cache, and the fixed-shape decode step.
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from turnrl.rollout.base import SamplingParams
 from turnrl.rollout.hf import HFEngine
 from turnrl.rollout.prefix import prefix_layout, shared_prefix_length
+from turnrl.rollout.prefix_store import Entry, PrefixStore
 from turnrl.tensors import position_ids_from_mask
 
 SYSTEM = list(range(20, 44))  # 24 tokens every prompt starts with, as a system prompt
@@ -78,3 +81,81 @@ def test_the_prefix_is_run_once(tiny):
     finally:
         hook.remove()
     assert seen[:2] == [(1, 24), (4, 6)]  # the prefix for one row, then each row's own remainder
+
+
+def test_three_block_layout_by_hand():
+    # shared [7 7]; row 0 has [1 2] cached and [3] new; row 1 nothing cached and [4 5 6] new
+    ids, mask = prefix_layout([[7, 7, 1, 2, 3], [7, 7, 4, 5, 6]], 2, 0, cached=[4, 2])
+    assert ids.tolist() == [[7, 7, 1, 2, 0, 0, 3], [7, 7, 0, 0, 4, 5, 6]]
+    assert mask.tolist() == [[1, 1, 1, 1, 0, 0, 1], [1, 1, 0, 0, 1, 1, 1]]
+    assert position_ids_from_mask(mask).tolist() == [[0, 1, 2, 3, 0, 0, 4], [0, 1, 0, 0, 2, 3, 4]]
+
+
+def entry(ids):
+    return Entry(ids, [torch.zeros(1, len(ids), 2)], [torch.zeros(1, len(ids), 2)])
+
+
+def test_the_store_gives_the_longest_stored_prefix_once():
+    store = PrefixStore(max_bytes=10_000)
+    short, long = entry([1, 2, 3]), entry([1, 2, 3, 4, 5])
+    store.put(short)
+    store.put(long)
+    store.put(entry([1, 2, 9, 4, 5]))  # same length and tail, another sequence: checked token by token
+    assert store.take([1, 2, 3, 4, 5, 6]) is long
+    assert store.take([1, 2, 3, 4, 5, 6]) is short  # each entry serves once
+    assert store.take([1, 2, 3]) is None  # a prompt needs one token of its own
+    assert store.take([8, 8, 8, 8]) is None
+    assert (store.hits, store.reused_tokens) == (2, 8)
+
+
+def test_the_store_drops_the_oldest_past_its_size():
+    one = entry([1] * 10)  # 2 x 10 x 2 floats = 160 bytes
+    store = PrefixStore(max_bytes=400)
+    for k in range(3):
+        store.put(entry([k] * 10))
+    assert store.nbytes == 320 and store.take([0] * 11) is None  # the oldest went
+    assert store.take([2] * 11) is not None
+    store.put(Entry(one.ids, [torch.zeros(1, 10, 50)], [torch.zeros(1, 10, 50)]))  # alone over the size
+    assert store.nbytes == 160
+    store.clear()
+    assert store.nbytes == 0 and store.take([1] * 11) is None
+
+
+def turns(engine, prompts, p, k=3):
+    """k turns of a toy agent loop: each prompt extended by what it sampled and a fixed 'observation'."""
+    outs = []
+    for turn in range(k):
+        g = engine.generate(prompts, p)
+        outs.append(g)
+        episodes = [ids for ids in prompts for _ in range(p.n)]  # the first turn: n episodes a prompt
+        prompts = [
+            ids + resp + [50 + turn, 51, 52] for ids, resp in zip(episodes, g.response_ids, strict=True)
+        ]
+        p = replace(p, n=1)
+    return outs
+
+
+@pytest.mark.parametrize("share", [True, False])
+@pytest.mark.parametrize("sync_every", [1, 3])
+@pytest.mark.parametrize("n", [1, 2])
+def test_later_turns_from_the_store_give_what_the_whole_prefill_gives(tiny, share, sync_every, n):
+    model, tok = tiny
+    plain = HFEngine(model, tok, batch_size=16, sync_every=sync_every, share_prefix=False)
+    stored = HFEngine(
+        model, tok, batch_size=16, sync_every=sync_every, share_prefix=share, prefix_store_mb=64
+    )
+    p = SamplingParams(max_new_tokens=6, n=n, temperature=1.0, seed=5, stop=[tok.decode([60])])
+    want = turns(plain, PROMPTS, p)
+    got = turns(stored, PROMPTS, p)
+    assert stored.store is not None and stored.store.hits == 2 * n * len(PROMPTS)  # turns 2 and 3
+    for a, b in zip(got, want, strict=True):
+        same(a, b)
+
+
+def test_a_weight_sync_empties_the_store(tiny):
+    model, tok = tiny
+    engine = HFEngine(model, tok, batch_size=16, prefix_store_mb=64)
+    engine.generate(PROMPTS, SamplingParams(max_new_tokens=4, temperature=0.0))
+    assert engine.store is not None and engine.store.nbytes > 0
+    engine.sync_weights(1)
+    assert engine.store.nbytes == 0

@@ -67,6 +67,11 @@ class RolloutConfig:
     """`hf` engine: the prompt prefix all rows of a forward batch share (an agent's system prompt,
     re-sent every turn) is prefilled for one row and its keys and values copied to the others; the
     same function of the same tokens, fewer prefill tokens (docs/rollout.md)."""
+    prefix_cache_mb: int = ranged(2048, ">= 0", "0 = off")
+    """`hf` engine, agent rollouts: the keys and values each finished row leaves (its prompt and the
+    tokens it sampled) are kept, up to this many MiB, and an episode's next turn prefills only what
+    its prompt adds (the tool's observation): the same numbers (tested against the whole prefill);
+    cleared at every weight sync. 0 = off (docs/rollout.md)."""
     compile: str = "auto"
     """`hf` engine: `true` decodes with fixed shapes through `torch.compile` (CUDA graphs on a GPU,
     where a small model's step is bound by kernel launches). Finished rows ride along instead of

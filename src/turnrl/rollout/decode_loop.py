@@ -60,10 +60,13 @@ class DecodeLoop:
         prefill: tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor],
         graph: DecodeBucket | None,
         abort: Callable[[], set[int]] | None = None,
+        keep: Callable[[DecodeLoop, list[int], list[int]], None] | None = None,
     ):
         """`prefill`: (KV cache, last logits, attention mask, position ids) of the repeated rows;
         `graph`: the compiled fixed-shape decode step, or None for the dynamic cache; `abort`: the
-        rows (0 .. len(limits)-1) to stop at the next host sync, asked at every sync."""
+        rows (0 .. len(limits)-1) to stop at the next host sync, asked at every sync; `keep`: called
+        with the loop, the output rows and their batch rows just before they leave the batch (the
+        engine's prefix store reads their keys and values)."""
         self.engine, self.p, self.gen, self.budget, self.sync_every = engine, p, gen, budget, sync_every
         self.cache, self.logits, self.mask, pos = prefill
         self.graph = graph
@@ -77,6 +80,7 @@ class DecodeLoop:
         self.eos = torch.tensor(eos, dtype=torch.long, device=device)
         self.stopped: dict[int, int] = {}  # output row -> length cut at its stop string
         self.abort = abort
+        self.keep = keep
         self.aborted: set[int] = set()  # output rows stopped because nobody reads them any more
         self.alive = torch.arange(b, device=device)  # batch rows still generating -> output row
         self.done = torch.zeros(b, dtype=torch.bool, device=device)  # finished, still in the batch
@@ -119,12 +123,18 @@ class DecodeLoop:
             self._apply_abort()
         keep = (~self.done).nonzero().squeeze(-1)
         if last or len(keep) == 0:
+            self._leave(torch.arange(len(self.alive), device=keep.device))
             return token, True
         if self.graph is None and len(keep) < len(self.alive):  # drop them from the batch and the cache
+            self._leave(self.done.nonzero().squeeze(-1))
             self.alive, token, self.mask = self.alive[keep], token[keep], self.mask[keep]
             self.next_pos, self.done = self.next_pos[keep], self.done[keep]
             self.cache.batch_select_indices(keep)
         return token, False
+
+    def _leave(self, batch_rows: torch.Tensor) -> None:
+        if self.keep is not None and len(batch_rows):
+            self.keep(self, self.alive[batch_rows].tolist(), batch_rows.tolist())
 
     def _apply_abort(self) -> None:
         """Mark done the rows still generating that `abort` names; they keep what they sampled."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -21,9 +22,10 @@ from turnrl.rollout.decode_loop import DecodeLoop
 from turnrl.rollout.graph_decode import DecodeBucket, capacity_for
 from turnrl.rollout.kv_cache import preallocated_cache
 from turnrl.rollout.prefix import prefix_layout, shared_prefix_length
+from turnrl.rollout.prefix_store import PrefixStore, Restored, store_rows
 from turnrl.rollout.rollout_copy import RolloutCopy, torch_dtype
 from turnrl.rollout.sampling import sample_tokens
-from turnrl.tensors import left_pad, position_ids_from_mask
+from turnrl.tensors import position_ids_from_mask
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +71,9 @@ class HFEngine:
     then that copy; `source` is always the module given.
 
     `share_prefix` (`rollout.share_prefix`): prefill the prompt prefix all rows of a batch share
-    once (`rollout.prefix`)."""
+    once (`rollout.prefix`). `prefix_store_mb` (`rollout.prefix_cache_mb`, multi-turn rollouts): keep
+    finished rows' keys and values, up to that many MiB, for the next turn's prompts that extend
+    them (`rollout.prefix_store`); 0 = off. Only with the preallocated cache and the uncompiled step."""
 
     def __init__(
         self,
@@ -81,6 +85,7 @@ class HFEngine:
         compile_decode: bool | str = False,
         dtype: str = "",
         share_prefix: bool = True,
+        prefix_store_mb: int = 0,
     ):
         if kv_cache not in ("preallocated", "dynamic"):
             raise ValueError(f"rollout.kv_cache={kv_cache!r}: use preallocated or dynamic")
@@ -103,6 +108,8 @@ class HFEngine:
         # True: compiled fixed-shape decode; "eager": the same fixed-shape step uncompiled (tests)
         self.compile_decode = compile_decode if all(t == "full_attention" for t in layer_types) else False
         self.buckets: dict[tuple[int, int], DecodeBucket] = {}
+        on = prefix_store_mb > 0 and self.preallocate and not self.compile_decode
+        self.store = PrefixStore(prefix_store_mb * 2**20) if on else None
         self.eos_ids = eos_ids(model, tokenizer)
         self.pad_id = int(tokenizer.pad_token_id)
         self.version = 0
@@ -130,6 +137,8 @@ class HFEngine:
     def sync_weights(self, version: int) -> None:
         if self.copy is not None:
             self.copy.refresh()
+        if self.store is not None:  # keys and values of the old weights
+            self.store.clear()
         self.version = version
 
     def close(self) -> None:
@@ -217,12 +226,14 @@ class HFEngine:
         abort: Callable[[], set[int]] | None = None,
     ) -> Generation:
         shared = shared_prefix_length(rows) if self.share_prefix else 0
-        ids, mask = prefix_layout(rows, shared, self.pad_id) if shared else left_pad(rows, self.pad_id)
+        found = [self.store.take(r) for r in rows] if self.store is not None else [None] * len(rows)
+        cached = [max(shared, len(e.ids)) if e is not None else shared for e in found]
+        ids, mask = prefix_layout(rows, shared, self.pad_id, cached)
         ids, mask = ids.to(device), mask.to(device)
         pos = position_ids_from_mask(mask)
         budget = min(p.max_new_tokens, max(limits))
         # prefill each prompt once, then copy its KV cache for its n samples (A,A,B,B)
-        cache, logits = self._prefill(ids, mask, pos, budget, shared)
+        cache, logits = self._prefill(ids, mask, pos, budget, shared, Restored(found, cached))
         graph = None
         if self.compile_decode:  # one fixed-shape bucket per batch size and rounded capacity
             rows_per_bucket = max(1, self.batch_size // p.n) * p.n  # as `generate` cuts batches
@@ -236,7 +247,8 @@ class HFEngine:
             pos = pos.repeat_interleave(p.n, dim=0)
         sync_every = self.sync_every or default_sync_every(device)
         prefill = (cache, logits, mask, pos)
-        loop = DecodeLoop(self, p, gen, device, limits, budget, sync_every, prefill, graph, abort)
+        keep = None if self.store is None or graph is not None else partial(store_rows, self.store, rows, p.n)
+        loop = DecodeLoop(self, p, gen, device, limits, budget, sync_every, prefill, graph, abort, keep)
         if graph is None:
             return loop.run()
         try:
@@ -252,11 +264,18 @@ class HFEngine:
             return self._generate_batch(rows, p, gen, device, limits, abort)
 
     def _prefill(
-        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, budget: int, shared: int = 0
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        pos: torch.Tensor,
+        budget: int,
+        shared: int = 0,
+        restored: Restored | None = None,
     ) -> tuple[Any, torch.Tensor]:
-        """Run the prompts once: their KV cache and the logits of their last position. `shared`: the
-        first columns hold the same tokens in every row (`prefix.prefix_layout`); they are run for
-        one row and their keys and values copied to the others."""
+        """Run the prompts once: their KV cache and the logits of their last position, laid out by
+        `prefix.prefix_layout`. `shared`: the first columns hold the same tokens in every row; they
+        are run for one row and their keys and values copied to the others. `restored`: each row's
+        entry from the prefix store, whose keys and values fill the cached block."""
         # room for the prompt and the whole budget (the last sampled token is never fed back: one spare);
         # the compiled path decodes in its own buffers, so its prefill cache holds the prompt only
         room = ids.shape[1] + (0 if self.compile_decode else budget)
@@ -271,14 +290,19 @@ class HFEngine:
                 logits_to_keep=1,
             )
             cache = cache_of(head)
+        start = shared
+        if restored is not None and restored.width(shared):
+            start = shared + restored.width(shared)
+            cache = restored.fill(cache if shared else None, preallocated_cache(self.model, room), shared)
+        elif shared:
             cache.batch_repeat_interleave(ids.shape[0])
         # The last position by index, not `logits_to_keep=1`: the slice is a strided (B, 1, H) view, for
         # which torch's CPU linear copies the head's weight once per row (bf16, 16 rows: 1.2 s, not 6 ms)
-        last = torch.tensor([ids.shape[1] - shared - 1], device=ids.device)
+        last = torch.tensor([ids.shape[1] - start - 1], device=ids.device)
         out = self.model(
-            input_ids=ids[:, shared:],
+            input_ids=ids[:, start:],
             attention_mask=mask,
-            position_ids=pos[:, shared:],
+            position_ids=pos[:, start:],
             **cache_kw(cache),
             use_cache=True,
             logits_to_keep=last,

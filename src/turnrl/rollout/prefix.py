@@ -1,19 +1,26 @@
-"""The prompt prefix every row of a batch shares, prefilled once.
+"""Prompt prefixes prefilled once: the one every row of a batch shares, and each row's own earlier
+turn.
 
 An agent's prompts all begin with the same system prompt and worked example, and every later turn
-of an episode re-sends them: on the search task about 250 of a turn's 280-1,300 prompt tokens. The
-engine runs that prefix for one row, copies its keys and values to every row, then prefills only
-each row's own remainder. For the copy to serve every row, the prefix must sit at the same columns
-in each: the batch is laid out as [prefix | left padding | the row's remainder], the padding masked
-out in the middle. Positions count real tokens only (`position_ids_from_mask`), so every token keeps
-the position it has in the plain left-padded layout and the model computes the same function.
+of an episode re-sends its whole conversation: on the search task a turn's prompt is 280-1,300
+tokens, about 250 of them shared by every row and most of the rest already run in the episode's
+previous turn. The engine runs the shared prefix for one row and copies its keys and values to
+every row (`shared_prefix_length`); with a `prefix_store.PrefixStore` it also takes, for each row,
+the keys and values its previous turn left (the prompt and the tokens it sampled), and prefills
+only what is new: the observation and the next turn's opening.
+
+For copied keys and values to serve every row, the batch is laid out in three blocks of columns:
+
+    [the shared prefix | each row's cached tokens, right-aligned | each row's new tokens, left-padded]
+
+with the padding masked out in the middle. Positions count real tokens only
+(`position_ids_from_mask`), so every token keeps the position it has in the plain left-padded
+layout and the model computes the same function of the same tokens.
 """
 
 from __future__ import annotations
 
 import torch
-
-from turnrl.tensors import left_pad
 
 MIN_SHARED = 16
 """Below this many tokens the extra one-row forward costs more than the prefill it saves."""
@@ -31,11 +38,25 @@ def shared_prefix_length(rows: list[list[int]], min_shared: int = MIN_SHARED) ->
     return k if k >= min_shared else 0
 
 
-def prefix_layout(rows: list[list[int]], shared: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids, attention_mask): the first `shared` tokens (the same in every row) in the first columns,
-    then each row's remainder left-padded so that every row ends at the last column."""
-    rest, rest_mask = left_pad([r[shared:] for r in rows], pad_id)
-    head = torch.tensor(rows[0][:shared], dtype=torch.long).expand(len(rows), shared)
-    ids = torch.cat([head, rest], dim=1)
-    mask = torch.cat([torch.ones((len(rows), shared), dtype=torch.long), rest_mask], dim=1)
+def prefix_layout(
+    rows: list[list[int]], shared: int, pad_id: int, cached: list[int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention_mask) of the three blocks: the first `shared` tokens (the same in every row),
+    then row i's tokens `shared .. cached[i]` right-aligned (None: no row has any), then the rest
+    left-padded so that every row ends at the last column. Hand-worked in the tests."""
+    cached = cached or [shared] * len(rows)
+    width_cached = max(c - shared for c in cached)
+    width_new = max(len(r) - c for r, c in zip(rows, cached, strict=True))
+    b = len(rows)
+    ids = torch.full((b, shared + width_cached + width_new), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, (row, c) in enumerate(zip(rows, cached, strict=True)):
+        ids[i, :shared], mask[i, :shared] = torch.tensor(row[:shared], dtype=torch.long), 1
+        if c > shared:
+            end = shared + width_cached
+            ids[i, end - (c - shared) : end] = torch.tensor(row[shared:c], dtype=torch.long)
+            mask[i, end - (c - shared) : end] = 1
+        if len(row) > c:
+            ids[i, -(len(row) - c) :] = torch.tensor(row[c:], dtype=torch.long)
+            mask[i, -(len(row) - c) :] = 1
     return ids, mask

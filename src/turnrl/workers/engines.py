@@ -27,9 +27,13 @@ def compiles_decode(rollout_cfg: RolloutConfig, device: torch.device) -> bool:
     setting = str(rollout_cfg.compile).lower()
     if setting != "auto":
         return setting == "true"
+    return device.type == "cuda" and not is_agent(rollout_cfg)
+
+
+def is_agent(rollout_cfg: RolloutConfig) -> bool:
+    """Multi-turn episodes: built-in tools, or an agent function, environment or process."""
     ac = rollout_cfg.agent
-    agent = rollout_cfg.multi_turn.enable or ac.entrypoint or ac.env or ac.command
-    return device.type == "cuda" and not agent
+    return bool(rollout_cfg.multi_turn.enable or ac.entrypoint or ac.env or ac.command)
 
 
 def build_engine(
@@ -64,6 +68,7 @@ def build_engine(
             compiles_decode(rollout_cfg, next(model.parameters()).device),
             rollout_cfg.dtype,
             rollout_cfg.share_prefix,
+            rollout_cfg.prefix_cache_mb if is_agent(rollout_cfg) else 0,  # single-turn: nothing extends a row
         )
     if rollout_cfg.engine == "vllm":
         return _vllm_engine(model, tokenizer, Path(run_dir), weights_fn, dtype, seed)
