@@ -209,10 +209,12 @@ def test_the_bridge_step_names_the_bridge_after_the_question_s_description(full)
 
 def test_generator_flags_are_refused_for_converters(tmp_path, capsys):
     assert main(["data", "gsm8k", "--input", "x.jsonl", "--out", str(tmp_path / "o"), "--n", "3"]) == 2
-    assert capsys.readouterr().err.splitlines() == ["turnrl data: --n: only for search_sft and code_sft"]
+    assert capsys.readouterr().err.splitlines() == [
+        "turnrl data: --n: only for search_sft, code_sft and harbor_sft"
+    ]
     assert main(["data", "gsm8k", "--input", "x.jsonl", "--out", str(tmp_path / "o"), "--seed", "3"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        "turnrl data: --seed: only for task, search_sft and code_sft"
+        "turnrl data: --seed: only for task, search_sft, code_sft and harbor_sft"
     ]
     assert main(["data", "gsm8k", "--out", str(tmp_path / "o")]) == 2
     assert "give the dataset's files with --input FILE" in capsys.readouterr().err

@@ -133,7 +133,7 @@ def test_data_task_takes_a_seed_and_writes_the_corpus(tmp_path):
     [
         (["chess"], "unknown built-in task 'chess'; valid: addition, calculator, code, search"),
         ([], "name the task: turnrl data task NAME --out DIR"),
-        (["addition", "--n", "3"], "--n: only for search_sft and code_sft"),
+        (["addition", "--n", "3"], "--n: only for search_sft, code_sft and harbor_sft"),
         (
             ["addition", "--topk", "3", "--problems", "x"],
             "--topk: only for search_sft; --problems: only for code_sft",

@@ -1,6 +1,6 @@
 """`turnrl data NAME (--input FILE ... | --from-hub) --out DIR`: the command around `convert`; and
-`turnrl data task NAME --out DIR`, `turnrl data search_sft --out DIR`, `turnrl data code_sft --out DIR`:
-the built-in tasks' files."""
+`turnrl data task NAME --out DIR`, `turnrl data search_sft --out DIR`, `turnrl data code_sft --out DIR`,
+`turnrl data harbor_sft --out DIR`: the built-in tasks' files."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ if TYPE_CHECKING:
 SHOWN_SKIPS = 10  # skipped rows listed one by one; the rest are counted
 SEARCH_SFT = "search_sft"
 CODE_SFT = "code_sft"
+HARBOR_SFT = "harbor_sft"
 TASK = "task"
-GENERATORS = (TASK, SEARCH_SFT, CODE_SFT)
+GENERATORS = (TASK, SEARCH_SFT, CODE_SFT, HARBOR_SFT)
 TAKEN_BY = {
-    "n": (SEARCH_SFT, CODE_SFT),
+    "n": (SEARCH_SFT, CODE_SFT, HARBOR_SFT),
     "seed": GENERATORS,
     "topk": (SEARCH_SFT,),
     "retry_fraction": (SEARCH_SFT, CODE_SFT),
@@ -51,15 +52,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "data",
         help="convert a public dataset's files (gsm8k, MATH, nq/hotpotqa) to verl-format parquet, "
-        "write a built-in task's files (task NAME), or search- or code-agent demonstrations (search_sft, code_sft)",
+        "write a built-in task's files (task NAME), or search-, code- or coding-agent demonstrations "
+        "(search_sft, code_sft, harbor_sft)",
         description="Convert GSM8K, MATH or FlashRAG QA files into the verl-format parquet files that "
         "verl's and Search-R1's preprocessing scripts write (train.parquet, test.parquet); with `task NAME`, "
         "write a built-in task's train.jsonl and val.jsonl (and its corpus.jsonl); or, with search_sft, "
-        "write scripted search-agent (search_sft) or code-agent (code_sft) episodes for `turnrl sft` "
+        "write scripted search-agent (search_sft), code-agent (code_sft) or coding-agent episodes from the "
+        "built-in Harbor tasks' solutions (harbor_sft) for `turnrl sft` "
         "(train.jsonl). See docs/data.md.",
     )
     # the help lists the options in the order they are added: keep these calls in this order
-    _add_dataset_args(p, [*RECIPES, TASK, SEARCH_SFT, CODE_SFT, f"{VERIFIERS}ENV"])
+    _add_dataset_args(p, [*RECIPES, TASK, SEARCH_SFT, CODE_SFT, HARBOR_SFT, f"{VERIFIERS}ENV"])
     _add_output_args(p)
     _add_generator_args(p)
     p.set_defaults(func=data_command)
@@ -111,13 +114,14 @@ def _add_generator_args(p: argparse.ArgumentParser) -> None:
     gen.add_argument(
         "--n",
         type=int,
-        help="demonstrations to make (default: search_sft every training question, code_sft 512)",
+        help="demonstrations to make (default: search_sft every training question, code_sft 512, "
+        "harbor_sft one per training task)",
     )
     gen.add_argument(
         "--seed",
         type=int,
-        help="task, code_sft: the rows' seed; search_sft: orders the questions and picks the wording "
-        "(default 0)",
+        help="task, code_sft, harbor_sft: the rows' seed; search_sft: orders the questions and picks the "
+        "wording (default 0)",
     )
     gen.add_argument("--topk", type=int, help="passages per search, as the search tool's topk (default 3)")
     gen.add_argument(
@@ -172,7 +176,7 @@ def run(ns: argparse.Namespace) -> int:
 
 def _refuse_others_flags(dataset: str, given: list[str]) -> None:
     """One line naming the generator options given that `dataset` does not take, and what takes them
-    (`TAKEN_BY`): `--n: only for search_sft and code_sft`; `--topk, --opener: only for search_sft`."""
+    (`TAKEN_BY`): `--n: only for search_sft, code_sft and harbor_sft`; `--topk, --opener: only for search_sft`."""
     foreign: dict[tuple[str, ...], list[str]] = {}
     for key in given:
         if dataset not in TAKEN_BY[key]:
@@ -213,6 +217,8 @@ def _run_generator(ns: argparse.Namespace, given: list[str]) -> int:
         return tasks.run_search_sft(ns)
     if ns.dataset == CODE_SFT:
         return tasks.run_code_sft(ns)
+    if ns.dataset == HARBOR_SFT:
+        return tasks.run_harbor_sft(ns)
     return tasks.run_task(ns)
 
 

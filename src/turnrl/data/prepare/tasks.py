@@ -135,3 +135,24 @@ def run_code_sft(ns: argparse.Namespace) -> int:
 
 def _counts(counter: Counter[str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counter.items())) or "none"
+
+
+def run_harbor_sft(ns: argparse.Namespace) -> int:
+    """Write the built-in Harbor tasks' scripted episodes (`turnrl.tasks.harbor.builtin.demonstrations`:
+    each training task's solution as bash and editor calls, the check's real output) as `train.jsonl`."""
+    from turnrl.tasks.harbor import builtin
+
+    seed = ns.seed if ns.seed is not None else 0
+    if ns.n is not None:  # more than the training tasks repeats them, in the rows' order
+        check_count(ns.n, "--n", None, DataError)
+    out = Path(ns.out)
+    check_out_dir(out, ns.overwrite)
+    rows, report = builtin.demonstrations(ns.n, seed)
+    path = out / OUT_FILE
+    write_rows(rows, path)
+    print(
+        f"harbor_sft: {len(rows)} demonstrations of {len(report)} training tasks (seed {seed}); each "
+        "applies the task's solution with the editor, runs its check with bash, and stops"
+    )
+    print(f"  {path}: {len(rows)} demonstrations")
+    return 0
