@@ -59,6 +59,11 @@ def test_overlap_within_the_bound_and_resume_loses_and_repeats_nothing(tmp_path)
     for s in steps:  # within the bound, nothing dropped
         assert s["async/staleness/max"] <= 1.0 and s["rollout/policy_lag/max"] <= 1.0
         assert s["async/dropped_stale"] == 0
+        # queue health: a share of the step, samples per second of generation, an age in the queue
+        assert 0.0 <= s["async/trainer_idle_share"] <= 1.0
+        assert s["async/gen_samples_per_s"] > 0.0 and s["async/sample_age_s"] >= 0.0
+    # step 1 had nothing ahead of it: the trainer waited for its whole rollout
+    assert steps[0]["async/trainer_idle_share"] > 0.0
     # step 2's batch was sampled by version 0 while step 1 trained (version 0 -> 1): one behind
     assert steps[1]["rollout/policy_version/max"] == 0.0 and steps[1]["async/staleness/max"] == 1.0
     assert steps[1]["async/staleness_updates/max"] == 2.0  # one step of 2 mini-batch updates

@@ -48,6 +48,9 @@ def test_calculator_agent_steps_through_the_trainer(tmp_path):
         "actor/pg_loss",
     ):
         assert key in steps[-1], key
+    # where the rollout waited: every step generates; the tools' share is what tool calls took
+    assert 0.0 < steps[-1]["agent/wait_engine_s"] <= steps[-1]["timing_s/gen"]
+    assert 0.0 <= steps[-1]["agent/wait_tools_s"] <= steps[-1]["timing_s/gen"]
     # response_length counts model tokens only, like agent/model_tokens
     assert steps[-1]["response_length/mean"] == pytest.approx(steps[-1]["agent/model_tokens/mean"])
     assert any((run / "rollouts").glob("step_*.jsonl"))

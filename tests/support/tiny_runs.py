@@ -18,7 +18,14 @@ from turnrl.config.schema import Config
 
 # what the clock and the machine decide, not the seed: every comparison of two runs' metrics
 # leaves these out (one list, so a new timing or memory metric is added once)
-VARYING = ("timing_s/", "perf/throughput", "perf/max_", "perf/time_per_step", "agent/tool_latency_s")
+VARYING = (
+    "timing_s/",
+    "perf/throughput",
+    "perf/max_",
+    "perf/time_per_step",
+    "agent/tool_latency_s",
+    "agent/wait_",
+)
 
 
 @functools.cache

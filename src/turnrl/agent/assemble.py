@@ -88,6 +88,9 @@ def agent_metrics(episodes: list[Episode], stats: CallStats) -> dict[str, float]
         "agent/tool_error_ratio": stats.errors / calls if calls else 0.0,
         "agent/tool_latency_s/p50": float(np.percentile(lat, 50)) if lat.size else 0.0,
         "agent/tool_latency_s/p95": float(np.percentile(lat, 95)) if lat.size else 0.0,
+        # where the rollout waited: the engine or the tools and environments
+        "agent/wait_engine_s": stats.engine_s,
+        "agent/wait_tools_s": stats.tools_s,
         "agent/truncated_ratio": _mean([float(e.truncated) for e in episodes]),
         "agent/answered_ratio": _mean([float(e.answered) for e in episodes]),
         "agent/obs_truncated/mean": _mean([e.obs_cut for e in episodes]),

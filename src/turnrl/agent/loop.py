@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -57,6 +58,10 @@ class CallStats:
     per_tool: dict[str, dict[str, list[float]]]
     error_kinds: Counter[str] = field(default_factory=Counter)
     """Failed calls by `ToolOutcome.kind`; they sum to `errors`."""
+    engine_s: float = 0.0
+    """Seconds spent waiting on the engine's generate calls."""
+    tools_s: float = 0.0
+    """Seconds spent waiting on tool calls (summed over episodes' threads when streaming)."""
 
 
 class EpisodeLoop:
@@ -130,7 +135,9 @@ class EpisodeLoop:
         stops = list(dict.fromkeys([*params.stop, *self.parser.stops]))
         p = replace(params, n=n, max_new_tokens=max(limits), stop=stops)
         contexts = [e.context for e in active[::n]]
+        start = time.perf_counter()
         gen = self.engine.generate(contexts, p, max_new_tokens_per_row=limits)
+        self.stats.engine_s += time.perf_counter() - start  # one engine call at a time, even when streaming
         out = []
         for row, (ids, lps, reason, limit) in enumerate(
             zip(gen.response_ids, gen.log_probs, gen.finish_reasons, limits, strict=True)
@@ -190,7 +197,9 @@ class EpisodeLoop:
                 if step is not None:
                     pending.append((e, *step))
             calls: list[ToolCall] = [c for _, action, _ in pending for c in action.calls]
+            start = time.perf_counter()
             outcomes = iter(self.executor.run(calls))
+            self.stats.tools_s += time.perf_counter() - start
             for e, action, eos_text in pending:
                 self._observe(e, action, [next(outcomes) for _ in action.calls], eos_text, budget)
 
@@ -239,8 +248,10 @@ class EpisodeLoop:
             if step is None:
                 continue  # ended, or shown a corrective observation
             action, eos_text = step
+            start = time.perf_counter()
             outcomes = self.executor.run(action.calls)
             with self._step_lock:
+                self.stats.tools_s += time.perf_counter() - start
                 self._observe(e, action, outcomes, eos_text, budget)
 
     # -- one episode's turn ----------------------------------------------------------------------

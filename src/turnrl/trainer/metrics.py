@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,18 +56,32 @@ def version_metrics(batch: Batch, trained_at: int) -> dict[str, float]:
     }
 
 
+@dataclass
+class QueueTimes:
+    """Where a produced batch's time went, for async mode's queue health."""
+
+    trainer_idle_s: float
+    """The trainer waited this long for the batch."""
+    rollout_idle_s: float
+    """The producer waited this long for the staleness bound before starting it."""
+    gen_s: float
+    """Its generation stage (engine and tools)."""
+    age_s: float
+    """From scored to trained: its wait in the queue."""
+
+
 def async_metrics(
     batch: Batch,
     trained_at: int,
-    trainer_idle_s: float,
-    rollout_idle_s: float,
+    times: QueueTimes,
     queue_depth: int,
     updates_per_step: int = 1,
 ) -> dict[str, float]:
     """Async mode's accounting: how old the trained samples are (versions behind the trainer; per
-    sample by its oldest token, and per model token; and in optimizer updates, the unit of
-    `trainer.max_staleness`: versions x `updates_per_step`), who waited for whom, and how many
-    rollouts were ready behind this one."""
+    sample by its oldest token, and per model token; in optimizer updates, the unit of
+    `trainer.max_staleness`: versions x `updates_per_step`; in seconds from scored to trained), who
+    waited for whom, how fast the generator made samples, and how many rollouts were ready behind
+    this one. The trainer's idle share is completed by `idle_share` once the step's time is known."""
     lag = (trained_at - batch["rollout_policy_version"]).float()
     mask = batch["response_mask"] > 0
     token_lag = (trained_at - batch["rollout_token_versions"]).float()[mask]
@@ -75,10 +90,17 @@ def async_metrics(
         "async/staleness/max": lag.max().item(),
         "async/staleness_updates/max": lag.max().item() * updates_per_step,
         "async/token_staleness/mean": token_lag.mean().item() if token_lag.numel() else 0.0,
-        "async/trainer_idle_s": trainer_idle_s,
-        "async/rollout_idle_s": rollout_idle_s,
+        "async/sample_age_s": times.age_s,
+        "async/trainer_idle_s": times.trainer_idle_s,
+        "async/rollout_idle_s": times.rollout_idle_s,
+        "async/gen_samples_per_s": len(batch) / times.gen_s if times.gen_s > 0 else 0.0,
         "async/queue_depth": float(queue_depth),
     }
+
+
+def idle_share(trainer_idle_s: float, step_s: float) -> dict[str, float]:
+    """`async/trainer_idle_share`: the step's share the trainer spent waiting for a batch."""
+    return {"async/trainer_idle_share": trainer_idle_s / step_s if step_s > 0 else 0.0}
 
 
 def extra_metrics(extras: dict[str, list[float]], prefix: str = "reward_extra") -> dict[str, float]:

@@ -31,7 +31,14 @@ from turnrl.tracking.dump import dump_rollouts
 from turnrl.tracking.logger import Tracker
 from turnrl.tracking.sinks import check_sinks
 from turnrl.trainer import checkpoint, stages
-from turnrl.trainer.metrics import async_metrics, data_metrics, timing_metrics, version_metrics
+from turnrl.trainer.metrics import (
+    QueueTimes,
+    async_metrics,
+    data_metrics,
+    idle_share,
+    timing_metrics,
+    version_metrics,
+)
 from turnrl.trainer.producer import Produced, RolloutProducer
 from turnrl.trainer.sampling import StepSampler
 from turnrl.trainer.setup import Data, build_data, build_reward, build_roles, build_rollout, make_run_dir
@@ -178,7 +185,10 @@ class Trainer:
         clock.timing.seconds.update(item.timing)
         batch, metrics = self._admit(item, idle_s, depth)
         metrics.update(self.train_on(batch, clock))
-        metrics.update(timing_metrics(clock.timing.seconds, batch, time.perf_counter() - start))
+        step_s = time.perf_counter() - start
+        metrics.update(timing_metrics(clock.timing.seconds, batch, step_s))
+        if self.cfg.trainer.mode == "async":
+            metrics.update(idle_share(idle_s, step_s))
         self.state.loader = item.loader_state
         self.state.kl_coef = self.kl_ctrl.value if self.kl_ctrl else None
         metrics["training/global_step"] = self.state.global_step
@@ -206,9 +216,9 @@ class Trainer:
         batch, metrics, version = item.batch, dict(item.metrics), self.state.policy_version
         if self.cfg.trainer.mode == "async":
             batch, dropped = stages.drop_stale(batch, version, self.lag)
-            metrics.update(
-                async_metrics(batch, version, idle_s, item.gate_wait_s, depth, self.updates_per_step)
-            )
+            age = time.perf_counter() - item.done_at
+            times = QueueTimes(idle_s, item.gate_wait_s, item.timing.get("gen", 0.0), age)
+            metrics.update(async_metrics(batch, version, times, depth, self.updates_per_step))
             metrics["async/dropped_stale"] = dropped
         if self.state.buffered_rollouts:  # buffered when the checkpoint we resumed from was written
             metrics["async/regenerated_on_resume"] = self.state.buffered_rollouts

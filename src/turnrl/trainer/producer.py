@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from turnrl.batch import Batch
@@ -38,6 +38,8 @@ class Produced:
     """The data loader's position right after this step's prompts were drawn."""
     gate_wait_s: float = 0.0
     """Seconds the producer waited for the staleness bound before starting this batch."""
+    done_at: float = field(default_factory=time.perf_counter)
+    """When it was scored (`time.perf_counter`): its age when trained is the wait in the queue."""
 
 
 class _Failed:
