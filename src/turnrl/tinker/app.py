@@ -95,6 +95,8 @@ async def health(request: Request) -> Response:
             "requests_waiting": service.waiting,
             "requests_refused_busy": service.refused_busy,
             "requests_dropped": service.dropped,
+            "sample_requests": service.samples_answered,
+            "sample_engine_calls": service.sample_calls,
             "state_root": str(service.root.root),
             "limits": {
                 "max_training_clients": service.limits.max_training_clients,

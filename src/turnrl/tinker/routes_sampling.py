@@ -83,11 +83,7 @@ async def asample(request: Request) -> Response:
         backbone.vocab_size,
     )
 
-    def work() -> bytes:
-        adapter = service.registry.sampler(sampler_id).adapter  # it may have been dropped since
-        return sampling.sample(backbone, service.engine, adapter, plan)
-
-    request_id = service.submit("sample", work, owner)
+    request_id = service.submit_sample(sampler_id, plan, owner)  # batched with the samples queued beside it
     # one id per sample, in the response's order: the SDK stamps them on its SampledSequences
     ids = [f"{request_id}:{i}" for i in range(req.num_samples)]
     return finite_json({"request_id": request_id, "sample_sequence_ids": ids})

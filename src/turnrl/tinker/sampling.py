@@ -2,7 +2,8 @@
 log-probs): turnrl's `HFEngine` on the base model with the session's adapter snapshot applied.
 
 `plan` turns the SDK's `SampleRequest` into the engine's parameters in the route, so a bad field is a
-one-line 4xx before anything is queued; `sample` runs on the worker thread.
+one-line 4xx before anything is queued; `sample_many` runs on the worker thread, for the jobs
+`sample_batch` groups into one engine call.
 
 Log-probs: each sampled token's is the engine's, log p(token) at the sampling temperature before
 top-p/top-k (what turnrl's trainer scores against); prompt log-probs come from one plain forward pass
@@ -16,7 +17,7 @@ stop after the token that completes one (and at EOS); token ids stop at those to
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -144,25 +145,42 @@ def _finite_outputs(net: torch.nn.Module, prompt: list[int]) -> bool:
         return bool(torch.isfinite(net(input_ids=ids).logits[0, -1]).all())
 
 
-def sample(backbone: Backbone, engine: HFEngine, adapter: str | None, job: SamplePlan) -> bytes:
-    """`job`'s samples with `adapter` applied (None: the base model), as a `SampleResponse`. An
-    adapter whose outputs are NaN or infinite is a user error (its weights came from the client)."""
+def batch_key(adapter: str | None, job: SamplePlan) -> tuple[Any, ...] | None:
+    """What jobs must share to run in one engine call: the adapter and every sampling setting but the
+    token budget (each row keeps its own). None for a job with a seed: its draws must be its own."""
+    p = job.params
+    if p.seed is not None:
+        return None
+    stops = None if job.stop_tokens is None else tuple(job.stop_tokens)
+    return (adapter, p.n, p.temperature, p.top_p, p.top_k, tuple(p.stop), p.ignore_eos, stops)
+
+
+def sample_many(
+    backbone: Backbone, engine: HFEngine, adapter: str | None, jobs: list[SamplePlan]
+) -> list[bytes]:
+    """Jobs of one `batch_key` in one engine call (their prompts batched, each row its own budget),
+    one `SampleResponse` each. An adapter whose outputs are NaN or infinite is a user error (its
+    weights came from the client)."""
     from turnrl.tinker.training import all_finite
 
     if adapter is not None and not all_finite(list(backbone.parameters(adapter))):
         raise Refusal(NOT_FINITE)
+    first = jobs[0]
+    n = first.params.n
+    params = replace(first.params, max_new_tokens=max(j.params.max_new_tokens for j in jobs))
+    limits = [j.params.max_new_tokens for j in jobs for _ in range(n)]
     with backbone.active(adapter) as net:
         saved = engine.eos_ids
-        if job.stop_tokens is not None:
-            engine.eos_ids = set(job.stop_tokens)
+        if first.stop_tokens is not None:
+            engine.eos_ids = set(first.stop_tokens)
         try:
-            gen = engine.generate([job.prompt], job.params)
+            gen = engine.generate([j.prompt for j in jobs], params, max_new_tokens_per_row=limits)
         except RuntimeError:  # e.g. NaN probabilities past a finite but huge adapter: say so
-            if adapter is not None and not _finite_outputs(net, job.prompt):
+            if adapter is not None and not all(_finite_outputs(net, j.prompt) for j in jobs):
                 raise Refusal(NOT_FINITE) from None
             raise
         finally:
             engine.eos_ids = saved
-        prompt_lp = prompt_logprobs(net, job.prompt, job.last_n) if job.prompt_logprobs else None
+        prompt_lps = [prompt_logprobs(net, j.prompt, j.last_n) if j.prompt_logprobs else None for j in jobs]
     rows = list(zip(gen.response_ids, gen.log_probs, gen.finish_reasons, strict=True))
-    return encode_sample(rows, prompt_lp)
+    return [encode_sample(rows[i * n : (i + 1) * n], lp) for i, lp in enumerate(prompt_lps)]

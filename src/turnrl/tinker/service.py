@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,8 @@ from turnrl.tinker.backbone import Backbone
 from turnrl.tinker.checkpoints import StateRoot
 from turnrl.tinker.futures import FutureStore
 from turnrl.tinker.registry import Registry, Sampler, TrainingModel
-from turnrl.tinker.sampling import SampleLimits
+from turnrl.tinker.sample_batch import Pending, run_pending
+from turnrl.tinker.sampling import SampleLimits, SamplePlan
 
 log = logging.getLogger("turnrl.tinker")
 
@@ -90,6 +91,14 @@ class TinkerService:
         self.dropped = 0
         """Requests dropped unrun: their session had ended by the time they came up."""
         self.refused_busy = 0
+        self.jobs_submitted = 0
+        """Non-sample jobs put on the worker so far (a sample's barrier, `sample_batch`)."""
+        self.jobs_done = 0
+        self.pending: list[Pending] = []
+        """Sample jobs queued for the next drain."""
+        self.sample_calls = 0
+        """Engine calls that answered sample requests, and the requests they answered."""
+        self.samples_answered = 0
         self._worker_thread: int | None = None
         self._last_sweep = 0.0
 
@@ -116,13 +125,47 @@ class TinkerService:
         except Refusal:
             self._started()
             raise
-        return self.futures.add(kind, self.worker.submit(self._run, kind, work, session))
+        return self.futures.add(kind, self._submit_job(kind, work, session))
+
+    def submit_sample(self, sampler_id: str, plan: SamplePlan, session: str) -> str:
+        """Queue a sample job for the next drain (`sample_batch`); the id of its future."""
+        self._enqueue()
+        try:
+            self.futures.reserve()
+        except Refusal:
+            self._started()
+            raise
+        future: Future = Future()
+        with self._lock:  # the barrier and the drain's place in the queue agree
+            self.pending.append(Pending(sampler_id, plan, session, self.jobs_submitted, future))
+            self.worker.submit(self._drain)
+        return self.futures.add("sample", future)
+
+    def _drain(self) -> None:
+        """On the worker: the queued sample jobs whose earlier work has all run, batched."""
+        with self._lock:
+            take = [p for p in self.pending if p.barrier <= self.jobs_done]
+            self.pending = [p for p in self.pending if p.barrier > self.jobs_done]
+            self.waiting -= len(take)
+        if take:
+            self.expire_idle()
+            run_pending(self, take)
+
+    def count_samples(self, requests: int) -> None:
+        with self._lock:
+            self.sample_calls += 1
+            self.samples_answered += requests
+
+    def _submit_job(self, kind: str, work: Callable[[], Any], session: str | None) -> Future:
+        with self._lock:  # counted and queued together: a sample's barrier is exact
+            self.jobs_submitted += 1
+            return self.worker.submit(self._run, kind, work, session)
 
     async def call(self, work: Callable[[], Any], session: str | None = None, bounded: bool = True) -> Any:
         """Run `work` on the worker and wait for it (a Refusal it raises reaches the route).
         `bounded=False`: not refused when the queue is full (freeing adapters must not be)."""
         self._enqueue(bounded)
-        return await asyncio.wrap_future(self.worker.submit(self._run, "call", work, session))
+        return await asyncio.wrap_future(self._submit_job("call", work, session))
 
     def _enqueue(self, bounded: bool = True) -> None:
         """Count one more request waiting for the worker, or refuse it (503) when the queue is full."""
@@ -141,19 +184,26 @@ class TinkerService:
 
     def _run(self, kind: str, work: Callable[[], Any], session: str | None) -> Any:
         self._started()
-        self.expire_idle()
-        why = self.registry.ended(session)
-        if why is not None:
-            with self._lock:
-                self.dropped += 1
-            raise Refusal(f"session: {session!r} {why}; this request was dropped before it ran")
         try:
+            self.expire_idle()
+            self.check_session(session)
             return work()
         except Refusal:
             raise
         except Exception:
             log.exception("tinker %s failed", kind)
             raise
+        finally:
+            with self._lock:
+                self.jobs_done += 1
+
+    def check_session(self, session: str | None) -> None:
+        """A Refusal (and one more dropped request) when `session` has ended since the request came."""
+        why = self.registry.ended(session)
+        if why is not None:
+            with self._lock:
+                self.dropped += 1
+            raise Refusal(f"session: {session!r} {why}; this request was dropped before it ran")
 
     def expire_idle(self) -> None:
         """End the sessions gone quiet (at most once a second) and free their adapters: at once on
@@ -171,7 +221,7 @@ class TinkerService:
             self.release(models, samplers)
         else:
             self._enqueue(bounded=False)
-            self.worker.submit(self._run, "release", lambda: self.release(models, samplers), None)
+            self._submit_job("release", lambda: self.release(models, samplers), None)
 
     def close(self) -> None:
         self.worker.shutdown(wait=True, cancel_futures=True)

@@ -136,6 +136,10 @@ def target_logprobs(net: torch.nn.Module, tokens: list[int], targets: torch.Tens
     return logp.gather(-1, targets.reshape(len(tokens), -1)).reshape(targets.shape)
 
 
+TOKENS_PER_PASS = 2048
+"""Padded tokens of one batched forward (its float32 logits: about 400 MB at a 49k vocabulary)."""
+
+
 def forward_backward(
     backbone: Backbone,
     model: TrainingModel,
@@ -145,7 +149,80 @@ def forward_backward(
 ) -> bytes:
     """The loss of every datum (and, unless `req.forward_only`, its gradient, added to the
     adapter's): a `ForwardBackwardOutput` with each datum's `logprobs` and `elementwise_loss` and
-    the summed `loss:sum`."""
+    the summed `loss:sum`. The data run in batched passes of up to `TOKENS_PER_PASS` padded tokens;
+    when anything is wrong (a loss or a gradient that is not finite) the request is undone and run
+    again datum by datum, which names the first culprit in its refusal."""
+    backward = not req.forward_only
+    params = backbone.parameters(model.adapter) if backward else []
+    # the gradients accumulated so far: a request refused half-way leaves them as they were
+    before = [None if p.grad is None else p.grad.clone() for p in params]
+    outputs, total = [], 0.0
+    with backbone.active(model.adapter) as net:
+        for chunk in _passes(req.data):
+            with torch.set_grad_enabled(backward):
+                lps = batched_target_logprobs(net, [req.data[i] for i in chunk], backbone.device)
+                per_token = [spec.fn(lp, _tensors(req.data[i], backbone.device)[1], cfg) for i, lp in zip(chunk, lps, strict=True)]  # fmt: skip
+                losses = torch.stack([t.sum() for t in per_token])
+            values = losses.detach().tolist()
+            bad = not all(math.isfinite(v) for v in values)
+            if not bad and backward:
+                losses.sum().backward()
+                bad = not math.isfinite(grad_norm(params, torch.float32))
+            if bad:  # undo, and let the one-by-one pass say which datum and why
+                _restore(params, before)
+                return _one_by_one(backbone, model, req, spec, cfg)
+            total += sum(values)
+            outputs += [
+                {"logprobs": lp.detach().cpu().numpy(), "elementwise_loss": t.detach().cpu().numpy()}
+                for lp, t in zip(lps, per_token, strict=True)
+            ]
+    if not math.isfinite(total):  # finite terms whose sum overflows float64: not in practice
+        raise Refusal(f"loss: the {req.loss_fn} loss sums to {total}")
+    return encode_forward_backward(outputs, {"loss:sum": total})
+
+
+def _passes(data: list[DatumIn]) -> list[list[int]]:
+    """The data's indices in order, cut into passes of at most `TOKENS_PER_PASS` padded tokens (a
+    datum longer than that alone)."""
+    passes: list[list[int]] = []
+    width = 0
+    for i, datum in enumerate(data):
+        n = len(datum.tokens)
+        if passes and max(width, n) * (len(passes[-1]) + 1) <= TOKENS_PER_PASS:
+            passes[-1].append(i)
+            width = max(width, n)
+        else:
+            passes.append([i])
+            width = n
+    return passes
+
+
+def batched_target_logprobs(
+    net: torch.nn.Module, data: list[DatumIn], device: torch.device
+) -> list[torch.Tensor]:
+    """`target_logprobs` of each datum from one right-padded forward: causal attention never lets a
+    real token see the padding after it, so each row's log-probs are its own pass's."""
+    width = max(len(d.tokens) for d in data)
+    ids = torch.zeros((len(data), width), dtype=torch.long, device=device)
+    for r, d in enumerate(data):
+        ids[r, : len(d.tokens)] = torch.tensor(d.tokens, dtype=torch.long)
+    logits = net(input_ids=ids).logits
+    out = []
+    for r, d in enumerate(data):
+        targets = _tensors(d, device)[0]
+        logp = torch.log_softmax(logits[r, : len(d.tokens)].float(), dim=-1)
+        out.append(logp.gather(-1, targets.reshape(len(d.tokens), -1)).reshape(targets.shape))
+    return out
+
+
+def _one_by_one(
+    backbone: Backbone,
+    model: TrainingModel,
+    req: ForwardBackwardIn,
+    spec: LossSpec,
+    cfg: dict[str, float],
+) -> bytes:
+    """`forward_backward` one datum at a time, checking each datum's loss and gradient as it goes."""
     backward = not req.forward_only
     outputs, total = [], 0.0
     params = backbone.parameters(model.adapter) if backward else []
