@@ -2,7 +2,8 @@
 the futures, and the one worker thread every model computation runs on.
 
 One worker, because every training client and sampler shares one base model (`backbone`): its
-requests run one at a time in the order they arrived, which is also the order the SDK sends a
+requests run in the order they arrived (sample requests that wait together excepted: they run as one
+engine call, after all the other work sent before them, `sample_batch`), which is also the order the SDK sends a
 client's requests in (it waits for each submission's answer before sending the next, and this
 server asks it to send a batch's chunks one after another, `parallel_fwdbwd_chunks` false). So a
 client's `forward_backward`, `optim_step` and `save_state` apply in its own order, and nothing on
