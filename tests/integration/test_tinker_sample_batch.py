@@ -16,7 +16,7 @@ import torch
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
 
-from tests.support.tinker_server import Served, served_under  # noqa: E402
+from tests.support.tinker_server import Served, plain_logprobs, served_under  # noqa: E402
 from turnrl.models.loader import load_model  # noqa: E402
 
 KEY = "tml-" + secrets.token_hex(8)
@@ -32,13 +32,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 def health(served: Served) -> dict:
     return httpx.get(f"{served.url}/health", headers={"X-API-Key": KEY}, timeout=10).json()
-
-
-def plain_logprobs(model: torch.nn.Module, prompt: list[int], tokens: list[int]) -> np.ndarray:
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt + tokens])).logits[0].float()
-    scored = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
-    return scored.gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1).numpy()
 
 
 def test_waiting_samples_run_together_and_each_answer_is_its_own(served):

@@ -22,7 +22,7 @@ import torch
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
 
-from tests.support.tinker_server import Served, served_under  # noqa: E402
+from tests.support.tinker_server import Served, plain_logprobs, served_under  # noqa: E402
 from turnrl.models.loader import load_model  # noqa: E402
 
 KEY = "tml-" + secrets.token_hex(8)
@@ -87,14 +87,6 @@ def adapted_model(path: Path) -> torch.nn.Module:
 
     base, _ = load_model(BASE, torch.device("cpu"), seed=0)
     return PeftModel.from_pretrained(base, str(path)).eval()
-
-
-def plain_logprobs(model: torch.nn.Module, prompt: list[int], tokens: list[int]) -> np.ndarray:
-    """log p(tokens[i] | prompt + tokens[:i]) from one forward pass over the whole sequence."""
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt + tokens])).logits[0].float()
-    scored = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
-    return scored.gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1).numpy()
 
 
 def test_cross_entropy_loss_falls_over_five_steps(sdk):

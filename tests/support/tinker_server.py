@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from tests.support.app_thread import serving_app
@@ -47,3 +48,11 @@ def served_under(base: str, root: Path, key: str, poll_wait_s: float) -> Iterato
     """`serving_tinker`, yielding the URL together with `root` (the tests read checkpoints there)."""
     with serving_tinker(base, root, key, poll_wait_s) as url:
         yield Served(url, root)
+
+
+def plain_logprobs(model: torch.nn.Module, prompt: list[int], tokens: list[int]) -> np.ndarray:
+    """log p(tokens[i] | prompt + tokens[:i]) from one forward pass over the whole sequence."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + tokens])).logits[0].float()
+    scored = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+    return scored.gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1).numpy()

@@ -38,12 +38,12 @@ def client(tiny):
     return backbone, TrainingModel("m", "s", "tiny-random", "a", lora=lora, ready=True)
 
 
-def run(backbone, model, req, fn):
+def run(backbone, model, req, one_by_one):
     spec = training.loss_spec(req.loss_fn)
     cfg = training.loss_config(spec, req.loss_fn, req.config)
     for p in backbone.parameters(model.adapter):
         p.grad = None
-    out = fn(backbone, model, req, spec, cfg)
+    out = training.forward_backward(backbone, model, req, spec, cfg, one_by_one=one_by_one)
     return out, [p.grad.clone() for p in backbone.parameters(model.adapter)]
 
 
@@ -56,8 +56,8 @@ def test_batched_passes_equal_one_datum_at_a_time(client, monkeypatch, loss_fn):
     req = ForwardBackwardIn("m", 1, loss_fn, {}, False, data(lengths))
     # what would be encoded, as it is: each datum's arrays and the summed loss
     monkeypatch.setattr(training, "encode_forward_backward", lambda outputs, metrics: (outputs, metrics))
-    (fast, fast_loss), fast_grads = run(backbone, model, req, training.forward_backward)
-    (slow, slow_loss), slow_grads = run(backbone, model, req, training._one_by_one)
+    (fast, fast_loss), fast_grads = run(backbone, model, req, one_by_one=False)
+    (slow, slow_loss), slow_grads = run(backbone, model, req, one_by_one=True)
     assert abs(fast_loss["loss:sum"] - slow_loss["loss:sum"]) < 1e-4 * max(1.0, abs(slow_loss["loss:sum"]))
     assert len(fast) == len(slow) == len(lengths)
     for x, y in zip(fast, slow, strict=True):

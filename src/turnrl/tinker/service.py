@@ -120,22 +120,12 @@ class TinkerService:
     def submit(self, kind: str, work: Callable[[], Any], session: str | None) -> str:
         """Queue `work` of `session`'s client on the worker; the id of the future the SDK will
         poll. 503 (`Busy`) when `max_waiting` requests already wait, 429 when the futures are full."""
-        self._enqueue()
-        try:
-            self.futures.reserve()
-        except Refusal:
-            self._started()
-            raise
+        self._admit()
         return self.futures.add(kind, self._submit_job(kind, work, session))
 
     def submit_sample(self, sampler_id: str, plan: SamplePlan, session: str) -> str:
         """Queue a sample job for the next drain (`sample_batch`); the id of its future."""
-        self._enqueue()
-        try:
-            self.futures.reserve()
-        except Refusal:
-            self._started()
-            raise
+        self._admit()
         future: Future = Future()
         with self._lock:  # the barrier and the drain's place in the queue agree
             self.pending.append(Pending(sampler_id, plan, session, self.jobs_submitted, future))
@@ -167,6 +157,15 @@ class TinkerService:
         `bounded=False`: not refused when the queue is full (freeing adapters must not be)."""
         self._enqueue(bounded)
         return await asyncio.wrap_future(self._submit_job("call", work, session))
+
+    def _admit(self) -> None:
+        """Room for one more request with a future: in the queue (503) and among the futures (429)."""
+        self._enqueue()
+        try:
+            self.futures.reserve()
+        except Refusal:
+            self._started()
+            raise
 
     def _enqueue(self, bounded: bool = True) -> None:
         """Count one more request waiting for the worker, or refuse it (503) when the queue is full."""

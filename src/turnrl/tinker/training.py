@@ -146,39 +146,62 @@ def forward_backward(
     req: ForwardBackwardIn,
     spec: LossSpec,
     cfg: dict[str, float],
+    one_by_one: bool = False,
 ) -> bytes:
     """The loss of every datum (and, unless `req.forward_only`, its gradient, added to the
     adapter's): a `ForwardBackwardOutput` with each datum's `logprobs` and `elementwise_loss` and
     the summed `loss:sum`. The data run in batched passes of up to `TOKENS_PER_PASS` padded tokens;
     when anything is wrong (a loss or a gradient that is not finite) the request is undone and run
-    again datum by datum, which names the first culprit in its refusal."""
-    backward = not req.forward_only
-    params = backbone.parameters(model.adapter) if backward else []
+    again datum by datum (as `one_by_one` runs it from the start), which names the first culprit."""
+    params = backbone.parameters(model.adapter) if not req.forward_only else []
     # the gradients accumulated so far: a request refused half-way leaves them as they were
     before = [None if p.grad is None else p.grad.clone() for p in params]
-    outputs, total = [], 0.0
     with backbone.active(model.adapter) as net:
-        for chunk in _passes(req.data):
-            with torch.set_grad_enabled(backward):
-                lps = batched_target_logprobs(net, [req.data[i] for i in chunk], backbone.device)
-                per_token = [spec.fn(lp, _tensors(req.data[i], backbone.device)[1], cfg) for i, lp in zip(chunk, lps, strict=True)]  # fmt: skip
-                losses = torch.stack([t.sum() for t in per_token])
-            values = losses.detach().tolist()
-            bad = not all(math.isfinite(v) for v in values)
-            if not bad and backward:
-                losses.sum().backward()
-                bad = not math.isfinite(grad_norm(params, torch.float32))
-            if bad:  # undo, and let the one-by-one pass say which datum and why
-                _restore(params, before)
-                return _one_by_one(backbone, model, req, spec, cfg)
-            total += sum(values)
-            outputs += [
-                {"logprobs": lp.detach().cpu().numpy(), "elementwise_loss": t.detach().cpu().numpy()}
-                for lp, t in zip(lps, per_token, strict=True)
-            ]
+        answer = None if one_by_one else _batched(net, backbone.device, req, spec, cfg, params)
+        if answer is None:
+            _restore(params, before)
+            answer = _one_by_one(net, backbone.device, req, spec, cfg, params, before)
+    outputs, total = answer
     if not math.isfinite(total):  # finite terms whose sum overflows float64: not in practice
         raise Refusal(f"loss: the {req.loss_fn} loss sums to {total}")
     return encode_forward_backward(outputs, {"loss:sum": total})
+
+
+Outputs = tuple[list[dict[str, np.ndarray]], float]
+
+
+def _output(lp: torch.Tensor, per_token: torch.Tensor) -> dict[str, np.ndarray]:
+    return {"logprobs": lp.detach().cpu().numpy(), "elementwise_loss": per_token.detach().cpu().numpy()}
+
+
+def _batched(
+    net: torch.nn.Module,
+    device: torch.device,
+    req: ForwardBackwardIn,
+    spec: LossSpec,
+    cfg: dict[str, float],
+    params: list[torch.nn.Parameter],
+) -> Outputs | None:
+    """Every datum's outputs and the summed loss, pass by pass; None as soon as a loss or the
+    gradient is not finite (the caller undoes what was added)."""
+    outputs, total = [], 0.0
+    backward = not req.forward_only
+    for chunk in _passes(req.data):
+        data = [req.data[i] for i in chunk]
+        with torch.set_grad_enabled(backward):
+            lps = batched_target_logprobs(net, data, device)
+            per_token = [spec.fn(lp, _tensors(d, device)[1], cfg) for d, lp in zip(data, lps, strict=True)]
+            losses = torch.stack([t.sum() for t in per_token])
+        values = losses.detach().tolist()
+        if not all(math.isfinite(v) for v in values):
+            return None
+        if backward:
+            losses.sum().backward()
+            if not math.isfinite(grad_norm(params, torch.float32)):
+                return None
+        total += sum(values)
+        outputs += [_output(lp, t) for lp, t in zip(lps, per_token, strict=True)]
+    return outputs, total
 
 
 def _passes(data: list[DatumIn]) -> list[list[int]]:
@@ -216,43 +239,38 @@ def batched_target_logprobs(
 
 
 def _one_by_one(
-    backbone: Backbone,
-    model: TrainingModel,
+    net: torch.nn.Module,
+    device: torch.device,
     req: ForwardBackwardIn,
     spec: LossSpec,
     cfg: dict[str, float],
-) -> bytes:
-    """`forward_backward` one datum at a time, checking each datum's loss and gradient as it goes."""
-    backward = not req.forward_only
+    params: list[torch.nn.Parameter],
+    before: list[torch.Tensor | None],
+) -> Outputs:
+    """Datum by datum, each loss and the gradient checked as it goes: the first that is not finite is
+    refused by its index, with the gradients put back to `before`."""
     outputs, total = [], 0.0
-    params = backbone.parameters(model.adapter) if backward else []
-    # the gradients accumulated so far: a request refused half-way leaves them as they were
-    before = [None if p.grad is None else p.grad.clone() for p in params]
-    with backbone.active(model.adapter) as net:
-        for i, datum in enumerate(req.data):
-            targets, x = _tensors(datum, backbone.device)
-            with torch.set_grad_enabled(backward):
-                lp = target_logprobs(net, datum.tokens, targets)
-                per_token = spec.fn(lp, x, cfg)
-                loss = per_token.sum()
-            value = float(loss.detach())
-            if not math.isfinite(value):
+    backward = not req.forward_only
+    for i, datum in enumerate(req.data):
+        targets, x = _tensors(datum, device)
+        with torch.set_grad_enabled(backward):
+            lp = target_logprobs(net, datum.tokens, targets)
+            per_token = spec.fn(lp, x, cfg)
+            loss = per_token.sum()
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            _restore(params, before)
+            raise Refusal(f"data[{i}]: the {req.loss_fn} loss is {value} (check its log-probs and advantages); nothing was applied")  # fmt: skip
+        if backward:
+            loss.backward()
+            # a finite loss may still have a gradient whose norm is past float32 (weights of
+            # -1e30): optim_step could not report it, and Adam's squared moments overflow
+            if not math.isfinite(grad_norm(params, torch.float32)):
                 _restore(params, before)
-                raise Refusal(f"data[{i}]: the {req.loss_fn} loss is {value} (check its log-probs and advantages); nothing was applied")  # fmt: skip
-            if backward:
-                loss.backward()
-                # a finite loss may still have a gradient whose norm is past float32 (weights of
-                # -1e30): optim_step could not report it, and Adam's squared moments overflow
-                if not math.isfinite(grad_norm(params, torch.float32)):
-                    _restore(params, before)
-                    raise Refusal(f"data[{i}]: the {req.loss_fn} loss ({value:.3g}) has a gradient whose norm is past float32's range (check its weights and advantages); nothing was applied")  # fmt: skip
-            total += value
-            outputs.append(
-                {"logprobs": lp.detach().cpu().numpy(), "elementwise_loss": per_token.detach().cpu().numpy()}
-            )
-    if not math.isfinite(total):  # finite terms whose sum overflows float64: not in practice
-        raise Refusal(f"loss: the {req.loss_fn} loss sums to {total}")
-    return encode_forward_backward(outputs, {"loss:sum": total})
+                raise Refusal(f"data[{i}]: the {req.loss_fn} loss ({value:.3g}) has a gradient whose norm is past float32's range (check its weights and advantages); nothing was applied")  # fmt: skip
+        total += value
+        outputs.append(_output(lp, per_token))
+    return outputs, total
 
 
 def all_finite(tensors: list[torch.Tensor | None]) -> bool:
