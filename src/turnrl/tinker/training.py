@@ -26,6 +26,7 @@ from turnrl.tinker.backbone import Backbone
 from turnrl.tinker.losses import LOSSES, LossSpec
 from turnrl.tinker.protobuf import DatumIn, ForwardBackwardIn, encode_forward_backward
 from turnrl.tinker.registry import TrainingModel
+from turnrl.tinker.shared_prompts import grouped_target_logprobs, silent_prefix
 from turnrl.tinker.wire import unknown_field
 
 MAX_LEARNING_RATE = 1.0
@@ -189,10 +190,14 @@ def _batched(
     gradient is not finite (the caller undoes what was added)."""
     outputs, total = [], 0.0
     backward = not req.forward_only
-    for chunk in _passes(req.data):
-        data = [req.data[i] for i in chunk]
+    all_splits = [silent_prefix(d, req.loss_fn) for d in req.data]
+    for chunk in _passes(req.data, all_splits):
+        data, splits = [req.data[i] for i in chunk], [all_splits[i] for i in chunk]
         with torch.set_grad_enabled(backward):
-            lps = batched_target_logprobs(net, data, device)
+            if min(splits) > 0:  # every datum has a prompt that carries no loss: each runs once
+                lps = grouped_target_logprobs(net, data, splits, device)
+            else:
+                lps = batched_target_logprobs(net, data, device)
             per_token = [spec.fn(lp, _tensors(d, device)[1], cfg) for d, lp in zip(data, lps, strict=True)]
             losses = torch.stack([t.sum() for t in per_token])
         values = losses.detach().tolist()
@@ -207,20 +212,25 @@ def _batched(
     return outputs, total
 
 
-def _passes(data: list[DatumIn]) -> list[list[int]]:
-    """The data's indices in order, cut into passes of at most `TOKENS_PER_PASS` padded tokens (a
-    datum longer than that alone)."""
+def _passes(data: list[DatumIn], splits: list[int]) -> list[list[int]]:
+    """The data's indices in order, cut into passes of at most `TOKENS_PER_PASS` tokens of work: a
+    pass of the plain kind pads every datum to the longest; one whose data share prompts
+    (`splits`, all > 0) runs each distinct prompt once and the rest of each datum. A datum over the
+    budget goes alone."""
     passes: list[list[int]] = []
-    width = 0
-    for i, datum in enumerate(data):
-        n = len(datum.tokens)
-        if passes and max(width, n) * (len(passes[-1]) + 1) <= TOKENS_PER_PASS:
+    for i in range(len(data)):
+        if passes and _cost(data, splits, [*passes[-1], i]) <= TOKENS_PER_PASS:
             passes[-1].append(i)
-            width = max(width, n)
         else:
             passes.append([i])
-            width = n
     return passes
+
+
+def _cost(data: list[DatumIn], splits: list[int], rows: list[int]) -> int:
+    if min(splits[i] for i in rows) == 0:
+        return max(len(data[i].tokens) for i in rows) * len(rows)
+    prompts = {tuple(data[i].tokens[: splits[i]]) for i in rows}
+    return sum(map(len, prompts)) + sum(len(data[i].tokens) - splits[i] for i in rows)
 
 
 def batched_target_logprobs(
