@@ -39,9 +39,9 @@ gradient. Its held-out numbers are its own validation (`val/accuracy`, greedy, b
 step and after the last); its seconds per step are `timing_s/step` (validation excluded).
 
 Seconds per step of the cookbook path are the trainer's `time/total` of each step less the
-held-out evaluation inside it. The service runs every request one after another on one worker
-thread, and the cookbook samples each response with its own request (`num_samples=1`), so a step
-samples `batch x group` times one response where `turnrl train` decodes them as one batch.
+held-out evaluation inside it. The cookbook samples each response with its own request
+(`num_samples=1`); the service batches the requests that wait together into a few engine calls and
+runs each prompt of the step's `forward_backward` once (docs/tinker.md, "How it works").
 
 Writes `<out>/rl.json` and prints the table docs/tinker.md quotes.
 """
