@@ -16,6 +16,7 @@ and prints one row per held-out task, then the mean of each baseline with its 95
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import re
 import subprocess
@@ -71,6 +72,9 @@ def interval(values: list[float], seed: int = 0) -> tuple[float, float]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     pool = [t for _, t in train_tasks()]
     rows = []
     print(f"{'held-out task':28} {'family':12} {'empty':>6} {'nearest training task':28} {'its oracle':>10}")

@@ -69,8 +69,12 @@ def test_turnrl_sft_resolves_a_built_in_name(cli):
 @pytest.mark.parametrize(
     ("command", "name", "words"),
     [
-        ("sft", "grpo", "'grpo' is a `turnrl train` recipe, not a `turnrl sft` one; built-in: search_sft"),
-        ("sft", "search_stf", "did you mean 'search_sft'? built-in: search_sft"),
+        (
+            "sft",
+            "grpo",
+            "'grpo' is a `turnrl train` recipe, not a `turnrl sft` one; built-in: harbor_sft, search_sft",
+        ),
+        ("sft", "search_stf", "did you mean 'search_sft'? built-in: harbor_sft, search_sft"),
         ("train", "search_sft", "'search_sft' is a `turnrl sft` recipe, not a `turnrl train` one"),
         ("train", "no_such_recipe", "built-in: calculator_agent, code_agent, grpo"),
         ("rm", "search_sft", "not a `turnrl rm` one; built-in: none"),
