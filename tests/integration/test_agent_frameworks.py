@@ -196,6 +196,7 @@ def test_openai_agents_as_a_process_reads_openai_s_variables(tiny_tool):
     assert [kind for kind, _ in assert_recorded_as_sampled(batch, 0, engine)] == [1, 0, 1]
 
 
+@pytest.mark.slow
 @needs_openai_agents
 def test_openai_agents_trains_one_step_through_turnrl_train(tmp_path):
     template = tmp_path / "tools.jinja"

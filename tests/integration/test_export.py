@@ -130,11 +130,13 @@ def check_policy_export(run: Path, out: Path) -> None:
     assert not torch.allclose(gen.logits[0], first_at_start, atol=1e-3)  # the trained policy is another
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_full_fine_tuning_export_generates_like_turnrl(full_run, tmp_path):
     check_policy_export(full_run, tmp_path / "exported")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_lora_export_is_merged_and_generates_like_turnrl(tmp_path):
     run = train(tmp_path / "lora", **{"model.lora_rank": 8})
