@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 
 from turnrl.agent.harbor import local
-from turnrl.agent.harbor.reward import VerifierOutput, reward_of
 from turnrl.agent.harbor.spec import HarborTask
 from turnrl.tasks.harbor.builtin import train_tasks, val_tasks
 
@@ -50,18 +49,7 @@ def score(task: HarborTask, solver: HarborTask | None) -> float:
             local.place(solver.solution, "", other)
             with contextlib.suppress(subprocess.TimeoutExpired):  # whatever it left is scored
                 local.bash(other / "solve.sh", work, logs)
-        try:
-            ran = local.bash(tests / "test.sh", work, logs, dict(task.verifier_env))
-        except subprocess.TimeoutExpired:
-            return reward_of(task.name, VerifierOutput(None, timed_out=True), local.TIMEOUT_S).reward
-        txt, js = logs / "reward.txt", logs / "reward.json"
-        out = VerifierOutput(
-            exit_code=ran.returncode,
-            reward_txt=txt.read_text() if txt.is_file() else None,
-            reward_json=js.read_text() if js.is_file() else None,
-            stderr=ran.stderr,
-        )
-        return reward_of(task.name, out, task.verifier_timeout_s).reward
+        return local.verify(task, work, tests, logs).reward
 
 
 def interval(values: list[float], seed: int = 0) -> tuple[float, float]:

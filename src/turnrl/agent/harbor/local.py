@@ -73,18 +73,23 @@ def run_local(task: HarborTask, solve: bool = True) -> Verdict:
                     f"harbor task '{task.name}': solve.sh exited {done.returncode}: {done.stderr.strip()[-200:]}",
                     False,
                 )
-        try:
-            ran = bash(tests / "test.sh", work, logs, dict(task.verifier_env))
-        except subprocess.TimeoutExpired:
-            return reward_of(task.name, VerifierOutput(None, timed_out=True), TIMEOUT_S)
-        txt, js = logs / "reward.txt", logs / "reward.json"
-        out = VerifierOutput(
-            exit_code=ran.returncode,
-            reward_txt=txt.read_text() if txt.is_file() else None,
-            reward_json=js.read_text() if js.is_file() else None,
-            stderr=ran.stderr,
-        )
-        return reward_of(task.name, out, task.verifier_timeout_s)
+        return verify(task, work, tests, logs)
+
+
+def verify(task: HarborTask, work: Path, tests: Path, logs: Path) -> Verdict:
+    """Run the task's tests/test.sh on the workspace `work` as it is; the reward as `reward_of` reads it."""
+    try:
+        ran = bash(tests / "test.sh", work, logs, dict(task.verifier_env))
+    except subprocess.TimeoutExpired:
+        return reward_of(task.name, VerifierOutput(None, timed_out=True), TIMEOUT_S)
+    txt, js = logs / "reward.txt", logs / "reward.json"
+    out = VerifierOutput(
+        exit_code=ran.returncode,
+        reward_txt=txt.read_text() if txt.is_file() else None,
+        reward_json=js.read_text() if js.is_file() else None,
+        stderr=ran.stderr,
+    )
+    return reward_of(task.name, out, task.verifier_timeout_s)
 
 
 def check_output(task: HarborTask) -> str | None:
