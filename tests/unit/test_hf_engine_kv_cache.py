@@ -9,17 +9,12 @@ rows finishing early (cache rows dropped), per-row budgets, and sync strides.
 import pytest
 import torch
 
+from tests.support.generations import same
 from turnrl.rollout.base import SamplingParams
 from turnrl.rollout.hf import HFEngine
 from turnrl.rollout.kv_cache import PreallocatedLayer, preallocated_cache
 
 PROMPTS = [[5, 6, 7, 8], [9, 10], [11, 12, 13], [14, 15, 16, 17, 18]]
-
-
-def same(a, b) -> None:
-    assert (a.response_ids, a.finish_reasons) == (b.response_ids, b.finish_reasons)
-    for x, y in zip(a.log_probs, b.log_probs, strict=True):
-        assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-5)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

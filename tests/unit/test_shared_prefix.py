@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from tests.support.generations import same as compare
 from turnrl.rollout.base import SamplingParams
 from turnrl.rollout.hf import HFEngine
 from turnrl.rollout.prefix import prefix_layout, shared_prefix_length
@@ -22,9 +23,7 @@ PROMPTS = [[*SYSTEM, 5, 6, 7, 8], [*SYSTEM, 9], [*SYSTEM, 11, 12, 13], [*SYSTEM,
 
 
 def same(a, b) -> None:
-    assert (a.response_ids, a.finish_reasons) == (b.response_ids, b.finish_reasons)
-    for x, y in zip(a.log_probs, b.log_probs, strict=True):
-        assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-4)
+    compare(a, b, atol=1e-4)
 
 
 def test_shared_prefix_length_by_hand():

@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from turnrl.rollout.hf import HFEngine
 from turnrl.servers.refusal import Refusal
 from turnrl.tinker import sampling
-
-if TYPE_CHECKING:
-    from turnrl.tinker.service import TinkerService
+from turnrl.tinker.backbone import Backbone
+from turnrl.tinker.registry import Registry
 
 log = logging.getLogger("turnrl.tinker")
 
@@ -40,7 +40,20 @@ class Pending:
     future: Future
 
 
-def run_pending(service: TinkerService, jobs: list[Pending]) -> None:
+class SampleHost(Protocol):
+    """What the batcher uses of the service (`TinkerService`), named here so that it imports nothing
+    of the service that imports it."""
+
+    backbone: Backbone
+    engine: HFEngine
+    registry: Registry
+
+    def check_session(self, session: str | None) -> None: ...
+
+    def count_samples(self, requests: int) -> None: ...
+
+
+def run_pending(service: SampleHost, jobs: list[Pending]) -> None:
     """On the worker: answer every job of `jobs`, in groups of one engine call each."""
     groups: dict[Any, list[tuple[Pending, str | None]]] = {}
     for k, job in enumerate(jobs):
@@ -56,7 +69,7 @@ def run_pending(service: TinkerService, jobs: list[Pending]) -> None:
         _run_group(service, group)
 
 
-def _run_group(service: TinkerService, group: list[tuple[Pending, str | None]]) -> None:
+def _run_group(service: SampleHost, group: list[tuple[Pending, str | None]]) -> None:
     adapter = group[0][1]
     try:
         answers = sampling.sample_many(service.backbone, service.engine, adapter, [j.plan for j, _ in group])
