@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "rm": "turnrl.supervised.cli",
     "data": "turnrl.data.prepare.cli",
     "tinker": "turnrl.tinker.cli",
+    "live": "turnrl.live.cli",
 }
 
 EXTRAS: dict[str, str] = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from turnrl.config.live_schema import LiveConfig
 from turnrl.config.rollout_schema import RolloutConfig
 from turnrl.config.rollout_schema import ServerConfig as ServerConfig  # its importers read it here too
 from turnrl.config.rules import ranged
@@ -564,3 +565,5 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     """`turnrl eval` only: which prompts, the greedy and sampled passes, the pass@k threshold."""
+    live: LiveConfig = field(default_factory=LiveConfig)
+    """`turnrl live serve` only: clients, sessions, rewards that arrive later, groups (docs/live.md)."""

@@ -114,6 +114,15 @@ class HFEngine:
         self.pad_id = int(tokenizer.pad_token_id)
         self.version = 0
 
+    def sample_from_copy(self) -> None:
+        """From now on sample from a copy of the policy (the copy `rollout.dtype` made, else one in
+        the model's own precision), refreshed at every `sync_weights`: the trainer may then update
+        the policy while this engine serves (`turnrl live serve`)."""
+        if self.copy is None:
+            self.copy = RolloutCopy(self.source, next(self.source.parameters()).dtype, self.batch_size)
+            self.model = self.copy.module
+            self.buckets.clear()
+
     def _bucket(self, batch: int, capacity: int, device: torch.device) -> DecodeBucket:
         key = (batch, capacity)
         if key not in self.buckets:

@@ -95,7 +95,7 @@ class Outcome:
     seconds: float = 0.0
 
 
-def _with_template(tokenizer: Any, path: str) -> Any:
+def with_template(tokenizer: Any, path: str) -> Any:
     """The tokenizer, or a copy of it rendering with the template in `path`."""
     if not path:
         return tokenizer
@@ -130,7 +130,7 @@ class FunctionAgentRollout:
         self.cfg, self.ac, self.pad_id = cfg, ac, pad_id
         self.agent: AgentFunction = load_configured(ac, cfg.rollout.multi_turn)
         self.openai = _openai()
-        tok = _with_template(tokenizer, ac.chat_template)
+        tok = with_template(tokenizer, ac.chat_template)
         try:
             template = ChatTemplate(tok)
         except ChatTemplateError as err:

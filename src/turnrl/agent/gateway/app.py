@@ -26,7 +26,7 @@ from turnrl.agent.gateway.server import Gateway, OpenEpisode
 from turnrl.servers.guard import Guard, finite_json, presented_key
 from turnrl.servers.refusal import Refusal
 
-__all__ = ["BadRequest", "create_app", "episode_of"]
+__all__ = ["BadRequest", "create_app", "episode_of", "serve_call"]
 
 
 def create_app(gateway: Gateway) -> FastAPI:
@@ -35,7 +35,7 @@ def create_app(gateway: Gateway) -> FastAPI:
     # no server-wide key: each episode has its own (`episode_of`); loopback only
     app.add_middleware(Guard, max_body=gateway.max_body)
     app.state.gateway = gateway
-    _add_error_handlers(app)
+    add_error_handlers(app)
     app.include_router(router)
     for dialect in DIALECTS:
         app.add_api_route(f"/episodes/{{episode_id}}/v1{dialect.path}", route(dialect), methods=["POST"])
@@ -47,7 +47,7 @@ def _dialect_of(request: Request) -> Dialect:
     return getattr(request.state, "dialect", CHAT)
 
 
-def _add_error_handlers(app: FastAPI) -> None:
+def add_error_handlers(app: FastAPI) -> None:
     """A refusal in its route's dialect; anything else a one-line 500 in the same shape."""
 
     @app.exception_handler(Refusal)
@@ -80,20 +80,26 @@ def route(dialect: Dialect) -> Callable[[str, Request], Awaitable[Response]]:
 
     async def call_route(episode_id: str, request: Request) -> Response:
         request.state.dialect = dialect
-        gateway: Gateway = request.app.state.gateway
         episode = episode_of(episode_id, request)
-        call = dialect.parse(await request.body())
-        if dialect.bind is not None:  # the call builds on an earlier answer of its episode
-            call = dialect.bind(call, episode)
-        check_model(gateway, call)
-        turn = Turn(gateway, episode, call, episode_id)
-        if call.stream:  # the stream takes the episode's lock itself, for as long as it runs
-            return EventStream(dialect, turn)
-        async with episode.lock:  # one call of an episode at a time: its trajectory grows call by call
-            return await answer_whole(dialect, turn, request)
+        return await serve_call(dialect, request, request.app.state.gateway, episode, episode_id)
 
     call_route.__name__ = f"{dialect.name}_call"
     return call_route
+
+
+async def serve_call(
+    dialect: Dialect, request: Request, gateway: Gateway, episode: OpenEpisode, episode_id: str
+) -> Response:
+    """One call of an open episode in `dialect`: read, checked, answered whole or streamed, recorded."""
+    call = dialect.parse(await request.body())
+    if dialect.bind is not None:  # the call builds on an earlier answer of its episode
+        call = dialect.bind(call, episode)
+    check_model(gateway, call)
+    turn = Turn(gateway, episode, call, episode_id)
+    if call.stream:  # the stream takes the episode's lock itself, for as long as it runs
+        return EventStream(dialect, turn)
+    async with episode.lock:  # one call of an episode at a time: its trajectory grows call by call
+        return await answer_whole(dialect, turn, request)
 
 
 router = APIRouter()

@@ -96,6 +96,8 @@ class Gateway:
         max_concurrency: int = 64,
         max_body: int = 32 << 20,
         tool_call_format: str = "auto",
+        host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
         self.template, self.tokenizer, self.limits = template, template.tokenizer, limits
         self.tool_format = template.tool_call_format(tool_call_format)
@@ -115,7 +117,7 @@ class Gateway:
         self._lock = threading.Lock()
         self.engine_errors: list[str] = []
         self.runner = EngineRunner(engine, max_concurrency)
-        self.sock = bind("127.0.0.1", 0)
+        self.sock = bind(host, port)  # loopback by default; `turnrl live serve` names its own
         self.url = url_of(self.sock)
         self.server: Any = None  # uvicorn's, once `start` serves
         self.thread: threading.Thread | None = None
