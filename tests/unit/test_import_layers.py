@@ -45,6 +45,7 @@ LAYERS: dict[str, int] = {
     "turnrl.evaluate": 11,
     "turnrl.supervised": 11,
     "turnrl.inspector": 11,
+    "turnrl.live": 11,  # serves the policy to clients and trains on their sessions: a trainer with a server
     "turnrl.export": 11,
     "turnrl.cli": 12,
     "turnrl.recipes": 12,  # example agents beside the recipes: they import no turnrl module

@@ -260,9 +260,9 @@ def field_docstrings(node: ast.ClassDef) -> dict[str, str]:
 
 def field_docs(root: type = Config) -> dict[str, str]:
     """`section.key` -> the docstring written under the field in the schema modules."""
-    from turnrl.config import agent_schema, rollout_schema, schema, supervised_schema
+    from turnrl.config import agent_schema, live_schema, rollout_schema, schema, supervised_schema
 
-    modules = (schema, rollout_schema, agent_schema, supervised_schema)
+    modules = (schema, rollout_schema, agent_schema, supervised_schema, live_schema)
     nodes = [n for mod in modules for n in ast.parse(inspect.getsource(mod)).body]
     per_class = {node.name: field_docstrings(node) for node in nodes if isinstance(node, ast.ClassDef)}
     out: dict[str, str] = {}

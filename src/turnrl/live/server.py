@@ -1,7 +1,7 @@
 """The live server's state: the gateway that serves and records, the session store, the clients.
 
     server = LiveServer(engine, template, limits, keys, params, store, score_fn, host, port)
-    server.start()          # serving at server.url; an idle timer closes sessions left open
+    server.start(create_app(server))   # serving at server.url; an idle timer closes sessions left open
     ...
     server.close()          # open sessions end (`shutdown`) and are recorded: they can still be rewarded
 
@@ -52,10 +52,9 @@ class LiveServer:
         self._stop = threading.Event()
         self._timer = threading.Thread(target=self._expire_loop, name="turnrl-live-timer", daemon=True)
 
-    def start(self) -> LiveServer:
-        from turnrl.live.app import create_app
-
-        self.gateway.start(create_app(self))
+    def start(self, app: Any) -> LiveServer:
+        """Serve `app` (`live.app.create_app(self)`: the routes live there, the state here)."""
+        self.gateway.start(app)
         self._timer.start()
         return self
 

@@ -29,6 +29,7 @@ from turnrl.agent.functions.rollout import with_template
 from turnrl.agent.gateway.trajectory import EpisodeLimits
 from turnrl.config import Config, ConfigError
 from turnrl.config.checks import updates_per_step
+from turnrl.live.app import create_app
 from turnrl.live.keys import Client
 from turnrl.live.rows import group_batch, oldest_version
 from turnrl.live.server import LiveServer, ScoreFn
@@ -128,7 +129,8 @@ class LiveTrainer(Trainer):
         params = self.sampler.params(0)
         self.server = LiveServer(
             self.served, template, limits_ep, self.keys, params, self.store, self.score_fn, lc.host, lc.port
-        ).start()
+        )
+        self.server.start(create_app(self.server))
         (self.run_dir / "live" / "serving.pid").write_text(str(os.getpid()))
         print(f"serving at {self.server.url} (policy version {self.state.policy_version})", flush=True)
 
