@@ -24,6 +24,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -117,7 +118,7 @@ def main() -> None:
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         files = write_task(args.task, tmp, args.task_seed)
-        rows = [json.loads(line) for line in open(files.train)]
+        rows = [json.loads(line) for line in Path(files.train).read_text().splitlines()]
     population = Population(args, rows)
     population.run()
     status = httpx.get(f"{args.url}/status", headers={"Authorization": f"Bearer {args.key}"}).json()
