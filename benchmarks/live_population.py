@@ -82,7 +82,9 @@ class Population:
 
     def _reward(self, sid: str, reward: float, how: str) -> None:
         response = self._post(f"/sessions/{sid}/reward", {"reward": reward})
-        self._count(f"rewarded/{how}" if response.status_code == 200 else f"reward_refused/{response.status_code}")
+        self._count(
+            f"rewarded/{how}" if response.status_code == 200 else f"reward_refused/{response.status_code}"
+        )
 
     def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.args.key}"}
