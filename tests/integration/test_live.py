@@ -127,10 +127,30 @@ def events(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def test_every_route_serves_records_rewards_drops_and_trains(tmp_path):
-    server = Server(
-        overrides(tmp_path, 2, "live.session_idle_s=1", "live.reward_window_s=3", "live.learn=false")
+    scorer = tmp_path / "scorer.py"  # the server's own scoring of sessions of the task "scored"
+    scorer.write_text(
+        "def score(messages, task):\n"
+        "    if task != 'scored':\n        return None\n"
+        "    return 1.0 if messages[-1]['role'] == 'assistant' and messages[0]['content'] == 'What is 2+3?' else 0.0\n"
     )
+    args = [
+        "live.session_idle_s=1",
+        "live.reward_window_s=3",
+        "live.learn=false",
+        f"live.score_fn={scorer}:score",
+    ]
+    server = Server(overrides(tmp_path, 2, *args))
     url = server.url
+    scored = openai.OpenAI(
+        base_url=f"{url}/sessions/sc/v1",
+        api_key=BOB,
+        max_retries=0,
+        default_headers={"X-Turnrl-Task": "scored"},
+    )
+    scored.chat.completions.create(model="policy", messages=QUESTION, max_tokens=4)
+    assert post(url, "/sessions/sc/close", BOB, {}).status_code == 200
+    already = post(url, "/sessions/sc/reward", BOB, {"reward": 0})
+    assert already.status_code == 409 and "already has a reward" in already.text  # the server's own: 1.0
     versions: list[int] = []
     for i in range(4):  # alice: four sessions from the same prompt, two groups of two
         headers, bodies = chat_session(url, f"a{i}")

@@ -3,6 +3,8 @@
 Greedy decoding makes the outputs comparable token for token: rows that finished keep riding in the
 batch (masked) until the next sync, and that must change nothing the caller sees."""
 
+import copy
+
 import torch
 
 from turnrl.rollout.base import SamplingParams
@@ -69,3 +71,23 @@ def test_sampled_log_probs_are_the_models_with_a_stride(tiny):
             logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float() / 0.7
         want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
         assert torch.allclose(torch.tensor(lps), want, atol=1e-4), row
+
+
+def test_sampling_from_a_copy_keeps_serving_the_synced_weights(tiny):
+    """`sample_from_copy`: the trainer may change the policy while the engine serves; the engine
+    samples the weights of its last `sync_weights` until the next one."""
+    model, tok = tiny
+    model = copy.deepcopy(model)  # the fixture's model is shared: change a copy
+    engine = HFEngine(model, tok, batch_size=16)
+    p = SamplingParams(max_new_tokens=8, n=1, temperature=0.0)
+    before = engine.generate(PROMPTS, p)
+    engine.sample_from_copy()
+    same(engine.generate(PROMPTS, p), before)
+    with torch.no_grad():  # the trainer's update, on the policy itself
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.5)
+    same(engine.generate(PROMPTS, p), before)  # still the served weights
+    engine.sync_weights(1)
+    after = engine.generate(PROMPTS, p)
+    same(after, HFEngine(model, tok, batch_size=16).generate(PROMPTS, p))  # now the policy's own
+    assert after.response_ids != before.response_ids and after.policy_version == 1
