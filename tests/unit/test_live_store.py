@@ -170,3 +170,15 @@ def test_a_session_without_a_recorded_call_is_dropped_not_written(tmp_path):
     store.call_done(s)
     store.close(s, {"samples": [], "prompt_key": "", "calls": 0}, "client")
     assert s.dropped == "no_calls" and not (tmp_path / "live" / "sessions.jsonl").exists()
+
+
+def test_grouped_by_task_sessions_of_different_prompts_meet(tmp_path):
+    store = store_at(tmp_path, Clock(), group_by="task")
+    ended(store, "a", prompt="P")
+    ended(store, "b", prompt="Q", reward=0.0)
+    ended(store, "c", client="bob", prompt="P")  # bob's task is "calc" too: the same group key
+    assert store.ready() == [["a", "b"]]
+    by_prompt = store_at(tmp_path / "p", Clock())
+    ended(by_prompt, "a", prompt="P")
+    ended(by_prompt, "b", prompt="Q")
+    assert by_prompt.ready() == []

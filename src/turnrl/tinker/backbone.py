@@ -51,6 +51,7 @@ class Backbone:
         """Where the base came from (`--model`, a path made absolute) and the seed of its initial
         weights (`--seed`, for 'tiny-random'): what `turnrl export` rebuilds the base from."""
         self.peft: Any = None  # the PeftModel, made when the first adapter is added
+        self._merged: tuple[str, torch.nn.Module] | None = None  # `merged`'s newest copy
         config = model.config
         self.vocab_size = int(model.get_input_embeddings().weight.shape[0])
         self.max_context: int | None = getattr(config, "max_position_embeddings", None)
@@ -122,7 +123,33 @@ class Backbone:
         self.add_adapter(name, self.peft.peft_config[source])
         self.load_state(name, self.state(source))
 
+    def merged(self, name: str) -> torch.nn.Module:
+        """The base model with adapter `name` merged into its weights, in a module of its own: what
+        a sampler samples from. Decoding a few rows is bound by the per-layer work, and an unmerged
+        adapter adds two small products and their overhead to every adapted layer at every token.
+        Only for a sampler's adapter, which never changes after it is made (the newest is kept: a
+        copy of the base each)."""
+        if self._merged is not None and self._merged[0] == name:
+            return self._merged[1]
+        self._merged = None  # the old copy goes before the new one is made
+        import copy
+
+        clone = copy.deepcopy(self.peft)
+        inner = clone.get_base_model()
+        tied = inner.get_input_embeddings().weight
+        for module in inner.modules():  # a tied output layer gets its own weight: merging into it
+            if isinstance(module, torch.nn.Linear) and module.weight is tied:  # must not move the inputs'
+                module.weight = torch.nn.Parameter(tied.detach().clone(), requires_grad=False)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
+            model = clone.merge_and_unload(adapter_names=[name])
+        model.eval().requires_grad_(False)
+        self._merged = (name, model)
+        return model
+
     def remove_adapter(self, name: str) -> None:
+        if self._merged is not None and self._merged[0] == name:
+            self._merged = None
         if self.peft is not None and name in self.peft.peft_config:
             with warnings.catch_warnings():
                 # deleting the adapter last selected: peft says it selects another; every use selects its own

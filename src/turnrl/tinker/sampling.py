@@ -17,6 +17,7 @@ stop after the token that completes one (and at EOS); token ids stop at those to
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -169,7 +170,12 @@ def sample_many(
     n = first.params.n
     params = replace(first.params, max_new_tokens=max(j.params.max_new_tokens for j in jobs))
     limits = [j.params.max_new_tokens for j in jobs for _ in range(n)]
-    with backbone.active(adapter) as net:
+    if adapter is not None:  # a sampler's frozen adapter, merged into a copy of the base
+        merged = backbone.merged(adapter)
+        engine, context = HFEngine(merged, backbone.tokenizer, engine.batch_size), nullcontext(merged)
+    else:
+        context = backbone.active(None)
+    with context as net:
         saved = engine.eos_ids
         if first.stop_tokens is not None:
             engine.eos_ids = set(first.stop_tokens)
