@@ -106,6 +106,10 @@ def test_a_torn_last_line_is_skipped_and_counted(tmp_path):
     again = store_at(tmp_path, clock)
     again.replay(resumed_step=0)
     assert again.counts["torn_lines"] == 1 and again.sessions["a"].outcome() == 1.0
+    b = ended(again, "b", reward=0.0)  # appended after the cut: not glued to the torn line
+    third = store_at(tmp_path, clock)
+    third.replay(resumed_step=0)
+    assert third.counts["torn_lines"] == 0 and third.sessions[b.id].outcome() == 0.0
 
 
 def test_idle_sessions_close_and_unrewarded_ones_expire(tmp_path):

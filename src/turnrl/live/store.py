@@ -131,9 +131,21 @@ class SessionStore:
     def disk_bytes(self) -> int:
         return sum((self.dir / n).stat().st_size for n in (SESSIONS, EVENTS) if (self.dir / n).exists())
 
+    def _cut_torn_tail(self, name: str) -> None:
+        """Cut a last line a crash left without its newline: the next append would be glued to it
+        and lost with it."""
+        path = self.dir / name
+        data = path.read_bytes() if path.exists() else b""
+        if data and not data.endswith(b"\n"):
+            with open(path, "r+b") as f:
+                f.truncate(data.rfind(b"\n") + 1)
+            self.counts["torn_lines"] += 1
+
     def replay(self, resumed_step: int) -> None:
         """Rebuild the ended sessions and their fate from disk; see the module docstring."""
         with self.lock:
+            for name in (SESSIONS, EVENTS):
+                self._cut_torn_tail(name)
             for entry in self._lines(SESSIONS):
                 s = Session(entry["id"], entry["client"], entry["task"], entry["opened"], entry["ended"])
                 s.ended, s.why, s.state = entry["ended"], entry["why"], "ended"
