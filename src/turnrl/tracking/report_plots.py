@@ -44,6 +44,16 @@ PLOTS: tuple[PlotSpec, ...] = (
         r"val/(accuracy|format_rate)(/.+)?",
     ),
     PlotSpec("reward_extra", "Reward components", "mean", r"reward_extra/.+/mean"),
+    # turnrl live serve: the step after policy version v trains on sessions of v and earlier
+    PlotSpec(
+        "live_reward", "Live: the clients' mean reward of the sessions trained", "reward", r"live/reward/mean"
+    ),
+    PlotSpec(
+        "live_sessions",
+        "Live: sessions trained, dropped as stale, open; the policy version trained from",
+        "count",
+        r"live/(sessions|dropped/stale|open_sessions|policy_version)",
+    ),
     PlotSpec("kl", "KL to the reference / old policy", "KL", r"actor/ppo_kl|actor/kl_loss|critic/kl"),
     PlotSpec("entropy", "Policy entropy (nats per token)", "entropy", r"actor/entropy"),
     PlotSpec(
