@@ -1,7 +1,7 @@
 """`turnrl live serve [recipe] [key=value ...]` and `turnrl live rollback RUN_DIR STEP`.
 
 `serve` serves the policy to the clients of `live.keys_file` and trains on their rewarded sessions
-(docs/live.md); name the run directory (`trainer.default_local_dir=DIR`) to start again where a
+(docs/live.md; without a recipe, `live_addition`: the embedded model, LoRA); name the run directory (`trainer.default_local_dir=DIR`) to start again where a
 stopped or crashed server left off. Ctrl-C or SIGTERM stops it after the step in progress.
 `rollback` sets a stopped server's run back to the checkpoint of STEP: the later checkpoints are
 moved to `RUN_DIR/rolled_back/`, and the next `serve` of that directory serves and trains on from STEP.
@@ -21,6 +21,8 @@ from typing import Any
 from turnrl.errors import TurnrlInputError
 
 COMMAND = "turnrl live"
+DEFAULT_RECIPE = "live_addition"
+"""What `turnrl live serve` serves without a recipe: the embedded model under a LoRA adapter."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -62,7 +64,7 @@ def run_serve(ns: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     try:
         recipe, overrides = split_args(ns.args)
-        cfg = load_config(recipe, overrides)
+        cfg = load_config(recipe or DEFAULT_RECIPE, overrides)
         from turnrl.live.keys import load_keys
         from turnrl.live.trainer import LiveTrainer, Stopped
 

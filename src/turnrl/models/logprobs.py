@@ -14,6 +14,7 @@ the copies into the single prompt pass, so values and gradients equal the plain 
 
 from __future__ import annotations
 
+import functools
 import types
 from typing import Any
 
@@ -89,7 +90,19 @@ def _chunk_stats(
     labels: torch.Tensor,
     temperature: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = torch.nn.functional.linear(hidden, weight, bias).float() / temperature
+    return _stats(torch.nn.functional.linear(hidden, weight, bias), labels, temperature)
+
+
+def _module_chunk_stats(
+    head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _stats(head(hidden), labels, temperature)
+
+
+def _stats(
+    logits: torch.Tensor, labels: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = logits.float() / temperature
     lse = torch.logsumexp(logits, dim=-1)
     logp = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse
     probs = torch.softmax(logits, dim=-1)
@@ -107,15 +120,20 @@ def head_log_probs(
     # keeping every chunk's (logits, probabilities) alive would take real memory
     kept_bytes = 3 * h.shape[0] * head.weight.shape[0] * 4
     recompute = torch.is_grad_enabled() and kept_bytes > KEEP_LOGITS_BYTES
+    # a head wrapped by an adapter (LoRA on the output layer) is called as a module: its weight alone
+    # would leave the adapter out of the log-probs, and so out of training
+    plain = type(head) is torch.nn.Linear
     out_lp, out_ent = [], []
     for start in range(0, h.shape[0], chunk_size):
         hs, ls = h[start : start + chunk_size], labels[start : start + chunk_size]
-        if recompute:
-            lp, ent = checkpoint(
-                _chunk_stats, hs, head.weight, head.bias, ls, temperature, use_reentrant=False
-            )
+        if plain:
+            args: tuple[Any, ...] = (_chunk_stats, hs, head.weight, head.bias, ls, temperature)
         else:
-            lp, ent = _chunk_stats(hs, head.weight, head.bias, ls, temperature)
+            args = (functools.partial(_module_chunk_stats, head), hs, ls, temperature)
+        if recompute:
+            lp, ent = checkpoint(*args, use_reentrant=False)
+        else:
+            lp, ent = args[0](*args[1:])
         out_lp.append(lp)
         out_ent.append(ent)
     return torch.cat(out_lp).view(shape), torch.cat(out_ent).view(shape)
