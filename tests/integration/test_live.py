@@ -103,8 +103,13 @@ def chat_session(url: str, sid: str, key: str = ALICE) -> tuple[list[int], list[
     bodies = [first.model_extra["policy_version"]]
     follow = [*QUESTION, {"role": "assistant", "content": first.choices[0].message.content}]
     follow.append({"role": "user", "content": "Are you sure?"})
-    chunks = list(client.chat.completions.create(model="policy", messages=follow, max_tokens=6, stream=True))
+    with client.chat.completions.with_streaming_response.create(
+        model="policy", messages=follow, max_tokens=6, stream=True
+    ) as streamed:
+        headers.append(int(streamed.headers["x-turnrl-policy-version"]))
+        chunks = list(streamed.parse())
     assert chunks and chunks[-1].choices[0].finish_reason in ("stop", "length")
+    bodies.append(next(c.model_extra["policy_version"] for c in chunks if "policy_version" in c.model_extra))
     return headers, bodies
 
 

@@ -26,6 +26,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from turnrl.agent.gateway.app import add_error_handlers, serve_call
+from turnrl.agent.gateway.calls import EventStream
 from turnrl.agent.gateway.dialects import DIALECTS
 from turnrl.agent.gateway.dialects.base import Dialect
 from turnrl.live.keys import Client
@@ -81,9 +82,16 @@ def _call_route(dialect: Dialect) -> Callable[[str, Request], Awaitable[Response
             raise _refusal(err) from None
         try:
             response = await serve_call(dialect, request, server.gateway, s.handle, sid)
-        finally:
+        except BaseException:
             server.store.call_done(s)
-        response.headers[VERSION_HEADER] = str(server.policy_version)
+            raise
+        version = str(server.policy_version)  # between two engine calls; the body says it exactly
+        if isinstance(response, EventStream):  # the stream runs after this returns
+            response.extra_headers.append((VERSION_HEADER.lower().encode(), version.encode()))
+            response.on_end = lambda: server.store.call_done(s)
+        else:
+            response.headers[VERSION_HEADER] = version
+            server.store.call_done(s)
         return response
 
     call.__name__ = f"live_{dialect.name}_call"

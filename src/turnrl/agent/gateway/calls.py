@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -250,14 +251,22 @@ class EventStream(Response):
     def __init__(self, dialect: Dialect, turn: Turn) -> None:
         super().__init__(media_type="text/event-stream")
         self.dialect, self.turn = dialect, turn
+        self.extra_headers: list[tuple[bytes, bytes]] = []
+        """Sent after the event-stream headers (a live server's policy version)."""
+        self.on_end: Callable[[], None] | None = None
+        """Called once the stream has ended, whatever happened (a live session's call is done)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # one call of an episode at a time, for as long as its stream runs
-        async with self.turn.episode.lock:
-            try:
-                await self._serve(scope, receive, send)
-            finally:
-                self.turn.end()
+        try:
+            async with self.turn.episode.lock:
+                try:
+                    await self._serve(scope, receive, send)
+                finally:
+                    self.turn.end()
+        finally:
+            if self.on_end is not None:
+                self.on_end()
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -267,7 +276,8 @@ class EventStream(Response):
             return
         left = asyncio.ensure_future(_disconnect(receive))
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            headers = [*SSE_HEADERS, *self.extra_headers]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
             if await self._events(send, self.dialect.stream_open(reply), left):
                 await self._rest(send, reply, left)
         finally:
