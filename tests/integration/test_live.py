@@ -165,6 +165,8 @@ def test_every_route_serves_records_rewards_drops_and_trains(tmp_path):
         assert closed == {"id": f"a{i}", "calls": 2, "state": "ended"}
         taken = post(url, f"/sessions/a{i}/reward", ALICE, {"reward": float(i % 2)})
         assert taken.status_code == 200, taken.text
+    models = openai.OpenAI(base_url=f"{url}/sessions/a0/v1", api_key=ALICE, max_retries=0).models.list()
+    assert [m.id for m in models.data] == ["policy"]
     # bob: an Anthropic-style agent, streamed, that never closes its session nor rewards it
     bob = anthropic.Anthropic(base_url=f"{url}/sessions/b0", api_key=BOB, max_retries=0)
     with bob.messages.stream(model="policy", max_tokens=6, messages=QUESTION) as stream:

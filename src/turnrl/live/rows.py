@@ -49,6 +49,18 @@ def oldest_version(s: Session) -> int:
     )
 
 
+def split_stale(
+    groups: list[list[Session]], version: int, max_lag: int
+) -> tuple[list[list[Session]], list[list[Session]]]:
+    """(fresh, stale): a group is stale when one of its sessions has a model token sampled more than
+    `max_lag` versions before `version` (a group's advantages need all of it, so it goes whole)."""
+    fresh: list[list[Session]] = []
+    stale: list[list[Session]] = []
+    for group in groups:
+        (stale if any(version - oldest_version(s) > max_lag for s in group) else fresh).append(group)
+    return fresh, stale
+
+
 def group_batch(groups: list[list[Session]], step: int, pad_id: int, response_length: int) -> Batch:
     samples: list[Episode] = []
     uids: list[str] = []

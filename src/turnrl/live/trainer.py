@@ -31,7 +31,7 @@ from turnrl.config import Config, ConfigError
 from turnrl.config.checks import updates_per_step
 from turnrl.live.app import create_app
 from turnrl.live.keys import Client
-from turnrl.live.rows import group_batch, oldest_version
+from turnrl.live.rows import group_batch, split_stale
 from turnrl.live.server import LiveServer, ScoreFn
 from turnrl.live.store import Limits, Session, SessionStore
 from turnrl.plugins import load_function
@@ -137,17 +137,16 @@ class LiveTrainer(Trainer):
     # -- stages 1-6: the clients' sessions ------------------------------------------------------------
     def produce(self, step: int) -> Produced:
         clock = StageClock(self.hooks)
+        version, fresh, stale_count = self.state.policy_version, [], 0
         with clock("load_batch"):  # waiting for traffic: the step's groups of rewarded sessions
-            groups = self.store.take(self.cfg.data.train_batch_size)
-        if not groups:
-            raise Stopped
-        version = self.state.policy_version
-        fresh, stale = [], []
-        for group in groups:
-            (stale if any(version - oldest_version(s) > self.max_lag for s in group) else fresh).append(group)
-        self.store.drop_taken([s for g in stale for s in g], "stale")
-        if not fresh:
-            raise RuntimeError("every group of the step was stale")  # unreachable: take() gave fresh ones
+            while len(fresh) < self.cfg.data.train_batch_size:
+                groups = self.store.take(self.cfg.data.train_batch_size - len(fresh))
+                if not groups:
+                    raise Stopped
+                more, stale = split_stale(groups, version, self.max_lag)
+                self.store.drop_taken([s for g in stale for s in g], "stale")
+                fresh += more
+                stale_count += sum(len(g) for g in stale)
         batch = group_batch(fresh, step, self.pad_id, self.cfg.data.max_response_length)
         self.pending = [s for g in fresh for s in g]
         rewards = [float(s.outcome() or 0.0) for s in self.pending]
@@ -156,7 +155,7 @@ class LiveTrainer(Trainer):
             "live/sessions": len(self.pending),
             "live/reward/mean": sum(rewards) / len(rewards),
             "live/policy_version": version,
-            "live/dropped/stale": sum(len(g) for g in stale),
+            "live/dropped/stale": stale_count,
         }
         status = self.store.status()
         metrics.update({f"live/count/{k}": v for k, v in status["counts"].items()})
