@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
+
 from turnrl.cli import main
 from turnrl.tasks.harbor.builtin import train_tasks, val_tasks
 
@@ -40,6 +42,7 @@ def test_training_tasks_only_each_a_whole_episode(tmp_path, capsys):
         assert {t["function"]["name"] for t in r["tools"]} == {"bash", "editor"}
 
 
+@pytest.mark.slow  # a one-step run; its lighter siblings stay in the default run
 def test_seeded(tmp_path, capsys):
     a, _ = generate(tmp_path / "a", capsys, "--seed", "3")
     b, _ = generate(tmp_path / "b", capsys, "--seed", "3")

@@ -47,6 +47,7 @@ def test_a_hanging_or_silent_verifier_scores_zero_with_a_reason(sandbox_process)
     assert not verdict.ok and verdict.reason == "harbor task 'bad': reward.txt is not a number: 'yes'"
 
 
+@pytest.mark.slow  # a one-step run; its lighter siblings stay in the default run
 def test_every_builtin_task_oracle_scores_1_in_the_sandbox(sandbox_process):
     async def every() -> list[tuple[str, float, str]]:
         async def one(task: HarborTask) -> tuple[str, float, str]:

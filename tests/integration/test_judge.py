@@ -384,6 +384,7 @@ def test_a_judge_time_out_follows_reward_on_error(silent, make_judge, make_rewar
 
 
 # -- the run's reward, built as the trainer builds it ----------------------------------------------
+@pytest.mark.slow  # a one-step run; its lighter siblings stay in the default run
 def test_the_runs_reward_starts_and_stops_a_child_judge(tokenizer):
     cfg = load_config(
         None,

@@ -44,6 +44,7 @@ def test_rollout_log_probs_equal_the_trainers_after_every_sync(tmp_path, mode):
         assert s["rollout_corr/abs_diff_max"] < TOL, (s["step"], s["rollout_corr/abs_diff_max"])
 
 
+@pytest.mark.slow  # a one-step run; its lighter siblings stay in the default run
 @pytest.mark.timeout(300)
 def test_async_with_a_learning_rate_of_zero_keeps_them_equal(tmp_path):
     """Async (one step of staleness) through a server: batches sampled at an older version, so only

@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.support.cli import console_script, one_line_error
 
 # the first episode to claim the marker exits 3; every other one answers and rewards itself
@@ -54,6 +56,7 @@ def overrides(tmp_path: Path, command: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # a one-step run; its lighter siblings stay in the default run
 def test_python_process_agent_trains_a_step_with_a_failed_episode(tmp_path):
     agent = tmp_path / "agent.py"
     agent.write_text(textwrap.dedent(AGENT).lstrip())

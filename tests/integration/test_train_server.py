@@ -35,6 +35,7 @@ def test_single_turn_through_a_child_server(server_run):
     assert (run / "rollout_server.log").stat().st_size > 0  # the child logged where the run lives
 
 
+@pytest.mark.slow  # a one-step run; its lighter siblings stay in the default run
 @pytest.mark.timeout(300)
 def test_agent_episodes_through_a_child_server(tmp_path):
     overrides = {

@@ -39,6 +39,7 @@ def test_an_unknown_setting_is_one_line_naming_the_key():
         rollout("rollout.compile=always")
 
 
+@pytest.mark.slow  # a one-step run; its lighter siblings stay in the default run
 def test_a_decode_step_that_does_not_compile_falls_back_to_the_plain_loop(
     tiny, monkeypatch, tmp_path, caplog
 ):
