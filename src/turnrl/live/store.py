@@ -153,43 +153,49 @@ class SessionStore:
                 self.sessions[s.id] = s
             trained_at: dict[str, int] = {}  # session -> the step that trained it
             for e in self._lines(EVENTS):
-                s = self.sessions.get(e.get("id", ""))
-                if e["kind"] == "trained":
-                    trained_at.update(dict.fromkeys(e["ids"], e["step"]))
-                elif e["kind"] == "rollback":  # steps past it were undone by hand: never train them again
-                    for sid in [sid for sid, step in trained_at.items() if step > e["step"]]:
-                        del trained_at[sid]
-                        self.counts["dropped/rolled_back"] += 1
-                        if (t := self.sessions.get(sid)) is not None:
-                            t.state, t.dropped = "dropped", "rolled_back"
-                        else:
-                            self.retired[sid] = ("", "dropped (rolled_back)")
-                elif s is None:
-                    if e["kind"] == "drop":  # compacted away: its id stays used
-                        self.retired[e["id"]] = ("", f"dropped ({e['why']})")
-                elif e["kind"] == "reward":
-                    self._apply_reward(s, e["value"], e.get("call"), e["at"])
-                elif e["kind"] == "preference":
-                    s.reward, s.pair, s.rewarded_at = e["value"], e["pair"], e["at"]
-                elif e["kind"] == "drop":
-                    s.state, s.dropped = "dropped", e["why"]
+                self._replay_event(e, trained_at)
             for sid, step in trained_at.items():
-                t = self.sessions.get(sid)
-                if t is None:
-                    self.retired[sid] = ("", "trained")
-                    continue
-                if t.state == "dropped":
-                    continue
-                if step <= resumed_step:
-                    t.state = "trained"
-                else:  # its step's checkpoint never made it to disk: the update is lost, train it again
-                    self.counts["requeued_after_crash"] += 1
+                self._replay_mark(sid, step, resumed_step)
             waiting = sum(s.state == "ended" and s.outcome() is not None for s in self.sessions.values())
             if self.sessions:
                 log.warning(
                     "live: replayed %d ended sessions (%d rewarded and waiting to be trained, %d rolled back)",
                     len(self.sessions), waiting, self.counts["dropped/rolled_back"],
                 )  # fmt: skip
+
+    def _replay_event(self, e: dict[str, Any], trained_at: dict[str, int]) -> None:
+        s = self.sessions.get(e.get("id", ""))
+        if e["kind"] == "trained":
+            trained_at.update(dict.fromkeys(e["ids"], e["step"]))
+        elif e["kind"] == "rollback":  # steps past it were undone by hand: never train them again
+            for sid in [sid for sid, step in trained_at.items() if step > e["step"]]:
+                del trained_at[sid]
+                self.counts["dropped/rolled_back"] += 1
+                if (t := self.sessions.get(sid)) is not None:
+                    t.state, t.dropped = "dropped", "rolled_back"
+                else:
+                    self.retired[sid] = ("", "dropped (rolled_back)")
+        elif s is None:
+            if e["kind"] == "drop":  # compacted away: its id stays used
+                self.retired[e["id"]] = ("", f"dropped ({e['why']})")
+        elif e["kind"] == "reward":
+            self._apply_reward(s, e["value"], e.get("call"), e["at"])
+        elif e["kind"] == "preference":
+            s.reward, s.pair, s.rewarded_at = e["value"], e["pair"], e["at"]
+        elif e["kind"] == "drop":
+            s.state, s.dropped = "dropped", e["why"]
+
+    def _replay_mark(self, sid: str, step: int, resumed_step: int) -> None:
+        """A session's last trained mark against the checkpoint the run resumed from."""
+        s = self.sessions.get(sid)
+        if s is None:
+            self.retired[sid] = ("", "trained")
+        elif s.state == "dropped":
+            return
+        elif step <= resumed_step:
+            s.state = "trained"
+        else:  # its step's checkpoint never made it to disk: the update is lost, train it again
+            self.counts["requeued_after_crash"] += 1
 
     def _lines(self, name: str) -> list[dict[str, Any]]:
         path = self.dir / name
