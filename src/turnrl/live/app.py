@@ -85,17 +85,25 @@ def _call_route(dialect: Dialect) -> Callable[[str, Request], Awaitable[Response
         except BaseException:
             server.store.call_done(s)
             raise
-        version = str(server.policy_version)  # between two engine calls; the body says it exactly
-        if isinstance(response, EventStream):  # the stream runs after this returns
+        if isinstance(response, EventStream):  # the stream runs after this returns: the version now
+            version = str(server.policy_version)  # (its events carry the one that sampled it)
             response.extra_headers.append((VERSION_HEADER.lower().encode(), version.encode()))
             response.on_end = lambda: server.store.call_done(s)
         else:
-            response.headers[VERSION_HEADER] = version
+            response.headers[VERSION_HEADER] = str(_version_of(response, server.policy_version))
             server.store.call_done(s)
         return response
 
     call.__name__ = f"live_{dialect.name}_call"
     return call
+
+
+def _version_of(response: Response, default: int) -> int:
+    """The policy version a whole answer's body names (the one that sampled it)."""
+    try:
+        return int(json.loads(response.body)["policy_version"])
+    except (ValueError, KeyError, TypeError):  # an error body, or a dialect without the field
+        return default
 
 
 def _owned(request: Request, sid: str) -> tuple[LiveServer, Session]:
