@@ -262,6 +262,7 @@ def test_node_agent_on_the_openai_package_records_the_engines_tokens(tiny, node_
         pos += len(ids)
 
 
+@pytest.mark.slow  # a one-step run; its lighter siblings stay in the default run
 def test_failures_are_counted_and_killed_while_the_batch_goes_on(tiny, tmp_path):
     _, tok = tiny
     agent = script(tmp_path, "modes.py", MODES_AGENT)

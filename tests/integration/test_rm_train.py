@@ -42,6 +42,7 @@ def write(path: Path, rows: list[dict]) -> str:
     return str(path)
 
 
+@pytest.mark.slow  # a one-step run; its lighter siblings stay in the default run
 @pytest.mark.timeout(400)
 def test_rm_learns_preferences_and_scores_a_ppo_step(tmp_path):
     train, val = write(tmp_path / "train.jsonl", pairs(0, 32)), write(tmp_path / "val.jsonl", pairs(32, 48))

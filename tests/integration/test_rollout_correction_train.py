@@ -56,6 +56,7 @@ def test_mis_that_drops_every_sequence_leaves_the_policy_alone(tmp_path):
     assert m["actor/pg_loss"] == 0.0 and m["actor/grad_norm"] == 0.0
 
 
+@pytest.mark.slow  # a one-step run; its lighter siblings stay in the default run
 @pytest.mark.timeout(300)
 def test_auto_bypass_skips_the_pass_when_the_engine_is_the_trainers_module(tmp_path):
     # two mini-batches per step: not on-policy for the second, but the in-process engine sampled
