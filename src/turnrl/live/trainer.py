@@ -109,7 +109,11 @@ class LiveTrainer(Trainer):
 
     def _resume(self) -> None:
         super()._resume()
-        lc, d = self.cfg.live, self.cfg.data
+        self._start_serving()  # after the checkpoint: the store replays against its step
+
+    def _start_serving(self) -> None:
+        """The session store replayed from disk, then the server on the engine."""
+        lc, d, ac = self.cfg.live, self.cfg.data, self.cfg.rollout.agent
         limits = Limits(
             lc.max_open_sessions, lc.max_store_mb << 20, lc.max_session_id, lc.session_idle_s,
             lc.reward_window_s, lc.group_by, lc.group_size, lc.group_wait_s,
@@ -118,14 +122,12 @@ class LiveTrainer(Trainer):
         self.store.learning = lc.learn
         self.store.replay(self.state.global_step)
         try:  # `rollout.agent.chat_template`, as for an agent function, else the tokenizer's own
-            template = ChatTemplate(with_template(self.tokenizer, self.cfg.rollout.agent.chat_template))
+            template = ChatTemplate(with_template(self.tokenizer, ac.chat_template))
         except ChatTemplateError as err:
             raise ConfigError(
                 f"rollout.agent.chat_template: {err}; a live server needs a chat template"
             ) from None
-        limits_ep = EpisodeLimits(
-            d.max_prompt_length, d.max_response_length, self.cfg.rollout.agent.max_calls, 8
-        )
+        limits_ep = EpisodeLimits(d.max_prompt_length, d.max_response_length, ac.max_calls, ac.max_forks)
         params = self.sampler.params(0)
         self.server = LiveServer(
             self.served, template, limits_ep, self.keys, params, self.store, self.score_fn, lc.host, lc.port
