@@ -18,6 +18,7 @@ import torch
 from turnrl.models.cache_name import cache_kw, cache_of
 from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.rollout.graph_decode import DecodeBucket
+from turnrl.rollout.work import EngineWork
 
 
 class DecodingEngine(Protocol):
@@ -27,6 +28,7 @@ class DecodingEngine(Protocol):
     model: torch.nn.Module
     pad_id: int
     eos_ids: set[int]
+    work: EngineWork
 
     def _sample(
         self, logits: torch.Tensor, p: SamplingParams, gen: torch.Generator
@@ -69,6 +71,7 @@ class DecodeLoop:
         engine's prefix store reads their keys and values)."""
         self.engine, self.p, self.gen, self.budget, self.sync_every = engine, p, gen, budget, sync_every
         self.cache, self.logits, self.mask, pos = prefill
+        self.context = self.mask.shape[1]  # cached positions the next decode step reads
         self.graph = graph
         b = len(limits)
         self.tokens = torch.full((b, budget), engine.pad_id, dtype=torch.long, device=device)
@@ -151,6 +154,11 @@ class DecodeLoop:
 
     def _forward(self, token: torch.Tensor) -> None:
         """The next logits: one decode step over the sampled tokens."""
+        counted = self.engine.work
+        counted.decode_steps += 1
+        counted.decode_rows += token.shape[0]
+        counted.decode_kv_tokens += token.shape[0] * self.context
+        self.context += 1
         if self.graph is not None:  # finished rows ride along to the end: shapes stay fixed
             self.logits = self.graph.decode(token)
             return

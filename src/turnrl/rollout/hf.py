@@ -25,6 +25,7 @@ from turnrl.rollout.prefix import prefix_layout, shared_prefix_length
 from turnrl.rollout.prefix_store import PrefixStore, Restored, store_rows
 from turnrl.rollout.rollout_copy import RolloutCopy, torch_dtype
 from turnrl.rollout.sampling import sample_tokens
+from turnrl.rollout.work import EngineWork, now
 from turnrl.tensors import position_ids_from_mask
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,7 @@ class HFEngine:
         self.eos_ids = eos_ids(model, tokenizer)
         self.pad_id = int(tokenizer.pad_token_id)
         self.version = 0
+        self.work = EngineWork()
 
     def sample_from_copy(self) -> None:
         """From now on sample from a copy of the policy (the copy `rollout.dtype` made, else one in
@@ -242,7 +244,10 @@ class HFEngine:
         pos = position_ids_from_mask(mask)
         budget = min(p.max_new_tokens, max(limits))
         # prefill each prompt once, then copy its KV cache for its n samples (A,A,B,B)
-        cache, logits = self._prefill(ids, mask, pos, budget, shared, Restored(found, cached))
+        started = now(device)
+        restored = Restored(found, cached)
+        cache, logits = self._prefill(ids, mask, pos, budget, shared, restored)
+        self._count_prefill(mask, shared, shared + restored.width(shared), started, device)
         graph = None
         if self.compile_decode:  # one fixed-shape bucket per batch size and rounded capacity
             rows_per_bucket = max(1, self.batch_size // p.n) * p.n  # as `generate` cuts batches
@@ -258,10 +263,11 @@ class HFEngine:
         prefill = (cache, logits, mask, pos)
         keep = None if self.store is None or graph is not None else partial(store_rows, self.store, rows, p.n)
         loop = DecodeLoop(self, p, gen, device, limits, budget, sync_every, prefill, graph, abort, keep)
+        started = now(device)
         if graph is None:
-            return loop.run()
+            return self._counted_decode(loop, started, device)
         try:
-            return loop.run()
+            return self._counted_decode(loop, started, device)
         except torch._dynamo.exc.TorchDynamoException as err:  # no compiler, an unsupported op, ...
             first = (str(err).strip().splitlines() or [""])[0]
             log.warning(
@@ -271,6 +277,22 @@ class HFEngine:
             )
             self.compile_decode, self.buckets = False, {}
             return self._generate_batch(rows, p, gen, device, limits, abort)
+
+    def _count_prefill(
+        self, mask: torch.Tensor, shared: int, start: int, started: float, device: torch.device
+    ) -> None:
+        """Prefill's work: the shared columns once, then the columns after the first `start` (shared
+        and cached) for every row."""
+        c = self.work
+        c.prefill_tokens += shared + mask.shape[0] * (mask.shape[1] - start)
+        c.prefill_new_tokens += shared + int(mask[:, start:].sum())
+        c.prefill_s += now(device) - started
+
+    def _counted_decode(self, loop: DecodeLoop, started: float, device: torch.device) -> Generation:
+        try:
+            return loop.run()
+        finally:
+            self.work.decode_s += now(device) - started
 
     def _prefill(
         self,

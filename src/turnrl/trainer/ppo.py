@@ -201,7 +201,14 @@ class Trainer:
         clock = StageClock(self.hooks)
         with clock("load_batch") as st:
             prompts = st.batch = next(self.batches)
-        batch, metrics = self.sampler.rollout_and_score(prompts, clock, step)  # stages 2-6
+        work = getattr(
+            self.engine, "work", None
+        )  # the in-process engine's prefill and decode (rollout/work.py)
+        if work is not None:
+            work.take()  # a validation's passes are not this step's
+        batch, metrics = self.sampler.rollout_and_score(prompts, clock, step)  # stages 2-6, every round
+        if work is not None:
+            metrics.update(work.take())
         metrics.update(self.watch.metrics())  # the outcomes are in the loader's state taken next
         return Produced(step, batch, metrics, clock.timing.seconds, self.loader.state_dict())
 
