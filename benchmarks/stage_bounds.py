@@ -1,6 +1,6 @@
 """Where a run's steps spent their time, stage by stage, against the machine's bounds.
 
-    python benchmarks/stage_bounds.py RUN_DIR [--skip 1] [--threads N] [--dtype float32]
+    python benchmarks/stage_bounds.py RUN_DIR [--skip 1] [--threads N] [--dtype float32] [--rates GFLOPS,GBPS]
 
 Reads `RUN_DIR/metrics.jsonl` (the steps' `timing_s/*`, and `engine/*` from turnrl's own engine:
 prefill and decode split out of generation) and `RUN_DIR/config.yaml` (the model, the update's
@@ -51,6 +51,8 @@ def main() -> None:
     ap.add_argument("--skip", type=int, default=1, help="leading steps left out (warm-up)")
     ap.add_argument("--threads", type=int, default=0, help="0: the run's trainer.num_threads")
     ap.add_argument("--dtype", default="float32", help="the precision the stages computed in")
+    ap.add_argument("--repeats", type=int, default=20, help="the rates are the best of this many tries")
+    ap.add_argument("--rates", default="", help="GFLOP/s,GB/s measured elsewhere (e.g. idle) instead of now")
     args = ap.parse_args()
     cfg = yaml.safe_load((args.run_dir / "config.yaml").read_text())
     steps = [
@@ -63,10 +65,16 @@ def main() -> None:
     torch.set_num_threads(threads)
     dtype = getattr(torch, args.dtype)
     device = torch.device("cpu")
-    rates = Rates(matmul_roofline(device, 1024, dtype), copy_bandwidth(device))
+    if args.rates:
+        flops, bandwidth = (float(x) for x in args.rates.split(","))
+        rates = Rates(flops * 1e9, bandwidth * 1e9)
+    else:
+        rates = Rates(matmul_roofline(device, 1024, dtype, repeats=args.repeats), copy_bandwidth(device))
     shape = model_shape(cfg, torch.empty((), dtype=dtype).element_size())
-    actor = cfg["actor"]
-    passes = actor.get("ppo_epochs", 1) * (4 / 3 if cfg["model"].get("gradient_checkpointing") else 1)
+    actor, recompute = cfg["actor"], bool(cfg["model"].get("gradient_checkpointing"))
+    passes = actor.get("ppo_epochs", 1) * (4 / 3 if recompute else 1)
+    # the actor runs a prompt once for its samples in one micro-batch, unless layers recompute
+    prompt_share = 1 if recompute else min(cfg["rollout"]["n"], actor.get("ppo_micro_batch_size", 1))
     print(
         f"{args.run_dir}: {len(steps)} steps after {args.skip}; {platform.processor() or platform.machine()}, "
         f"{threads} threads, {args.dtype}: matmul {rates.matmul_flops / 1e9:.1f} GFLOP/s, copy "
@@ -74,7 +82,7 @@ def main() -> None:
         f"{shape.head_params / 1e6:.0f}M head weights"
     )
     print("| stage | wall s (mean) | share of the step | share of its bound |\n|---|---|---|---|")
-    for stage, wall, share, bound in stage_table(steps, shape, rates, passes):
+    for stage, wall, share, bound in stage_table(steps, shape, rates, passes, prompt_share):
         cell = f"{100 * bound:.0f} %" if bound is not None else ""
         print(f"| {stage} | {wall:.2f} | {100 * share:.0f} % | {cell} |")
     m = steps[-1]

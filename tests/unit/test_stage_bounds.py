@@ -69,6 +69,8 @@ def test_bounds_by_hand():
     assert b["old_log_prob"] == pytest.approx(6.2)
     assert b["update_actor"] == pytest.approx(18.6)  # forward and backward: 3 x the forward
     assert stage_bounds(STEP, SHAPE, RATES, update_passes=2)["update_actor"] == pytest.approx(37.2)
+    # 10 rows: with pairs of rows sharing their prompt's forward, 5 prompts of 2 and 10 responses of 1
+    assert stage_bounds(STEP, SHAPE, RATES, prompt_share=2)["old_log_prob"] == pytest.approx(4.2)
     # many rows over a small cache: the same step becomes compute-bound
     busy = {**STEP, "engine/decode_rows": 400, "engine/decode_kv_tokens": 0}
     assert stage_bounds(busy, SHAPE, RATES)["decode"] == pytest.approx(2 * 110 * 400 / 1000)

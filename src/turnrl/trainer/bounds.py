@@ -59,12 +59,18 @@ class Rates:
 
 
 def stage_bounds(
-    m: Mapping[str, float], shape: ModelShape, rates: Rates, update_passes: float = 1.0
+    m: Mapping[str, float],
+    shape: ModelShape,
+    rates: Rates,
+    update_passes: float = 1.0,
+    prompt_share: float = 1.0,
 ) -> dict[str, float]:
     """Seconds each stage takes at its bound, from one step's metrics `m`: `engine/*` for prefill
     and decode (`rollout/work.py`), `perf/total_num_tokens` and the mean prompt and response
     lengths for the passes over the batch. `update_passes`: forward-backward passes per token in
-    the update (`actor.ppo_epochs`, plus one forward more per epoch when layers recompute)."""
+    the update (`actor.ppo_epochs`, plus one forward more per epoch when layers recompute).
+    `prompt_share`: rows whose common prompt the passes over the batch run once (the actor's
+    shared-prompt forward: `rollout.n` samples of a prompt in one micro-batch; 1 = none)."""
     full = shape.trunk_params + shape.head_params
     out: dict[str, float] = {}
     if "engine/prefill_tokens" in m:
@@ -77,11 +83,12 @@ def stage_bounds(
         )
         out["decode"] = max(flops / rates.matmul_flops, moved / rates.bandwidth)
     tokens = m.get("perf/total_num_tokens", 0.0)
-    if tokens:
+    prompt, response = m.get("prompt_length/mean", 0.0), m.get("response_length/mean", 0.0)
+    if tokens and prompt + response:
+        rows = tokens / (prompt + response)
+        run = rows * (prompt / prompt_share + response)
         # the head runs over response positions only (log-probs of the sampled tokens)
-        per_row = m.get("prompt_length/mean", 0.0) + m.get("response_length/mean", 0.0)
-        head_tokens = tokens * m.get("response_length/mean", 0.0) / per_row if per_row else tokens
-        forward = 2 * (shape.trunk_params * tokens + shape.head_params * head_tokens)
+        forward = 2 * (shape.trunk_params * run + shape.head_params * rows * response)
         out["old_log_prob"] = forward / rates.matmul_flops
         out["ref"] = forward / rates.matmul_flops
         out["update_actor"] = 3 * forward * update_passes / rates.matmul_flops
@@ -89,7 +96,11 @@ def stage_bounds(
 
 
 def stage_table(
-    steps: list[Mapping[str, float]], shape: ModelShape, rates: Rates, update_passes: float = 1.0
+    steps: list[Mapping[str, float]],
+    shape: ModelShape,
+    rates: Rates,
+    update_passes: float = 1.0,
+    prompt_share: float = 1.0,
 ) -> list[tuple[str, float, float, float | None]]:
     """(stage, mean wall s, share of the step, share of its bound or None) per stage timed in
     `steps`: prefill and decode split out of `gen`, whose rest (tools, the loop's bookkeeping)
@@ -99,7 +110,7 @@ def stage_table(
     def mean(key: str) -> float:
         return sum(s.get(key, 0.0) for s in steps) / n
 
-    bounds = [stage_bounds(s, shape, rates, update_passes) for s in steps]
+    bounds = [stage_bounds(s, shape, rates, update_passes, prompt_share) for s in steps]
     step_s = mean("timing_s/step")
     rows: list[tuple[str, float, float, float | None]] = []
     timed = sorted({k[len("timing_s/") :] for s in steps for k in s if k.startswith("timing_s/")} - {"step"})
