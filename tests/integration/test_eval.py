@@ -155,6 +155,13 @@ def test_summary_and_samples_hold_the_documented_fields(trained, tmp_path, capsy
     }
     assert summary["passes"]["sampled"]["ks"] == [1, 2, 4]
     assert summary["passes"]["greedy"]["temperature"] == 0.0
+    # the engine's work per pass: 5 prompts prefilled once, 4 samples each decoded
+    greedy, sampled = summary["passes"]["greedy"]["engine"], summary["passes"]["sampled"]["engine"]
+    assert greedy["engine/prefill_new_tokens"] > 0 and greedy["engine/decode_steps"] > 0
+    assert sampled["engine/decode_rows"] > greedy["engine/decode_rows"]
+    assert (
+        0 < greedy["engine/prefill_s"] + greedy["engine/decode_s"] <= summary["passes"]["greedy"]["seconds"]
+    )
     overall = summary["metrics"]["overall"]
     assert list(overall) == ["prompts", "greedy_score", "mean@4", "pass@1", "pass@2", "pass@4"]
     assert overall["pass@1"] <= overall["pass@2"] <= overall["pass@4"]

@@ -60,6 +60,8 @@ class PassResult:
     rates: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     """`{"accuracy" | "format_rate": {data_source: per-response values}}` (`rates_by_source`)."""
     seconds: float = 0.0
+    engine: dict[str, float] = field(default_factory=dict)
+    """The in-process engine's work in this pass (`engine/*`, rollout/work.py); empty for other engines."""
 
 
 def passes(cfg: Config) -> dict[str, SamplingParams]:
@@ -155,11 +157,16 @@ def _run_passes(
         def scored(params: SamplingParams) -> Iterator[Scored]:  # validation's own pass and batches
             return scored_batches(rollout, reward, examples, params, cfg.data.val_batch_size, pad_id)
 
+        work = getattr(engine, "work", None)  # where the time went: prefill against decode
+        results: dict[str, PassResult] = {}
         with SampleWriter(out_dir / "samples.jsonl") as writer:
-            return {
-                name: run_pass(name, params, scored, len(examples), writer, progress)
-                for name, params in passes(cfg).items()
-            }
+            for name, params in passes(cfg).items():
+                if work is not None:
+                    work.take()
+                results[name] = run_pass(name, params, scored, len(examples), writer, progress)
+                if work is not None:
+                    results[name].engine = work.take()
+        return results
 
 
 def _build_engine(
@@ -293,6 +300,8 @@ def pass_settings(name: str, params: SamplingParams, result: PassResult) -> dict
     if name == "sampled":
         settings["ks"] = ks_for(params.n)
     settings["seconds"] = result.seconds
+    if result.engine:
+        settings["engine"] = result.engine
     return settings
 
 
