@@ -1,7 +1,7 @@
 """Where a CPU decode step's time goes, part by part (one thread unless `--threads`): the sampler over
 the vocabulary, one layer's attention at a decode step, and each matrix product of SmolLM2-135M's
-step in fp32, in bf16, and in bf16 from a weight packed once for oneDNN (as the bf16 rollout copy
-runs it). Random inputs of the real shapes (speed does not depend on the values); prints
+step in fp32 (plain and from a weight packed once for oneDNN), in bf16, and in bf16 packed (as the
+bf16 rollout copy runs it). Random inputs of the real shapes (speed does not depend on the values); prints
 milliseconds per call and the GEMMs' GFLOP/s. docs/rollout.md reads these numbers.
 
     python benchmarks/decode_parts.py             # batch 16
@@ -70,11 +70,18 @@ def gemm_parts(b: int) -> None:
         "output head (576 -> 49152)": (HIDDEN, VOCAB),
     }
     packable = torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    print(f"{'product':<30} {'fp32 ms':>8} {'GFLOP/s':>8} {'bf16':>8} {'bf16 packed':>12}  (GFLOP/s)")
+    print(
+        f"{'product':<30} {'fp32 ms':>8} {'GFLOP/s':>8} {'fp32 packed':>12} {'bf16':>8} {'bf16 packed':>12}  (GFLOP/s)"
+    )
     for name, (k, n) in shapes.items():
         x, w = torch.randn(b, k), torch.randn(n, k)
         ms = ms_per_call(lambda x=x, w=w: F.linear(x, w), 30)
         flop = 2 * b * k * n
+        fp32_packed = "-"
+        if torch.backends.mkldnn.is_available():  # the float32 weight laid out once for oneDNN
+            pw32 = torch.ops.mkldnn._reorder_linear_weight(w, b)
+            call32 = lambda x=x, pw=pw32: torch.ops.mkldnn._linear_pointwise(x, pw, None, "none", [], "")  # noqa: E731
+            fp32_packed = f"{flop / ms_per_call(call32, 30) / 1e6:.1f}"
         xb, wb = x.bfloat16(), w.bfloat16()
         bf16 = flop / ms_per_call(lambda xb=xb, wb=wb: F.linear(xb, wb), 30) / 1e6
         packed = "-"
@@ -82,7 +89,7 @@ def gemm_parts(b: int) -> None:
             pw = torch.ops.mkldnn._reorder_linear_weight(wb, b)
             call = lambda xb=xb, pw=pw: torch.ops.mkldnn._linear_pointwise(xb, pw, None, "none", [], "")  # noqa: E731
             packed = f"{flop / ms_per_call(call, 30) / 1e6:.1f}"
-        print(f"{name:<30} {ms:8.3f} {flop / ms / 1e6:8.1f} {bf16:8.1f} {packed:>12}")
+        print(f"{name:<30} {ms:8.3f} {flop / ms / 1e6:8.1f} {fp32_packed:>12} {bf16:8.1f} {packed:>12}")
 
 
 def main() -> None:
