@@ -146,6 +146,20 @@ def test_multi_turn_episodes_keep_exact_ids_and_logprobs_match_trainer(tool_mode
 
 
 @both_schedules
+def test_finished_episodes_leave_nothing_in_the_prefix_store(tool_model, tmp_path, streaming):
+    """Later turns are prefilled from the store; once every episode has ended, what their last turns
+    left is dropped (it would otherwise sit through the update until the next weight sync)."""
+    model, tok = tool_model
+    engine = HFEngine(model, tok, prefix_store_mb=64)
+    assert engine.store is not None
+    with AgentRollout(engine, tok, agent_cfg(tmp_path), tok.pad_token_id, streaming=streaming) as agent:
+        _, metrics = run(agent, tok, ["Compute 12 * 34.", "Compute 7 * 8 please."], n=3)
+    assert metrics["agent/turns/mean"] > 1.5, metrics
+    assert engine.store.hits > 0  # second turns came from the store
+    assert engine.store.nbytes == 0 and not engine.store.entries
+
+
+@both_schedules
 def test_groups_are_interleaved_with_identical_prompts(tool_model, tmp_path, streaming):
     model, tok = tool_model
     with AgentRollout(

@@ -105,6 +105,10 @@ def test_the_store_gives_the_longest_stored_prefix_once():
     assert store.take([1, 2, 3]) is None  # a prompt needs one token of its own
     assert store.take([8, 8, 8, 8]) is None
     assert (store.hits, store.reused_tokens) == (2, 8)
+    # a finished sequence's entry dropped without counting as a hit
+    store.put(entry([4, 4, 4]))
+    store.discard([4, 4, 4, 7, 7])
+    assert store.take([4, 4, 4, 7]) is None and store.hits == 2
 
 
 def test_the_store_drops_the_oldest_past_its_size():

@@ -178,6 +178,9 @@ class EpisodeLoop:
         for e in episodes:
             if not e.done:
                 e.end()
+        release = getattr(self.engine, "release", None)  # an engine's cache of their last turns
+        if release is not None:
+            release([e.context for e in episodes])
         return episodes
 
     def _run_turn_locked(self, episodes: list[Episode], n: int, params: SamplingParams, budget: int) -> None:

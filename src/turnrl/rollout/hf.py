@@ -152,6 +152,14 @@ class HFEngine:
             self.store.clear()
         self.version = version
 
+    def release(self, sequences: list[list[int]]) -> None:
+        """These token sequences ended (finished agent episodes, whole): drop the keys and values
+        their last turn left in the prefix store. Without this they stay until the next weight sync,
+        through the update: on the search agent, the final turns of every episode of the step."""
+        if self.store is not None:
+            for ids in sequences:
+                self.store.discard(ids)
+
     def close(self) -> None:
         pass
 

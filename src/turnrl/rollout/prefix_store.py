@@ -67,13 +67,23 @@ class PrefixStore:
     def take(self, prompt: list[int]) -> Entry | None:
         """The longest stored entry `prompt` starts with, shorter than `prompt` (the prefill needs
         one new token), removed from the store; None when there is none."""
+        entry = self._remove_longest(prompt)
+        if entry is not None:
+            self.hits += 1
+            self.reused_tokens += len(entry.ids)
+        return entry
+
+    def discard(self, sequence: list[int]) -> None:
+        """Drop what `take(sequence)` would return, uncounted: `sequence` ended (an agent episode
+        that answered), so no later prompt extends it and its keys and values only hold memory."""
+        self._remove_longest(sequence)
+
+    def _remove_longest(self, prompt: list[int]) -> Entry | None:
         for length in sorted((n for n in self.lengths if n < len(prompt)), reverse=True):
             key = _index(prompt, length)
             for entry in self.entries.get(key, []):
                 if entry.ids == prompt[:length]:
                     self._pop(key, entry)
-                    self.hits += 1
-                    self.reused_tokens += length
                     return entry
         return None
 
