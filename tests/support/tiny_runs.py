@@ -25,6 +25,8 @@ VARYING = (
     "perf/time_per_step",
     "agent/tool_latency_s",
     "agent/wait_",
+    "engine/prefill_s",
+    "engine/decode_s",
 )
 
 
