@@ -201,9 +201,8 @@ class Trainer:
         clock = StageClock(self.hooks)
         with clock("load_batch") as st:
             prompts = st.batch = next(self.batches)
-        work = getattr(
-            self.engine, "work", None
-        )  # the in-process engine's prefill and decode (rollout/work.py)
+        # the in-process engine's prefill and decode work (rollout/work.py); other engines have none
+        work = getattr(self.engine, "work", None)
         if work is not None:
             work.take()  # a validation's passes are not this step's
         batch, metrics = self.sampler.rollout_and_score(prompts, clock, step)  # stages 2-6, every round
