@@ -100,3 +100,13 @@ def test_by_gender_rule_on_hand_made_family_rows():
     scorer = get("reasoning_gym:family_relationships").scorer
     assert score_rules(rows, scorer, {name: rules[name]})[name]["acc"] == pytest.approx(0.75)
     assert not any(k.startswith("by gender") for k in rules_for(ROWS))  # other tasks: not offered
+
+
+def test_best_constant_on_search_rows_names_an_answer_the_scorer_takes():
+    # a search row's ground truth is {"target": [name, aliases...]}: the constant must be a name,
+    # not the dict's text (which no row accepts), and its score the fraction of rows it names
+    rows = get("search").rows("val", 1)
+    answer, share = best_constant(rows)
+    assert not answer.startswith("{") and share > 0
+    scores = score_rules(rows, get("search").scorer, rules_for(rows))
+    assert scores[f"best constant ({answer})"]["acc"] >= share

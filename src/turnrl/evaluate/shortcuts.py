@@ -42,7 +42,14 @@ def question(row: Row) -> str:
 
 
 def truth(row: Row) -> str:
-    return str(row["reward_model"]["ground_truth"]).strip()
+    """The row's answer as a model would write it: a search row's ground truth is
+    `{"target": [name, alias, ...]}`, and its first name is the answer (the scorer takes any alias)."""
+    answer = row["reward_model"]["ground_truth"]
+    if isinstance(answer, dict) and "target" in answer:
+        answer = answer["target"]
+    if isinstance(answer, list) and answer:
+        answer = answer[0]
+    return str(answer).strip()
 
 
 def always_add(row: Row) -> str | None:
