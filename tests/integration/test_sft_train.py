@@ -219,3 +219,11 @@ def test_lora_is_merged_into_the_model_directory_and_the_report_plots_the_run(tm
     report = make_report(sft.run_dir)
     drawn = {k for keys in report.plots.values() for k in keys}
     assert {"sft/loss", "val/sft/loss", "sft/tokens", "sft/grad_norm", "sft/lr"} <= drawn
+
+
+@pytest.mark.timeout(300)
+def test_a_linear_decay_reaches_each_step_at_its_rate(tmp_path):
+    # 24 rows, batch 4, 5 steps: lr 1e-3 x (1 - s / 5) for s = 0..4, as tinker-cookbook's `linear`
+    trainer = run(tmp_path, **{"trainer.total_training_steps": 5, "optim.lr_decay": "linear"})
+    rates = [r["sft/lr"] for r in metrics(trainer.run_dir) if "sft/lr" in r]
+    assert rates == pytest.approx([1e-3, 8e-4, 6e-4, 4e-4, 2e-4])

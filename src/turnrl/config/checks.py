@@ -111,6 +111,12 @@ def check_config(cfg: Config) -> None:
     t = cfg.trainer
     if t.total_training_steps == 0 and t.total_epochs == 0:
         raise ConfigError("'trainer.total_epochs'=0 with trainer.total_training_steps=0 trains nothing")
+    for key, optim in (("actor.optim", cfg.actor.optim), ("critic.optim", cfg.critic.optim)):
+        if optim.lr_decay != "constant":  # how many optimizer steps a run makes depends on its episodes
+            raise ConfigError(
+                f"'{key}.lr_decay'={optim.lr_decay!r}: an RL run keeps a constant rate after its warm-up "
+                "(decay is for turnrl sft and turnrl rm); drop the key"
+            )
     _check_sizes_and_sampling(cfg)
     _check_algorithm(cfg)
     _check_data(cfg)

@@ -187,12 +187,19 @@ class AlgorithmConfig:
 
 @dataclass
 class OptimConfig:
-    """AdamW with linear warm-up, then a constant rate: the actor's and the critic's optimizer."""
+    """AdamW with linear warm-up, then a constant or decaying rate: the actor's, the critic's and
+    `turnrl sft`'s optimizer."""
 
     lr: float = ranged(2e-5, "> 0")
     """Peak learning rate (actor default 2e-5 suits the embedded 135M model; larger models want ~1e-6)."""
     lr_warmup_steps: int = ranged(0, ">= 0")
-    """Linear warm-up over this many optimizer steps; then constant."""
+    """Linear warm-up over this many optimizer steps; then `lr_decay`."""
+    lr_decay: str = "constant"
+    """After the warm-up: `constant`, or `linear` / `cosine` decay to `min_lr_ratio` x `lr` over the
+    rest of the run's optimizer steps (`turnrl sft` and `turnrl rm`, whose step count is known before
+    the first; an RL run takes `constant`)."""
+    min_lr_ratio: float = ranged(0.0, "in [0, 1]")
+    """Where `lr_decay` ends, as a fraction of `lr`."""
     weight_decay: float = ranged(0.0, ">= 0")
     """AdamW weight decay."""
     betas: list[float] = ranged(spec="in [0, 1)", default_factory=lambda: [0.9, 0.999])

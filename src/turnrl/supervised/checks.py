@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from turnrl.config.checks import DTYPES, LOGGERS, ConfigError, check_ranges
 from turnrl.config.supervised_schema import RMConfig, SFTConfig
+from turnrl.workers.optim import LR_DECAYS
 
 TRUNCATIONS = ("drop", "right")
 TOOL_CALLS = ("template", "inline")
@@ -34,6 +35,7 @@ def _check_common(cfg: SFTConfig | RMConfig, rows: str) -> None:
     _one_of("data.truncation", d.truncation, TRUNCATIONS)
     _one_of("model.dtype", cfg.model.dtype, DTYPES)
     _one_of("trainer.device", t.device, DEVICES)
+    _one_of("optim.lr_decay", cfg.optim.lr_decay, LR_DECAYS)
     for name in t.logger:
         _one_of("trainer.logger", name, LOGGERS)
     if t.total_training_steps == 0 and t.total_epochs < 1:

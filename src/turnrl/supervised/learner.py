@@ -53,11 +53,13 @@ class Learner:
         micro_batch_size: int,
         device: torch.device,
         seed: int,
+        total_steps: int = 0,
     ):
+        """`total_steps`: the run's optimizer steps, over which `optim.lr_decay` decays."""
         self.objective, self.model_cfg, self.micro_batch_size = objective, model_cfg, micro_batch_size
         self.device = device
         self.model = objective.build(device, seed)
-        self.optim = Optimizer(self.model, optim, name=objective.name)
+        self.optim = Optimizer(self.model, optim, name=objective.name, total_steps=total_steps)
 
     def train_step(self, batch: list[Any]) -> dict[str, float]:
         """One optimizer step on `batch`, accumulated over its micro-batches."""

@@ -63,16 +63,22 @@ class SupervisedTrainer:
         model = dataclasses.replace(cfg.model, path=resolve_model_path(cfg.model.path, cfg.model.cache_dir))
         # every row read and checked before the model loads and anything is written
         self._read_data(dataclasses.replace(cfg, model=model))
-        self.learner = Learner(
-            self.objective, model, cfg.optim, t.micro_batch_size, pick_device(t.device), t.seed
-        )
-        self.roles = {self.objective.name: LocalGroup([self.learner])}
         lengths = [self.objective.length(e) for e in self.train]
         self.loader = LengthGroupedLoader(
             lengths, t.train_batch_size, cfg.data.length_window, t.seed, cfg.data.shuffle
         )
         self.batches = self.loader.forever()
         self.total_steps = t.total_training_steps or len(self.loader) * t.total_epochs
+        self.learner = Learner(
+            self.objective,
+            model,
+            cfg.optim,
+            t.micro_batch_size,
+            pick_device(t.device),
+            t.seed,
+            self.total_steps,
+        )
+        self.roles = {self.objective.name: LocalGroup([self.learner])}
         self.global_step, self.validated_step, self.saved_step = 0, -1, -1
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(to_yaml(cfg))
