@@ -7,6 +7,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import platform
+import re
+import secrets
 import shlex
 import subprocess
 import sys
@@ -160,3 +163,36 @@ TINY_RUN = [
     "data.val_batch_size=40",
 ]
 """A smoke run's `turnrl train` overrides: tiny-random, small batches, a few validation prompts."""
+
+
+def cpu_name() -> str:
+    """The processor's model name (`lscpu`), for a benchmark's record of where it ran."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        out = ""
+    for line in out.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def start_tinker_server(model: str, out: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`turnrl tinker serve --model MODEL` on a free port, one torch thread, its state and log under
+    `out`; returns the process and its URL (the API key: `TINKER_API_KEY`, set here when unset)."""
+    os.environ.setdefault("TINKER_API_KEY", "tml-" + secrets.token_hex(16))
+    path = out / "server.log"
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "turnrl.cli", "tinker", "serve", "--model", model]
+    cmd += ["--state-root", str(out / "state"), "--port", "0", "--threads", "1"]
+    with path.open("w") as log:
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        found = re.search(r"listening on (http://\S+)", path.read_text())
+        if found:
+            return proc, found.group(1)
+        time.sleep(0.5)
+    proc.terminate()
+    raise SystemExit(f"turnrl tinker serve did not start; see {path}")

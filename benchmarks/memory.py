@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _cli import cpu_name
 
 LEVERS: dict[str, list[str]] = {
     "default": [],
@@ -36,13 +37,6 @@ LEVERS: dict[str, list[str]] = {
     "no_rollout_copy": ["rollout.dtype=float32"],
 }
 """Each lever's overrides on top of the recipe (`default`: none)."""
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def run(recipe: str, steps: int, threads: int, extra: list[str], out: Path) -> dict[str, float]:

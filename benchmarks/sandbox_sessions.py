@@ -15,23 +15,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import subprocess
 import time
 from collections.abc import Awaitable, Callable
 
+from _cli import cpu_name
+
 from turnrl.servers.sandbox.client import CommandResult, SandboxClient
 from turnrl.servers.sandbox.process import SandboxProcess
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    except OSError:
-        return "unknown"
-    for line in out.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def summary(name: str, seconds: list[float]) -> str:

@@ -52,9 +52,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
-import re
-import secrets
 import shlex
 import subprocess
 import sys
@@ -86,6 +83,8 @@ except ModuleNotFoundError as err:
     sys.exit(
         f"tinker_cookbook_rl.py: needs tinker-cookbook ({err.name} is not installed): pip install tinker-cookbook"
     )
+
+from _cli import cpu_name, start_tinker_server
 
 from turnrl.models.loader import model_directory
 from turnrl.rewards.registry import registered, resolve
@@ -268,25 +267,6 @@ def check_prompt_tokens(model: str, renderer_name: str, row: dict[str, Any]) -> 
         raise SystemExit(f"renderer {renderer_name} and the chat template differ:\n{ours}\n{theirs}")
 
 
-def start_server(a: argparse.Namespace, out: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """`turnrl tinker serve` on a free port, one torch thread; returns it and its URL."""
-    os.environ.setdefault("TINKER_API_KEY", "tml-" + secrets.token_hex(16))
-    path = out / "server.log"
-    cmd = [sys.executable, "-m", "turnrl.cli", "tinker", "serve", "--model", a.model]
-    cmd += ["--state-root", str(out / "state"), "--port", "0", "--threads", "1"]
-    with path.open("w") as log:
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 300
-    while proc.poll() is None and time.monotonic() < deadline:
-        found = re.search(r"listening on (http://\S+)", path.read_text())
-        if found:
-            return proc, found.group(1)
-        time.sleep(0.5)
-    proc.terminate()
-    raise SystemExit(f"turnrl tinker serve did not start; see {path}")
-
-
 def run_cookbook(a: argparse.Namespace, out: Path, train: Path, val: Path) -> dict[str, Any]:
     model_dir = str(model_directory(a.model))
     if a.model != model_dir:  # the cookbook's AutoTokenizer does not know turnrl's model names
@@ -296,7 +276,7 @@ def run_cookbook(a: argparse.Namespace, out: Path, train: Path, val: Path) -> di
     server = None
     base_url = a.base_url
     if not base_url:
-        server, base_url = start_server(a, out)
+        server, base_url = start_tinker_server(a.model, out)
     evaluator = HeldOut(val_rows, a.model, a.renderer, a.max_tokens)
     config = rl_train.Config(
         learning_rate=a.lr,
@@ -406,17 +386,6 @@ def run_turnrl(a: argparse.Namespace, out: Path, train: Path, val: Path) -> dict
         "mean_s_per_step": sum(per_step) / max(1, len(per_step)),
         "wall_s": wall,
     }
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    except OSError:
-        out = ""
-    for line in out.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def main() -> None:
