@@ -77,3 +77,37 @@ def test_dynamic_sampling_runs_with_prompts_of_different_lengths(tmp_path):
     steps = [r for r in read_metrics(run) if "batch/num_gen_batches" in r]
     assert len(steps) == 4
     assert max(r["batch/num_gen_batches"] for r in steps) > 1  # some step did need more rounds
+
+
+def test_a_generation_round_of_more_prompts_than_a_step_trains_on(tmp_path):
+    # data.gen_batch_size=4, train_batch_size=2, one round a step: each round samples 4 prompts (the
+    # loader hands out 4 at a time), and the step keeps the first 2 whose groups vary. With the
+    # half-flat reward, a step that dropped d flat groups of the 4 keeps min(2, 4 - d) prompts
+    even = Path(reward_file(tmp_path))
+    flat = tmp_path / "half_flat.py"
+    flat.write_text(
+        even.read_text().replace("def compute_score", "def even_score")
+        + "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        + "    if int(ground_truth) % 2 == 0:\n        return 1.0\n"
+        + "    return even_score(data_source, solution_str, ground_truth, extra_info)\n"
+    )
+    overrides = tiny_overrides(
+        tmp_path,
+        **{
+            "data.train_batch_size": 2,
+            "data.gen_batch_size": 4,
+            "rollout.n": 4,
+            "trainer.total_training_steps": 3,
+            "algorithm.filter_groups.enable": True,
+            "algorithm.filter_groups.max_num_gen_batches": 1,
+            "reward.custom_function.path": str(flat),
+        },
+    )
+    trainer = Trainer(load_config(None, overrides))
+    run = trainer.fit()
+    assert trainer.loader.batch_size == 4
+    assert trainer.loader.epoch * len(trainer.loader) + trainer.loader.position == 3  # one round a step
+    steps = [r for r in read_metrics(run) if "batch/num_gen_batches" in r]
+    assert [r["batch/num_gen_batches"] for r in steps] == [1, 1, 1]
+    for r in steps:
+        assert r["batch/kept_prompts"] == min(2, 4 - r["batch/dropped_groups"])

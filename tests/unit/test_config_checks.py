@@ -51,6 +51,18 @@ RULES = [
         {"data__train_batch_size": 6, "actor__ppo_mini_batch_size": 4},
         r"'data\.train_batch_size'=6 .* 'actor\.ppo_mini_batch_size'=4 .*pick a divisor",
     ),
+    (
+        {"data__gen_batch_size": 16},
+        r"'data\.gen_batch_size'=16 samples more .*algorithm\.filter_groups\.enable=true",
+    ),
+    (
+        {"data__gen_batch_size": 4, "algorithm__filter_groups__enable": True},
+        r"'data\.gen_batch_size'=4 is below data\.train_batch_size=8",
+    ),
+    (
+        {"actor__optim__lr_decay": "cosine"},
+        r"'actor\.optim\.lr_decay'='cosine': an RL run keeps a constant rate",
+    ),
     ({"rollout__temperature": 0.0}, r"'rollout\.temperature' must be > 0"),
     ({"rollout__top_p": 0.0}, r"'rollout\.top_p' must be in \(0, 1\], got 0\.0"),
     ({"rollout__top_p": 1.5}, r"'rollout\.top_p' must be in \(0, 1\], got 1\.5"),

@@ -279,6 +279,17 @@ def _check_sizes_and_sampling(cfg: Config) -> None:
             f"'data.train_batch_size'={d.train_batch_size} prompts does not divide into "
             f"'actor.ppo_mini_batch_size'={a.ppo_mini_batch_size} prompts; pick a divisor"
         )
+    if d.gen_batch_size and d.gen_batch_size != d.train_batch_size:
+        if not cfg.algorithm.filter_groups.enable:
+            raise ConfigError(
+                f"'data.gen_batch_size'={d.gen_batch_size} samples more prompts than a step trains on "
+                "only with dynamic sampling: set algorithm.filter_groups.enable=true or drop the key"
+            )
+        if d.gen_batch_size < d.train_batch_size:
+            raise ConfigError(
+                f"'data.gen_batch_size'={d.gen_batch_size} is below data.train_batch_size="
+                f"{d.train_batch_size}: a round samples at least the prompts a step trains on"
+            )
     _check_token_budgets(cfg)
     if cfg.model.dtype not in DTYPES:
         raise ConfigError(

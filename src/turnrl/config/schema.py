@@ -46,6 +46,11 @@ class DataConfig:
     override naming another task drops them, so only the `data.task_args.*` overrides apply."""
     train_batch_size: int = ranged(8, ">= 1")
     """Prompts per training step (each is sampled `rollout.n` times)."""
+    gen_batch_size: int = ranged(0, ">= 0", "0 = data.train_batch_size")
+    """Prompts per generation round (DAPO's `gen_batch_size`), with dynamic sampling
+    (`algorithm.filter_groups`): a round samples this many, and the step keeps the first
+    `train_batch_size` whose groups vary. Where most groups come out flat, one round of twice the
+    prompts replaces two rounds and decodes twice the rows a step. 0 = `train_batch_size`."""
     val_batch_size: int = ranged(64, ">= 1")
     """Prompts per generation call during validation."""
     max_prompt_length: int = ranged(256, ">= 1")

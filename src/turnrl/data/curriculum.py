@@ -214,10 +214,11 @@ Loader = StatefulLoader | CurriculumLoader
 
 
 def make_loader(data: DataConfig, examples: list[Example], pad_id: int, seed: int) -> Loader:
-    """The training loader `data.sampler` names."""
+    """The training loader `data.sampler` names, drawing a generation round's prompts at a time."""
+    size = data.gen_batch_size or data.train_batch_size
     if data.sampler == "curriculum":
-        return CurriculumLoader(examples, data.train_batch_size, pad_id, seed, data.curriculum, data.shuffle)
-    return StatefulLoader(examples, data.train_batch_size, pad_id, seed, data.shuffle)
+        return CurriculumLoader(examples, size, pad_id, seed, data.curriculum, data.shuffle)
+    return StatefulLoader(examples, size, pad_id, seed, data.shuffle)
 
 
 class GroupWatch:

@@ -80,8 +80,9 @@ class StepSampler:
         if len(merged) == 0:
             # every group of every round was flat (a rare success not found within the budget): the
             # step trains on the last round as sampled, whose group advantages are all 0, rather than
-            # ending the run; batch/kept_prompts 0 says so
-            merged = scored.batch
+            # ending the run; batch/kept_prompts 0 says so (a round of data.gen_batch_size prompts is cut
+            # to the step's)
+            merged = first_episodes(scored.batch, cfg.data.train_batch_size * n)
         metrics = {**extra_metrics(extras), **scored.rollout_metrics}
         metrics["batch/num_gen_batches"], metrics["batch/dropped_groups"] = round_, dropped
         metrics["batch/kept_prompts"] = len(episode_ends(merged)) // n if any(len(b) for b in kept) else 0
