@@ -84,7 +84,7 @@ except ModuleNotFoundError as err:
         f"tinker_cookbook_rl.py: needs tinker-cookbook ({err.name} is not installed): pip install tinker-cookbook"
     )
 
-from _cli import cpu_name, start_tinker_server
+from _cli import cli, cpu_name, start_tinker_server
 
 from turnrl.models.loader import model_directory
 from turnrl.rewards.registry import registered, resolve
@@ -363,14 +363,7 @@ def turnrl_command(a: argparse.Namespace, out: Path, train: Path, val: Path) -> 
 
 def run_turnrl(a: argparse.Namespace, out: Path, train: Path, val: Path) -> dict[str, Any]:
     args = turnrl_command(a, out, train, val)
-    cmd = [sys.executable, "-m", "turnrl.cli", *args]
-    start = time.perf_counter()
-    with (out / "turnrl.log").open("w") as log:
-        done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
-    wall = time.perf_counter() - start
-    if done.returncode:
-        tail = (out / "turnrl.log").read_text().splitlines()[-30:]
-        raise SystemExit(f"turnrl train failed ({done.returncode}):\n" + "\n".join(tail))
+    wall = cli(args, out / "turnrl.log")  # a failed run ends the benchmark with its log's tail
     rows = read_rows(out / "turnrl" / "metrics.jsonl")
     evals = [r for r in rows if "val/accuracy" in r]
     steps = [r for r in rows if "timing_s/step" in r]

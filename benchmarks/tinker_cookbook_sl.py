@@ -49,14 +49,13 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
 import time
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from _cli import cpu_name, read_jsonl, start_tinker_server
+from _cli import cli, cpu_name, read_jsonl, start_tinker_server
 
 SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 """The system line SmolLM2's chat template writes when a chat has none."""
@@ -228,14 +227,7 @@ def turnrl_command(a: argparse.Namespace, train: Path, val: Path, out: Path) -> 
 
 def run_turnrl(a: argparse.Namespace, train: Path, val: Path, out: Path) -> dict[str, Any]:
     args = turnrl_command(a, train, val, out)
-    start = time.perf_counter()
-    with (out / "turnrl.log").open("w") as log:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
-        done = subprocess.run([sys.executable, "-m", "turnrl.cli", *args], stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
-    wall = time.perf_counter() - start
-    if done.returncode:
-        tail = (out / "turnrl.log").read_text().splitlines()[-30:]
-        raise SystemExit(f"turnrl sft failed ({done.returncode}):\n" + "\n".join(tail))
+    wall = cli(args, out / "turnrl.log")  # a failed run ends the benchmark with its log's tail
     rows = read_jsonl(out / "turnrl" / "metrics.jsonl")
     steps = [r for r in rows if "timing_s/step" in r]
     per_step = [r["timing_s/step"] for r in steps]

@@ -50,10 +50,9 @@ def test_rounds_of_one_width_are_concatenated_as_they_are():
     assert merged["input_ids"].tolist() == [[5, 6, 7, 8], [1, 2, 4, 4]]
 
 
-def test_dynamic_sampling_runs_with_prompts_of_different_lengths(tmp_path):
-    # the addition task's prompts differ in length ("3+4" vs "12+45"); 2 prompts a round, so the
-    # rounds of a step are padded to different widths. Sums with an even answer score 1 whatever the
-    # response (a flat group, dropped), so steps need more rounds
+def half_flat_reward(tmp_path: Path) -> Path:
+    """A reward file: sums with an even answer score 1 whatever the response (a flat group), the
+    others as the tiny runs' reward scores them."""
     even = Path(reward_file(tmp_path))
     flat = tmp_path / "half_flat.py"
     flat.write_text(
@@ -62,6 +61,14 @@ def test_dynamic_sampling_runs_with_prompts_of_different_lengths(tmp_path):
         + "    if int(ground_truth) % 2 == 0:\n        return 1.0\n"
         + "    return even_score(data_source, solution_str, ground_truth, extra_info)\n"
     )
+    return flat
+
+
+def test_dynamic_sampling_runs_with_prompts_of_different_lengths(tmp_path):
+    # the addition task's prompts differ in length ("3+4" vs "12+45"); 2 prompts a round, so the
+    # rounds of a step are padded to different widths. Sums with an even answer score 1 whatever the
+    # response (a flat group, dropped), so steps need more rounds
+    flat = half_flat_reward(tmp_path)
     overrides = tiny_overrides(
         tmp_path,
         **{
@@ -83,14 +90,7 @@ def test_a_generation_round_of_more_prompts_than_a_step_trains_on(tmp_path):
     # data.gen_batch_size=4, train_batch_size=2, one round a step: each round samples 4 prompts (the
     # loader hands out 4 at a time), and the step keeps the first 2 whose groups vary. With the
     # half-flat reward, a step that dropped d flat groups of the 4 keeps min(2, 4 - d) prompts
-    even = Path(reward_file(tmp_path))
-    flat = tmp_path / "half_flat.py"
-    flat.write_text(
-        even.read_text().replace("def compute_score", "def even_score")
-        + "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-        + "    if int(ground_truth) % 2 == 0:\n        return 1.0\n"
-        + "    return even_score(data_source, solution_str, ground_truth, extra_info)\n"
-    )
+    flat = half_flat_reward(tmp_path)
     overrides = tiny_overrides(
         tmp_path,
         **{
