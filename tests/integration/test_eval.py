@@ -253,3 +253,18 @@ def test_with_the_bfloat16_defaults_greedy_still_equals_the_runs_validation(tmp_
     finally:
         for export in (cache_root() / "exports").glob(f"{run.name}-step_*"):
             shutil.rmtree(export, ignore_errors=True)
+
+
+@pytest.mark.timeout(120)
+def test_packed_weights_evaluate_the_same_prompts(trained, tmp_path, capsys):
+    # eval.pack_weights: the frozen model's linear layers from oneDNN-packed weights (rounding apart
+    # from the BLAS, so the responses are not compared bit for bit), every prompt answered and scored
+    out = tmp_path / "packed"
+    code, _, err = run_eval(
+        capsys, f"model.path={trained}", "eval.n=0", "eval.pack_weights=true", "--out", str(out)
+    )
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["eval"]["pack_weights"] is True
+    assert summary["counts"]["responses"]["greedy"] == 9
+    assert summary["passes"]["greedy"]["engine"]["engine/decode_steps"] > 0

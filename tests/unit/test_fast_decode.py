@@ -229,3 +229,26 @@ def test_the_packed_copy_samples_what_the_plain_copy_samples(tiny, monkeypatch):
     finally:
         with torch.no_grad():
             head.copy_(saved)
+
+
+def test_a_frozen_model_packed_in_float32_samples_what_the_plain_one_does(tiny):
+    from turnrl.evaluate.run import pack_frozen
+    from turnrl.models.loader import load_model
+    from turnrl.rollout.packed_linear import PackedLinear
+
+    model, tok = tiny
+    frozen, _ = load_model(
+        "tiny-random", torch.device("cpu"), seed=0
+    )  # the fixture's weights, its own module
+    frozen.eval().requires_grad_(False)
+    layers = pack_frozen(frozen, 16)
+    if not layers:
+        pytest.skip("oneDNN does not run on this CPU")
+    assert layers == sum(isinstance(m, PackedLinear) for m in frozen.modules())
+    assert layers == sum(type(m) is torch.nn.Linear for m in model.modules())  # every one, the head too
+    greedy = SamplingParams(max_new_tokens=10, n=2, temperature=0.0, seed=3)
+    a = HFEngine(frozen, tok, batch_size=16).generate(PROMPTS, greedy)
+    b = HFEngine(model, tok, batch_size=16).generate(PROMPTS, greedy)
+    assert a.response_ids == b.response_ids
+    for x, y in zip(a.log_probs, b.log_probs, strict=True):  # oneDNN sums in another order: rounding apart
+        assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-4)

@@ -559,6 +559,12 @@ class EvalConfig:
     """Top-k of the sampled pass (0 = off)."""
     success_threshold: float = ranged(1.0, "finite")
     """pass@k: a response solves its prompt when its score is at least this."""
+    pack_weights: bool = False
+    """`hf` engine on a CPU with oneDNN: the evaluated model, which never changes, reads its linear
+    weights laid out once for oneDNN (`rollout/packed_linear.py`), faster at a decode step's few rows,
+    about 0.5 GB more memory for the embedded model. Its products round differently from the BLAS's,
+    so a greedy pass may part from the run's own validation on a near tie: off by default, where
+    `turnrl eval` reproduces that validation exactly."""
 
 
 @dataclass

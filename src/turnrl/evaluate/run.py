@@ -34,6 +34,7 @@ from turnrl.models.policy import build_policy
 from turnrl.rewards.guard import ERRORS_KEY
 from turnrl.rewards.scorer import OWN_PREFIX, own_metrics, rates_by_source
 from turnrl.rollout.base import RolloutEngine, SamplingParams
+from turnrl.rollout.packed_linear import can_pack, pack_linears
 from turnrl.runtime import seed_everything
 from turnrl.trainer import checkpoint
 from turnrl.trainer.run_dirs import resolve_model_path
@@ -141,6 +142,8 @@ def _run_passes(
         # the engine has closed)
         stack.callback(shutil.rmtree, out_dir / "rollout_weights", ignore_errors=True)
         model = load_policy(cfg, model_path)
+        if cfg.eval.pack_weights and cfg.rollout.engine == "hf":
+            pack_frozen(model, cfg.data.val_batch_size)
         engine = _build_engine(cfg, model, tokenizer, out_dir, model_path)
         stack.callback(engine.close)
         if cfg.rollout.engine == "server" and cfg.rollout.server.urls:
@@ -184,6 +187,14 @@ def _build_engine(
         cache_dir=cfg.model.cache_dir,
         seed=cfg.trainer.seed,
     )
+
+
+def pack_frozen(model: torch.nn.Module, rows: int) -> int:
+    """Lay the frozen model's linear weights out once for oneDNN where it runs them (a CPU); returns
+    how many layers were packed (0 elsewhere). Only for a model nothing trains: the packed layout is
+    not updated by an optimizer step."""
+    dtype = next(model.parameters()).dtype
+    return len(pack_linears(model, rows)) if can_pack(model, dtype) else 0
 
 
 def load_policy(cfg: Config, path: str) -> torch.nn.Module:

@@ -8,8 +8,11 @@ bfloat16 16 x 576 x 1536 product went from 239 to 341 GFLOP/s, the output head f
 (`python benchmarks/decode_parts.py --threads 2`).
 The result is bit-for-bit `F.linear`'s (tested), so this changes speed, not numbers.
 
-Only for the rollout copy (`rollout.dtype=bfloat16` on a CPU with oneDNN's bf16 support): the copy
-is never trained, so its weights change only at `RolloutCopy.refresh`, which lays them out again.
+Only for weights that no optimizer moves: the rollout copy (`rollout.dtype=bfloat16` on a CPU with
+oneDNN's bf16 support), whose weights change only at `RolloutCopy.refresh`, which lays them out
+again, and the frozen model `turnrl eval` scores (`eval.pack_weights`, in float32 too: oneDNN's
+float32 product sums in another order than the BLAS, so the numbers agree to rounding, not bit for
+bit).
 """
 
 from __future__ import annotations
@@ -19,16 +22,19 @@ import torch.nn.functional as F
 
 
 def can_pack(module: torch.nn.Module, dtype: torch.dtype) -> bool:
-    """True where oneDNN can run `module`'s linear layers from packed `dtype` weights."""
+    """True where oneDNN can run `module`'s linear layers from packed `dtype` weights: bfloat16 where
+    the CPU has oneDNN's bfloat16 support, float32 on any CPU oneDNN runs on."""
     device = next(module.parameters()).device
     mkldnn = torch.ops.mkldnn
+    supported = dtype == torch.float32 or (
+        dtype == torch.bfloat16 and bool(mkldnn._is_mkldnn_bf16_supported())
+    )
     return (
         device.type == "cpu"
-        and dtype == torch.bfloat16
+        and supported
         and torch.backends.mkldnn.is_available()
         and hasattr(mkldnn, "_reorder_linear_weight")
         and hasattr(mkldnn, "_linear_pointwise")
-        and bool(mkldnn._is_mkldnn_bf16_supported())
     )
 
 

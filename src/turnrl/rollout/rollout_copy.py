@@ -51,7 +51,9 @@ class RolloutCopy:
             p.requires_grad_(False)
             p.data = p.data.to(dtype)
         self.module.eval()
-        self.packed = pack_linears(self.module, rows_hint) if can_pack(self.module, dtype) else []
+        # a copy in the policy's own float32 (`turnrl live serve`) keeps the policy's numbers exactly
+        low = dtype == torch.bfloat16
+        self.packed = pack_linears(self.module, rows_hint) if low and can_pack(self.module, dtype) else []
 
     @torch.no_grad()
     def refresh(self) -> None:
