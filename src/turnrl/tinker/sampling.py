@@ -169,7 +169,10 @@ def sample_many(
     first = jobs[0]
     n = first.params.n
     params = replace(first.params, max_new_tokens=max(j.params.max_new_tokens for j in jobs))
-    limits = [j.params.max_new_tokens for j in jobs for _ in range(n)]
+    order, copies = shared_prompts(jobs)
+    # each distinct prompt prefilled once for all its jobs' samples (rows A,A,..,B,B,..), not once per job
+    params = replace(params, n=n * copies)
+    limits = [jobs[k].params.max_new_tokens for k in order for _ in range(n)]
     if adapter is not None:  # a sampler's frozen adapter, merged into a copy of the base
         merged = backbone.merged(adapter)
         engine, context = HFEngine(merged, backbone.tokenizer, engine.batch_size), nullcontext(merged)
@@ -180,7 +183,9 @@ def sample_many(
         if first.stop_tokens is not None:
             engine.eos_ids = set(first.stop_tokens)
         try:
-            gen = engine.generate([j.prompt for j in jobs], params, max_new_tokens_per_row=limits)
+            gen = engine.generate(
+                [jobs[k].prompt for k in order[::copies]], params, max_new_tokens_per_row=limits
+            )
         except RuntimeError:  # e.g. NaN probabilities past a finite but huge adapter: say so
             if adapter is not None and not all(_finite_outputs(net, j.prompt) for j in jobs):
                 raise Refusal(NOT_FINITE) from None
@@ -189,4 +194,19 @@ def sample_many(
             engine.eos_ids = saved
         prompt_lps = [prompt_logprobs(net, j.prompt, j.last_n) if j.prompt_logprobs else None for j in jobs]
     rows = list(zip(gen.response_ids, gen.log_probs, gen.finish_reasons, strict=True))
-    return [encode_sample(rows[i * n : (i + 1) * n], lp) for i, lp in enumerate(prompt_lps)]
+    slot = {k: i for i, k in enumerate(order)}  # job k's samples are rows slot[k] * n onwards
+    return [encode_sample(rows[slot[k] * n : (slot[k] + 1) * n], lp) for k, lp in enumerate(prompt_lps)]
+
+
+def shared_prompts(jobs: list[SamplePlan]) -> tuple[list[int], int]:
+    """The jobs in an order that puts those of one prompt next to each other, and how many share
+    each prompt, when every distinct prompt is asked by the same number of jobs (tinker-cookbook's
+    RL loop: one request per sample, `group_size` of each prompt); else the jobs as they are, and 1.
+    Hand-worked: prompts [A, B, A, B] -> order [0, 2, 1, 3], 2 copies; [A, A, B] -> [0, 1, 2], 1."""
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for k, job in enumerate(jobs):
+        by_prompt.setdefault(tuple(job.prompt), []).append(k)
+    sizes = {len(ks) for ks in by_prompt.values()}
+    if len(sizes) != 1:
+        return list(range(len(jobs))), 1
+    return [k for ks in by_prompt.values() for k in ks], sizes.pop()
