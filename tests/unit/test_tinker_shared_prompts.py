@@ -32,22 +32,22 @@ def decoded(answer: bytes) -> list[tuple[list[int], list[float]]]:
     ]
 
 
-def test_the_jobs_of_one_prompt_are_put_together_when_every_prompt_has_as_many():
-    assert shared_prompts([plan(A), plan(B), plan(A), plan(B)]) == ([0, 2, 1, 3], 2)
-    assert shared_prompts([plan(A), plan(A), plan(B)]) == ([0, 1, 2], 1)  # 2 of A, 1 of B: as they are
-    assert shared_prompts([plan(A), plan(B)]) == ([0, 1], 1)
+def test_the_jobs_of_one_prompt_are_put_together_by_how_many_share_it():
+    assert shared_prompts([plan(A), plan(B), plan(A), plan(B)]) == [([0, 2, 1, 3], 2)]
+    assert shared_prompts([plan(A), plan(A), plan(B)]) == [([0, 1], 2), ([2], 1)]
+    assert shared_prompts([plan(A), plan(B)]) == [([0, 1], 1)]
 
 
 def test_each_distinct_prompt_is_prefilled_once_and_each_request_gets_its_own(tiny):
     model, tok = tiny
     base = Backbone(copy.deepcopy(model), tok, "tiny-random", "")
     engine = HFEngine(base.model, tok, batch_size=64, share_prefix=False)
-    budgets = [3, 5, 4, 6, 2, 7]
-    jobs = [plan(p, m, n=2) for p, m in zip([A, B, A, B, A, B], budgets, strict=True)]
+    budgets = [3, 5, 4, 6, 2, 7, 5]  # A asked 4 times, B 3 times: two engine calls
+    jobs = [plan(p, m, n=2) for p, m in zip([A, B, A, B, A, B, A], budgets, strict=True)]
     engine.work.take()
     answers = [decoded(a) for a in sample_many(base, engine, None, jobs)]
     work = engine.work.take()
-    assert work["engine/prefill_new_tokens"] == len(A) + len(B)  # not 3 x each
+    assert work["engine/prefill_new_tokens"] == len(A) + len(B)  # not 4 and 3 times
     for job, answer, budget in zip(jobs, answers, budgets, strict=True):
         assert len(answer) == 2
         for tokens, logprobs in answer:

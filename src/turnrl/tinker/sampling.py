@@ -159,33 +159,27 @@ def batch_key(adapter: str | None, job: SamplePlan) -> tuple[Any, ...] | None:
 def sample_many(
     backbone: Backbone, engine: HFEngine, adapter: str | None, jobs: list[SamplePlan]
 ) -> list[bytes]:
-    """Jobs of one `batch_key` in one engine call (their prompts batched, each row its own budget),
-    one `SampleResponse` each. An adapter whose outputs are NaN or infinite is a user error (its
+    """Jobs of one `batch_key` in one engine call per `shared_prompts` group (their prompts batched,
+    each distinct prompt prefilled once, each row its own budget), one `SampleResponse` each. An adapter whose outputs are NaN or infinite is a user error (its
     weights came from the client)."""
     from turnrl.tinker.training import all_finite
 
     if adapter is not None and not all_finite(list(backbone.parameters(adapter))):
         raise Refusal(NOT_FINITE)
     first = jobs[0]
-    n = first.params.n
-    params = replace(first.params, max_new_tokens=max(j.params.max_new_tokens for j in jobs))
-    order, copies = shared_prompts(jobs)
-    # each distinct prompt prefilled once for all its jobs' samples (rows A,A,..,B,B,..), not once per job
-    params = replace(params, n=n * copies)
-    limits = [jobs[k].params.max_new_tokens for k in order for _ in range(n)]
     if adapter is not None:  # a sampler's frozen adapter, merged into a copy of the base
         merged = backbone.merged(adapter)
         engine, context = HFEngine(merged, backbone.tokenizer, engine.batch_size), nullcontext(merged)
     else:
         context = backbone.active(None)
+    samples: dict[int, list[tuple[list[int], list[float], str]]] = {}
     with context as net:
         saved = engine.eos_ids
         if first.stop_tokens is not None:
             engine.eos_ids = set(first.stop_tokens)
         try:
-            gen = engine.generate(
-                [jobs[k].prompt for k in order[::copies]], params, max_new_tokens_per_row=limits
-            )
+            for order, copies in shared_prompts(jobs):
+                samples.update(_sample_shared(engine, [jobs[k] for k in order], order, copies))
         except RuntimeError:  # e.g. NaN probabilities past a finite but huge adapter: say so
             if adapter is not None and not all(_finite_outputs(net, j.prompt) for j in jobs):
                 raise Refusal(NOT_FINITE) from None
@@ -193,20 +187,33 @@ def sample_many(
         finally:
             engine.eos_ids = saved
         prompt_lps = [prompt_logprobs(net, j.prompt, j.last_n) if j.prompt_logprobs else None for j in jobs]
+    return [encode_sample(samples[k], lp) for k, lp in enumerate(prompt_lps)]
+
+
+def _sample_shared(
+    engine: HFEngine, jobs: list[SamplePlan], keys: list[int], copies: int
+) -> dict[int, list[tuple[list[int], list[float], str]]]:
+    """One engine call for `jobs`, whose prompts come `copies` at a time (A,A,B,B): each distinct prompt
+    prefilled once with `copies` x n samples, as `turnrl train` samples a group; each job's own rows
+    (and budget) back under its key."""
+    n = jobs[0].params.n
+    params = replace(jobs[0].params, n=n * copies, max_new_tokens=max(j.params.max_new_tokens for j in jobs))
+    limits = [j.params.max_new_tokens for j in jobs for _ in range(n)]
+    gen = engine.generate([j.prompt for j in jobs[::copies]], params, max_new_tokens_per_row=limits)
     rows = list(zip(gen.response_ids, gen.log_probs, gen.finish_reasons, strict=True))
-    slot = {k: i for i, k in enumerate(order)}  # job k's samples are rows slot[k] * n onwards
-    return [encode_sample(rows[slot[k] * n : (slot[k] + 1) * n], lp) for k, lp in enumerate(prompt_lps)]
+    return {key: rows[i * n : (i + 1) * n] for i, key in enumerate(keys)}
 
 
-def shared_prompts(jobs: list[SamplePlan]) -> tuple[list[int], int]:
-    """The jobs in an order that puts those of one prompt next to each other, and how many share
-    each prompt, when every distinct prompt is asked by the same number of jobs (tinker-cookbook's
-    RL loop: one request per sample, `group_size` of each prompt); else the jobs as they are, and 1.
-    Hand-worked: prompts [A, B, A, B] -> order [0, 2, 1, 3], 2 copies; [A, A, B] -> [0, 1, 2], 1."""
+def shared_prompts(jobs: list[SamplePlan]) -> list[tuple[list[int], int]]:
+    """The engine calls for `jobs`: the jobs of the distinct prompts that are asked the same number of
+    times c, each prompt's jobs next to each other, with c. tinker-cookbook's RL loop asks each sample
+    of a group as its own request, so most of a step's requests share their prompt with `group_size - 1`
+    others; a request that came alone before the rest only splits off a small call of its prompt's.
+    Hand-worked: prompts [A, B, A, B] -> [([0, 2, 1, 3], 2)]; [A, A, B] -> [([0, 1], 2), ([2], 1)]."""
     by_prompt: dict[tuple[int, ...], list[int]] = {}
     for k, job in enumerate(jobs):
         by_prompt.setdefault(tuple(job.prompt), []).append(k)
-    sizes = {len(ks) for ks in by_prompt.values()}
-    if len(sizes) != 1:
-        return list(range(len(jobs))), 1
-    return [k for ks in by_prompt.values() for k in ks], sizes.pop()
+    by_count: dict[int, list[int]] = {}
+    for keys in by_prompt.values():
+        by_count.setdefault(len(keys), []).extend(keys)
+    return [(keys, copies) for copies, keys in by_count.items()]
