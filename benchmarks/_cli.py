@@ -196,3 +196,19 @@ def start_tinker_server(model: str, out: Path) -> tuple[subprocess.Popen[bytes],
         time.sleep(0.5)
     proc.terminate()
     raise SystemExit(f"turnrl tinker serve did not start; see {path}")
+
+
+SERVICE_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
+"""What `turnrl tinker serve` adapts with the SDK's defaults (train_attn, train_mlp, train_unembed) on a Llama."""
+
+
+def service_lora(rank: int) -> list[str]:
+    """The overrides that give `turnrl train` / `turnrl sft` the service's LoRA: rank `rank`, its
+    alpha (`turnrl.tinker.backbone.LORA_ALPHA`, 32), on every projection and the unembedding."""
+    from turnrl.tinker.backbone import LORA_ALPHA
+
+    return [
+        f"model.lora_rank={rank}",
+        f"model.lora_alpha={LORA_ALPHA}",
+        f"model.target_modules=[{','.join(SERVICE_TARGETS)}]",
+    ]

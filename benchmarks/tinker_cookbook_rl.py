@@ -84,7 +84,7 @@ except ModuleNotFoundError as err:
         f"tinker_cookbook_rl.py: needs tinker-cookbook ({err.name} is not installed): pip install tinker-cookbook"
     )
 
-from _cli import cli, cpu_name, start_tinker_server
+from _cli import cli, cpu_name, service_lora, start_tinker_server
 
 from turnrl.models.loader import model_directory
 from turnrl.rewards.registry import registered, resolve
@@ -92,9 +92,6 @@ from turnrl.tasks import scorers
 
 SMOLLM_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 """The system line SmolLM2's chat template writes when a chat has none (turnrl's prompts have none)."""
-LORA_ALPHA = 32  # the service's (turnrl.tinker.backbone.LORA_ALPHA)
-SERVICE_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
-"""What the service adapts with the SDK's defaults (train_attn, train_mlp, train_unembed) on a Llama."""
 
 
 # ---- turnrl's rows and scorer ------------------------------------------------------------------
@@ -327,7 +324,6 @@ def run_cookbook(a: argparse.Namespace, out: Path, train: Path, val: Path) -> di
 
 
 def turnrl_command(a: argparse.Namespace, out: Path, train: Path, val: Path) -> list[str]:
-    targets = ",".join(SERVICE_TARGETS)
     return [
         "train",
         f"model.path={a.model}",
@@ -347,9 +343,7 @@ def turnrl_command(a: argparse.Namespace, out: Path, train: Path, val: Path) -> 
         "actor.optim.betas=[0.9,0.95]",
         "actor.optim.grad_clip=0",
         "actor.optim.weight_decay=0",
-        f"model.lora_rank={a.lora_rank}",
-        f"model.lora_alpha={LORA_ALPHA}",
-        f"model.target_modules=[{targets}]",
+        *service_lora(a.lora_rank),
         f"trainer.total_training_steps={a.steps}",
         "trainer.test_freq=0",
         "trainer.val_before_train=true",

@@ -55,13 +55,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from _cli import cli, cpu_name, read_jsonl, start_tinker_server
+from _cli import cli, cpu_name, read_jsonl, service_lora, start_tinker_server
 
 SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 """The system line SmolLM2's chat template writes when a chat has none."""
-SERVICE_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
-"""What the service adapts with the SDK's defaults (train_attn, train_mlp, train_unembed) on a Llama."""
-LORA_ALPHA = 32  # the service's (turnrl.tinker.backbone.LORA_ALPHA)
 
 
 def tokenizer_directory(model: str, given: str) -> str:
@@ -216,9 +213,7 @@ def turnrl_command(a: argparse.Namespace, train: Path, val: Path, out: Path) -> 
         "optim.betas=[0.9,0.95]",
         "optim.grad_clip=0",
         "optim.weight_decay=0",
-        f"model.lora_rank={a.lora_rank}",
-        f"model.lora_alpha={LORA_ALPHA}",
-        f"model.target_modules=[{','.join(SERVICE_TARGETS)}]",
+        *service_lora(a.lora_rank),
         "trainer.num_threads=1",
         "trainer.logger=[jsonl]",
         f"trainer.default_local_dir={out / 'turnrl'}",
