@@ -246,9 +246,11 @@ def test_a_frozen_model_packed_in_float32_samples_what_the_plain_one_does(tiny):
         pytest.skip("oneDNN does not run on this CPU")
     assert layers == sum(isinstance(m, PackedLinear) for m in frozen.modules())
     assert layers == sum(type(m) is torch.nn.Linear for m in model.modules())  # every one, the head too
-    greedy = SamplingParams(max_new_tokens=10, n=2, temperature=0.0, seed=3)
-    a = HFEngine(frozen, tok, batch_size=16).generate(PROMPTS, greedy)
-    b = HFEngine(model, tok, batch_size=16).generate(PROMPTS, greedy)
-    assert a.response_ids == b.response_ids
-    for x, y in zip(a.log_probs, b.log_probs, strict=True):  # oneDNN sums in another order: rounding apart
-        assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=1e-4)
+    # oneDNN sums in another order than the BLAS, so a near tie may go the other way on another
+    # processor: each sampled token's log-prob is checked against the plain model's full forward
+    p = SamplingParams(max_new_tokens=10, n=2, temperature=0.8, seed=3)
+    out = HFEngine(frozen, tok, batch_size=16).generate(PROMPTS, p)
+    for row, (ids, lps) in enumerate(zip(out.response_ids, out.log_probs, strict=True)):
+        assert len(ids) > 0
+        want = _recomputed_log_probs(model, PROMPTS[row // 2], ids, 0.8)
+        assert torch.allclose(torch.tensor(lps), want, atol=1e-4)

@@ -12,13 +12,18 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import shlex
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from turnrl.config.agent_schema import (
-    MultiTurnConfig,
+from turnrl.config.agent_checks import (  # noqa: F401  (their readers import them from here too)
+    ENV_KINDS,
+    ON_ERROR_MODES,
+    TOOL_CALL_FORMATS,
+    check_function_agent,
+    check_multi_turn,
 )
+from turnrl.config.config_error import ConfigError
+from turnrl.config.config_error import one_of as _one_of
 from turnrl.config.ranges import (  # noqa: F401  (the ranges' readers, imported from here too)
     DEFAULT_RULE,
     accepts,
@@ -32,7 +37,6 @@ from turnrl.config.schema import (
     JudgeConfig,
     OptimConfig,
 )
-from turnrl.errors import TurnrlInputError
 
 if TYPE_CHECKING:  # the tables import torch: read only when the algorithm is checked
     from turnrl.algorithms.advantages import EstimatorSpec
@@ -42,18 +46,12 @@ LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # model.dtype; rollout.dtype takes all but auto
 COMPILE_MODES = ("auto", "true", "false")  # rollout.compile (a YAML true arrives as "True")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16")  # model.compute_dtype (turnrl.models.precision)
-MULTI_TURN_FORMATS = ("xml", "json")
 ENGINES = ("hf", "server", "vllm")
-ON_ERROR_MODES = ("fail", "zero", "fail_first_step")
 """`reward.on_error`: what a failing reward function does (the reward scorer reads it)."""
 SAMPLERS = ("plain", "curriculum")
 """`data.sampler`: the training prompts' order (`turnrl.data.curriculum.make_loader`)."""
 REFILLS = ("fresh", "same")
 """`algorithm.filter_groups.refill`: what dynamic sampling's extra rounds sample (`trainer.sampling`)."""
-
-
-class ConfigError(TurnrlInputError):
-    """A bad recipe or override; the message is one line naming the key and the fix."""
 
 
 def check_ranges(cfg: Any) -> None:
@@ -125,10 +123,10 @@ def check_config(cfg: Config) -> None:
     _check_rollout_correction(cfg)
     _check_async(cfg)
     if cfg.rollout.multi_turn.enable:
-        _check_multi_turn(cfg.rollout.multi_turn)
+        check_multi_turn(cfg.rollout.multi_turn)
     ac = cfg.rollout.agent
     if ac.entrypoint or ac.env or ac.command or ac.test_command:
-        _check_function_agent(cfg)
+        check_function_agent(cfg)
 
 
 def _check_distributed(cfg: Config) -> None:
@@ -265,11 +263,6 @@ def _check_rollout_correction(cfg: Config) -> None:
             f"'{key}.bypass=true' uses the rollout's log-probs as the old ones, so there is no "
             f"gap to correct: set {key}.mode=none"
         )
-
-
-def _one_of(key: str, value: str, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        raise ConfigError(f"unknown '{key}' '{value}'; valid: {', '.join(valid)}")
 
 
 def _check_sizes_and_sampling(cfg: Config) -> None:
@@ -541,66 +534,3 @@ def _check_data(cfg: Config) -> None:
         )
     # `data.task` is checked against the tasks' table where the run is assembled
     # (`trainer.setup.check_plugins`): the config knows no task
-
-
-def _check_multi_turn(mt: MultiTurnConfig) -> None:
-    """`rollout.multi_turn` with `enable=true`: checked before any tool server starts (its numbers'
-    ranges are on the fields)."""
-    key = "rollout.multi_turn"
-    if mt.format not in MULTI_TURN_FORMATS:
-        raise ConfigError(f"'{key}.format' must be xml or json, got '{mt.format}'")
-    if not mt.answer_tag.strip():
-        raise ConfigError(f"'{key}.answer_tag' must not be empty")
-    if not mt.tools and not mt.custom_tools and not mt.mcp_servers:
-        raise ConfigError(f"{key} is enabled but names no tool ({key}.tools / custom_tools / mcp_servers)")
-    for i, command in enumerate(mt.mcp_servers):  # found before any model loads or server starts
-        try:
-            argv = shlex.split(command) if isinstance(command, str) else None
-        except ValueError as err:
-            raise ConfigError(
-                f"'{key}.mcp_servers[{i}]' \"{command}\" is not a command line ({err})"
-            ) from None
-        if not argv:
-            raise ConfigError(f"'{key}.mcp_servers[{i}]' must be a command line, got {command!r}")
-
-
-ENTRYPOINT = re.compile(r"[^:]+:[A-Za-z_]\w*")
-"""`rollout.agent.entrypoint`: `path/to/file.py:run` or `package.module:run`."""
-TOOL_CALL_FORMATS: tuple[str, ...] = ("auto", "hermes", "qwen3_xml", "llama3_json", "mistral")
-"""`rollout.agent.tool_call_format`: `servers.chat.tool_calls.TOOL_CALL_FORMATS` (the config layer
-sits below the servers; a test keeps the two equal)."""
-ENV_KINDS: dict[str, str] = {"verifiers:": "environment", "openenv:": "server URL"}
-"""`rollout.agent.env`'s kinds of environment: prefix -> what follows it
-(`turnrl.agent.functions.entrypoint.ENV_KINDS`, which loads them; a test keeps the two equal)."""
-
-
-def _check_function_agent(cfg: Config) -> None:
-    """`rollout.agent` with an entrypoint: its form is checked here; whether it loads, when the
-    rollout is built (that imports the user's file)."""
-    ac, key = cfg.rollout.agent, "rollout.agent"
-    named = [name for name in ("entrypoint", "env", "command") if getattr(ac, name)]
-    if len(named) > 1:
-        raise ConfigError(
-            f"'{key}.{named[0]}' and '{key}.{named[1]}' are two ways to name the agent: set one"
-        )
-    if ac.test_command and not ac.command:
-        raise ConfigError(f"'{key}.test_command' runs after '{key}.command': set the command too")
-    for name in ("command", "test_command"):
-        try:
-            shlex.split(getattr(ac, name))
-        except ValueError as err:
-            raise ConfigError(f"'{key}.{name}' {getattr(ac, name)!r} is not a command line ({err})") from None
-    if ac.env and not ac.env.startswith(tuple(ENV_KINDS)):
-        forms = " or ".join(f"{prefix}<{what}>" for prefix, what in ENV_KINDS.items())
-        raise ConfigError(f"'{key}.env' {ac.env!r}: environments are named {forms}")
-    if ac.entrypoint and not ENTRYPOINT.fullmatch(ac.entrypoint.strip()):
-        raise ConfigError(
-            f"'{key}.entrypoint' {ac.entrypoint!r} must be path/to/file.py:function or package.module:function"
-        )
-    if cfg.rollout.multi_turn.enable:
-        name = named[0]
-        raise ConfigError(
-            f"'{key}.{name}' and 'rollout.multi_turn.enable=true' are two agent modes: choose one"
-        )
-    _one_of(f"{key}.on_error", ac.on_error, ON_ERROR_MODES)
-    _one_of(f"{key}.tool_call_format", ac.tool_call_format, TOOL_CALL_FORMATS)
