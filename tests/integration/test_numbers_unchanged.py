@@ -24,8 +24,11 @@ History: recorded before the roles took ownership of their models; re-recorded, 
 the engine's sampler became an inverse-CDF draw (tests/unit/test_fast_decode.py), and again when the
 runs were pinned, and when the engine began prefilling the prompt prefix a batch shares once
 (`rollout.share_prefix`: the prefill's products in other shapes round otherwise, and the grpo run
-drew one other token at step 1): each time the old recording was first checked to still hold on
-the machine that made it, with the code of the day (for the last, with `share_prefix` off).
+drew one other token at step 1), and when decode attention began reading the shared prefix's keys
+and values once (`attention.SHARED_KV`: its sums run in another order, and the runs drew other
+tokens in a few places, every score unchanged): each time the old recording was first checked to
+still hold on the machine that made it, with the code of the day (for the last two, with the new
+path off).
 """
 
 import math

@@ -2,9 +2,11 @@
 
 - `sample_tokens` draws by inverse CDF: hand-worked lookups, zero-probability entries never drawn,
   frequencies that match the distribution, log-probs equal to a float64 log-softmax.
-- `grouped_decode_attention` equals SDPA over repeated key/value heads with the same mask.
+- `grouped_decode_attention` equals SDPA over repeated key/value heads with the same mask, and
+  reading the shared prefix's keys and values once (from row 0) equals reading every row's copy.
 - `HFEngine` with the grouped attention returns the same ids as with transformers' own attention
-  and log-probs equal to a plain full-sequence forward over prompt + response.
+  and log-probs equal to a plain full-sequence forward over prompt + response; with prompts that
+  share a system prompt, the decode steps read it once and the log-probs still equal that forward.
 - The bfloat16 rollout copy follows the policy at `sync_weights` and stays close to it.
 """
 
@@ -101,6 +103,61 @@ def test_grouped_attention_equals_sdpa_over_repeated_heads():
     )
     out = grouped_decode_attention(q, k, v, mask, 0.3)
     assert torch.allclose(out, ref.transpose(1, 2), atol=1e-6)
+
+
+def test_shared_prefix_read_once_hand_worked():
+    # two rows, one head; position 0 is shared (key [1, 0], value [1, 2]), position 1 is each row's:
+    # row 0 key [0, 1] value [3, 4], row 1 key [0, 1] value [5, 6]; query [ln 3, 0] in both rows
+    # -> weights [3/4, 1/4] -> row 0 [1.5, 2.5], row 1 [0.75 + 1.25, 1.5 + 1.5] = [2.0, 3.0]
+    q = torch.tensor([math.log(3.0), 0.0]).view(1, 1, 1, 2).repeat(2, 1, 1, 1)
+    k = torch.tensor([[1.0, 0.0], [0.0, 1.0]]).view(1, 1, 2, 2).repeat(2, 1, 1, 1)
+    v = torch.tensor([[[1.0, 2.0], [3.0, 4.0]], [[1.0, 2.0], [5.0, 6.0]]]).view(2, 1, 2, 2)
+    k[1, :, 0], v[1, :, 0] = 99.0, -99.0  # row 1's copy of the shared position is never read
+    out = grouped_decode_attention(q, k, v, None, 1.0, shared=1)
+    assert torch.allclose(out.view(2, 2), torch.tensor([[1.5, 2.5], [2.0, 3.0]]))
+
+
+def test_reading_the_shared_prefix_once_equals_reading_every_copy():
+    g = torch.Generator().manual_seed(6)
+    b, heads, kv, t, d, shared = 5, 9, 3, 13, 8, 6
+    q = torch.randn(b, heads, 1, d, generator=g)
+    k, v = torch.randn(b, kv, t, d, generator=g), torch.randn(b, kv, t, d, generator=g)
+    k[:, :, :shared], v[:, :, :shared] = k[:1, :, :shared], v[:1, :, :shared]  # copied, as the engine does
+    mask = torch.ones(b, 1, 1, t, dtype=torch.bool)
+    mask[1, ..., shared : shared + 3] = False  # padding of the cached block sits after the shared one
+    every = grouped_decode_attention(q, k, v, mask, 0.3)
+    once = grouped_decode_attention(q, k, v, mask, 0.3, shared=shared)
+    assert torch.allclose(once, every, atol=1e-6)
+    # one batch of shape (b, kv, t, d) sliced from a longer buffer, as the preallocated cache hands it
+    buffer_k, buffer_v = torch.zeros(b, kv, t + 4, d), torch.zeros(b, kv, t + 4, d)
+    buffer_k[:, :, :t], buffer_v[:, :, :t] = k, v
+    sliced = grouped_decode_attention(q, buffer_k[:, :, :t], buffer_v[:, :, :t], mask, 0.3, shared=shared)
+    assert torch.allclose(sliced, every, atol=1e-6)
+
+
+def test_engine_reads_a_shared_system_prompt_once_and_log_probs_match_a_full_forward(tiny, monkeypatch):
+    import turnrl.rollout.attention as attention
+
+    model, tok = tiny
+    seen: list[int] = []
+    plain = attention.grouped_decode_attention
+
+    def spy(query, key, value, mask, scaling, shared=0):
+        seen.append(shared)
+        return plain(query, key, value, mask, scaling, shared)
+
+    monkeypatch.setattr(attention, "grouped_decode_attention", spy)
+    system = list(range(20, 44))  # 24 tokens every prompt starts with
+    prompts = [system + row for row in PROMPTS]
+    p = SamplingParams(max_new_tokens=8, n=2, temperature=0.8, seed=9)
+    out = HFEngine(model, tok, batch_size=16).generate(prompts, p)
+    assert seen and set(seen) == {24}  # every decode step, every layer, was told of the 24 shared positions
+    for row, (ids, lps) in enumerate(zip(out.response_ids, out.log_probs, strict=True)):
+        want = _recomputed_log_probs(model, prompts[row // 2], ids, 0.8)
+        assert torch.allclose(torch.tensor(lps), want, atol=1e-4)
+    seen.clear()
+    HFEngine(model, tok, batch_size=16, share_prefix=False).generate(prompts, p)
+    assert seen and set(seen) == {0}  # no shared layout, nothing read once
 
 
 def _recomputed_log_probs(model, prompt: list[int], response: list[int], temperature: float) -> torch.Tensor:

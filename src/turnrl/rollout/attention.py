@@ -8,6 +8,14 @@ share a key/value head against that head's keys, then against its values) take 1
 forward) go to SDPA unchanged. The products read the cache in its own dtype and accumulate the
 softmax in float32, so a bfloat16 rollout copy (`rollout.dtype`) keeps float32 attention weights.
 
+The keys and values of the prefix every row shares (`prefix.shared_prefix_length`: the system prompt
+and worked example an agent's prompts begin with, copied to every row at prefill) are the same in
+every row, yet a per-row product reads each row's copy: at 48 rows and 540 cached positions, 200 of
+them shared, that is a third of the bytes attention moves, and attention is bound by them (10 ms a
+layer, about 4 GB/s). Told how many leading positions are shared (`SHARED_KV`, a keyword the model's
+forward hands every attention call), the function reads them once, from the first row, as one product
+of all the rows' queries, then the rest per row, and takes one softmax over both.
+
 The function is registered with transformers under `DECODE_ATTENTION` and switched on only while
 `HFEngine` samples (`decode_attention`), so a saved config or a training forward never sees it.
 """
@@ -24,25 +32,50 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
 DECODE_ATTENTION = "turnrl_decode"
+SHARED_KV = "turnrl_shared_kv"
+"""The forward keyword naming how many leading cached positions hold the same keys and values in every
+row (0 or absent: none)."""
 
 
 def grouped_decode_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scaling: float
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    scaling: float,
+    shared: int = 0,
 ) -> torch.Tensor:
     """softmax(q k^T * scaling + mask) v for one query token per row, (B, 1, H, D) out.
 
     query (B, H, 1, D); key, value (B, K, T, D) with H = K * G: the G query heads of key head k are
     rows k*G .. k*G+G-1, as `repeat_kv` lays them out. mask: boolean (B, 1, 1, T), True = attend, or
-    None. Hand-worked: one row, one head, keys [[1, 0], [0, 1]], values [[1, 2], [3, 4]], query
-    [ln 3, 0], scaling 1 -> scores [ln 3, 0] -> weights [3/4, 1/4] -> output [1.5, 2.5]."""
+    None. `shared`: the first `shared` positions hold the same keys and values in every row (and
+    every row attends them); they are read from row 0 alone. Hand-worked: one row, one head, keys
+    [[1, 0], [0, 1]], values [[1, 2], [3, 4]], query [ln 3, 0], scaling 1 -> scores [ln 3, 0] ->
+    weights [3/4, 1/4] -> output [1.5, 2.5]."""
     b, h, _, d = query.shape
     k = key.shape[1]
     q = query.reshape(b, k, h // k, d)
-    scores = torch.matmul(q, key.transpose(-1, -2)).float() * scaling  # (B, K, G, T)
+    own = key[:, :, shared:]
+    scores = torch.matmul(q, own.transpose(-1, -2))  # (B, K, G, T - shared)
+    if shared:
+        scores = torch.cat([_all_rows(q, key[0, :, :shared].transpose(-1, -2)), scores], -1)
+    scores = scores.float() * scaling
     if mask is not None:
         scores = scores.masked_fill(~mask[:, :, -1:, : key.shape[2]], float("-inf"))
-    out = torch.matmul(torch.softmax(scores, -1).to(value.dtype), value)  # (B, K, G, D)
+    weights = torch.softmax(scores, -1).to(value.dtype)
+    out = torch.matmul(weights[..., shared:], value[:, :, shared:])  # (B, K, G, D)
+    if shared:
+        out = out + _all_rows(weights[..., :shared], value[0, :, :shared])
     return out.reshape(b, h, 1, d).transpose(1, 2)
+
+
+def _all_rows(x: torch.Tensor, per_head: torch.Tensor) -> torch.Tensor:
+    """x (B, K, G, M) times one (M, N) matrix per key head, (K, M, N), for every row: one product of
+    B*G rows a head, which reads the matrix once instead of once a row. (B, K, G, N) out."""
+    b, k, g, m = x.shape
+    rows = x.transpose(0, 1).reshape(k, b * g, m)
+    return torch.matmul(rows, per_head).reshape(k, b, g, -1).transpose(0, 1)
 
 
 def decode_attention_forward(
@@ -64,7 +97,8 @@ def decode_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    return grouped_decode_attention(query, key, value, attention_mask, scale), None
+    shared = int(kwargs.get(SHARED_KV) or 0)
+    return grouped_decode_attention(query, key, value, attention_mask, scale, shared), None
 
 
 AttentionInterface.register(DECODE_ATTENTION, decode_attention_forward)
@@ -85,3 +119,9 @@ def decode_attention(model: Any) -> Iterator[None]:
         yield
     finally:
         model.set_attn_implementation("sdpa")
+
+
+def reads_shared_kv(model: Any) -> bool:
+    """True while `model` attends through `decode_attention_forward`, the one attention function that
+    reads `SHARED_KV` (another could refuse an unknown keyword)."""
+    return getattr(model.config, "_attn_implementation", None) == DECODE_ATTENTION

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import torch
 
 from turnrl.models.cache_name import cache_kw, cache_of
+from turnrl.rollout.attention import SHARED_KV
 from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.rollout.graph_decode import DecodeBucket
 from turnrl.rollout.work import EngineWork
@@ -63,12 +64,15 @@ class DecodeLoop:
         graph: DecodeBucket | None,
         abort: Callable[[], set[int]] | None = None,
         keep: Callable[[DecodeLoop, list[int], list[int]], None] | None = None,
+        shared_kv: int = 0,
     ):
         """`prefill`: (KV cache, last logits, attention mask, position ids) of the repeated rows;
         `graph`: the compiled fixed-shape decode step, or None for the dynamic cache; `abort`: the
         rows (0 .. len(limits)-1) to stop at the next host sync, asked at every sync; `keep`: called
         with the loop, the output rows and their batch rows just before they leave the batch (the
-        engine's prefix store reads their keys and values)."""
+        engine's prefix store reads their keys and values); `shared_kv`: the leading cached positions
+        every row holds the same keys and values at, for an attention that reads them once (0: none
+        or an attention that does not)."""
         self.engine, self.p, self.gen, self.budget, self.sync_every = engine, p, gen, budget, sync_every
         self.cache, self.logits, self.mask, pos = prefill
         self.context = self.mask.shape[1]  # cached positions the next decode step reads
@@ -84,6 +88,7 @@ class DecodeLoop:
         self.stopped: dict[int, int] = {}  # output row -> length cut at its stop string
         self.abort = abort
         self.keep = keep
+        self.extra = {SHARED_KV: shared_kv} if shared_kv else {}
         self.aborted: set[int] = set()  # output rows stopped because nobody reads them any more
         self.alive = torch.arange(b, device=device)  # batch rows still generating -> output row
         self.done = torch.zeros(b, dtype=torch.bool, device=device)  # finished, still in the batch
@@ -169,6 +174,7 @@ class DecodeLoop:
             position_ids=self.next_pos,
             **cache_kw(self.cache),
             use_cache=True,
+            **self.extra,
         )
         self.cache, self.logits = cache_of(out), out.logits[:, -1, :]
         self.next_pos = self.next_pos + 1

@@ -16,7 +16,7 @@ import torch
 import torch._dynamo.exc
 
 from turnrl.models.cache_name import cache_kw, cache_of
-from turnrl.rollout.attention import decode_attention
+from turnrl.rollout.attention import decode_attention, reads_shared_kv
 from turnrl.rollout.base import Generation, SamplingParams, row_limits
 from turnrl.rollout.decode_loop import DecodeLoop
 from turnrl.rollout.graph_decode import DecodeBucket, capacity_for
@@ -270,7 +270,10 @@ class HFEngine:
         sync_every = self.sync_every or default_sync_every(device)
         prefill = (cache, logits, mask, pos)
         keep = None if self.store is None or graph is not None else partial(store_rows, self.store, rows, p.n)
-        loop = DecodeLoop(self, p, gen, device, limits, budget, sync_every, prefill, graph, abort, keep)
+        shared_kv = shared if graph is None and reads_shared_kv(self.model) else 0
+        loop = DecodeLoop(
+            self, p, gen, device, limits, budget, sync_every, prefill, graph, abort, keep, shared_kv
+        )
         started = now(device)
         if graph is None:
             return self._counted_decode(loop, started, device)
