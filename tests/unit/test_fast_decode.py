@@ -160,6 +160,43 @@ def test_engine_reads_a_shared_system_prompt_once_and_log_probs_match_a_full_for
     assert seen and set(seen) == {0}  # no shared layout, nothing read once
 
 
+def test_a_sliding_window_model_keeps_the_plain_layout(tiny, monkeypatch):
+    # the shared prefix's layout pads between the prefix and each row's own tokens, and a sliding
+    # window counts padded columns (rows of other lengths saw fewer real tokens: log-probs 1.5e-2 off
+    # a full forward); a sliding-window cache also drops its oldest positions, the shared ones first.
+    # Such a model gets the plain left-padded layout: nothing shared, nothing read once, log-probs
+    # equal to a full forward
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    import turnrl.rollout.attention as attention
+
+    _, tok = tiny
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=8,
+        use_sliding_window=True, layer_types=["sliding_attention", "full_attention"],
+        attn_implementation="sdpa",
+    )  # fmt: skip
+    model = Qwen3ForCausalLM(config).eval()
+    seen: list[int] = []
+    plain = attention.grouped_decode_attention
+
+    def spy(query, key, value, mask, scaling, shared=0):
+        seen.append(shared)
+        return plain(query, key, value, mask, scaling, shared)
+
+    monkeypatch.setattr(attention, "grouped_decode_attention", spy)
+    prompts = [list(range(20, 44)) + row for row in PROMPTS]  # 24 shared tokens, past the window
+    out = HFEngine(model, tok, batch_size=16).generate(
+        prompts, SamplingParams(max_new_tokens=6, temperature=0.0)
+    )
+    assert seen and set(seen) == {0}
+    for row, (ids, lps) in enumerate(zip(out.response_ids, out.log_probs, strict=True)):
+        want = _recomputed_log_probs(model, prompts[row], ids, 1.0)
+        assert torch.allclose(torch.tensor(lps), want, atol=1e-4)
+
+
 def _recomputed_log_probs(model, prompt: list[int], response: list[int], temperature: float) -> torch.Tensor:
     ids = torch.tensor([prompt + response])
     with torch.no_grad():

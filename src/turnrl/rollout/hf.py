@@ -98,16 +98,19 @@ class HFEngine:
             else None
         )
         self.model = self.copy.module if self.copy is not None else model
-        self.share_prefix = share_prefix
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.sync_every = sync_every
         self.max_lag = 0  # the protocol's; this engine reports one version per batch, the one it holds
         # sliding-window layers drop old positions, which the preallocated layer does not model
         layer_types = getattr(model.config.get_text_config(decoder=True), "layer_types", None) or []
-        self.preallocate = kv_cache == "preallocated" and all(t == "full_attention" for t in layer_types)
+        self.full_attention = all(t == "full_attention" for t in layer_types)
+        # the shared prefix's layout pads between the prefix and each row's own tokens, and a
+        # sliding window counts those padded columns: its rows would see fewer real tokens
+        self.share_prefix = share_prefix and self.full_attention
+        self.preallocate = kv_cache == "preallocated" and self.full_attention
         # True: compiled fixed-shape decode; "eager": the same fixed-shape step uncompiled (tests)
-        self.compile_decode = compile_decode if all(t == "full_attention" for t in layer_types) else False
+        self.compile_decode = compile_decode if self.full_attention else False
         self.buckets: dict[tuple[int, int], DecodeBucket] = {}
         on = prefix_store_mb > 0 and self.preallocate and not self.compile_decode
         self.store = PrefixStore(prefix_store_mb * 2**20) if on else None
@@ -270,7 +273,9 @@ class HFEngine:
         sync_every = self.sync_every or default_sync_every(device)
         prefill = (cache, logits, mask, pos)
         keep = None if self.store is None or graph is not None else partial(store_rows, self.store, rows, p.n)
-        shared_kv = shared if graph is None and reads_shared_kv(self.model) else 0
+        # a sliding-window layer's cache drops its oldest positions, the shared ones first
+        once = graph is None and self.full_attention and reads_shared_kv(self.model)
+        shared_kv = shared if once else 0
         loop = DecodeLoop(
             self, p, gen, device, limits, budget, sync_every, prefill, graph, abort, keep, shared_kv
         )
