@@ -81,8 +81,20 @@ class Stages:
             return wall
         wall = cli(args, log)
         self.done[key] = {"wall_s": wall, "command": command}
-        self.path.write_text(json.dumps(self.done, indent=1) + "\n")
+        self._record(key)
         return wall
+
+    def _record(self, key: str) -> None:
+        """Write stage `key` into the file as it is now, so that two benchmark processes on other seeds
+        in one `--out` keep each other's stages; whole or not at all (a temporary file, renamed)."""
+        try:
+            on_disk = json.loads(self.path.read_text()) if self.path.exists() else {}
+        except json.JSONDecodeError:
+            on_disk = {}
+        merged = {**(on_disk if isinstance(on_disk, dict) else {}), key: self.done[key]}
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(merged, indent=1) + "\n")
+        os.replace(tmp, self.path)
 
 
 def difference(was: list[str], now: list[str]) -> str:

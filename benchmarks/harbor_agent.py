@@ -4,6 +4,7 @@ intervals. docs/results/harbor-agent.md reads its table.
 
     python benchmarks/harbor_agent.py --out runs/harbor_agent                 # embedded model, 3 seeds
     python benchmarks/harbor_agent.py --out runs/harbor_agent --resume        # go on where it stopped
+    python benchmarks/harbor_agent.py --out runs/harbor_agent --resume --first-seed 2 --seeds 1   # seed 2 beside it
     python benchmarks/harbor_agent.py --model tiny-random --tiny --out /tmp/h  # smoke run (scores are 0)
 
 Every stage is the real CLI in a child process, one after the other, on the shipped recipes:
@@ -125,7 +126,8 @@ def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct", help="model.path of the untrained model")
     ap.add_argument("--out", required=True, help="output directory (--resume goes on in it)")
-    ap.add_argument("--seeds", type=int, default=3, help="seeds 1..N for SFT and SFT then RL")
+    ap.add_argument("--seeds", type=int, default=3, help="how many seeds for SFT and SFT then RL")
+    ap.add_argument("--first-seed", type=int, default=1, help="the first of them (a second process in the same --out can take other seeds)")  # fmt: skip
     ap.add_argument("--steps", type=int, default=6, help="RL steps (the recipe's 6)")
     ap.add_argument("--demos", type=int, default=60, help="SFT demonstrations (`turnrl data harbor_sft --n`)")
     ap.add_argument("--sft-epochs", type=int, default=2, help="SFT epochs (the harbor_sft recipe's 2)")
@@ -165,7 +167,7 @@ def main() -> None:
     names = {json.loads(x)["extra_info"]["task"] for x in val.read_text().splitlines()} if val else set()
     results: dict[str, list[dict[str, Any]]] = {k: [v] for k, v in shortcuts(names).items()}
     results["untrained"] = [evaluate(a, stages, a.model, out / "eval_untrained", val, 1)]
-    for seed in range(1, a.seeds + 1):
+    for seed in range(a.first_seed, a.first_seed + a.seeds):
         demos, sft_dir = out / f"demos_s{seed}", out / f"sft_s{seed}"
         data = ["data", "harbor_sft", "--out", str(demos), "--n", str(a.demos), "--seed", str(seed)]
         stages.run(demos.name, demos / "train.jsonl", data, out / f"demos_s{seed}.log")

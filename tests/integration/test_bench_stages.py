@@ -65,6 +65,24 @@ def test_a_moved_directory_still_resumes_and_the_thread_count_is_not_compared(tm
     ]  # fmt: skip
 
 
+def test_two_processes_in_one_out_keep_each_others_stages(tmp_path):
+    # a benchmark on seed 1 and another on seed 2, both started before either wrote a stage
+    bench = load_cli()
+    one, two = bench.Stages(tmp_path, resume=True), bench.Stages(tmp_path, resume=True)
+    key, output, args, log = demos(tmp_path, 4)
+    one.run(key, output, args, log)
+    other = tmp_path / "demos2"
+    two.run(
+        "demos2",
+        other / "train.jsonl",
+        ["data", "code_sft", "--out", str(other), "--n", "3"],
+        tmp_path / "d2.log",
+    )
+    recorded = json.loads((tmp_path / "stages.json").read_text())
+    assert set(recorded) == {"demos", "demos2"}  # the second write kept the first one's stage
+    assert not list(tmp_path.glob("stages.*.tmp"))  # written whole, through a renamed temporary file
+
+
 def test_a_stage_whose_output_is_gone_runs_again_and_old_records_are_read(tmp_path):
     bench = load_cli()
     key, output, args, log = demos(tmp_path, 4)
