@@ -249,6 +249,7 @@ def reward_sessions(server: Server, ids: list[str]) -> None:
         assert post(server.url, f"/sessions/{sid}/reward", ALICE, {"reward": float(i % 2)}).status_code == 200
 
 
+@pytest.mark.slow  # 27 s: the store's marks and rollback are checked by default in tests/unit/test_live_store.py
 def test_a_crash_loses_no_rewarded_session_and_a_rollback_undoes_steps(tmp_path, cli):
     # a crash (SIGKILL) with rewarded sessions not yet trained: a restart trains each of them once
     server = Server(overrides(tmp_path, 3))
