@@ -135,10 +135,11 @@ def test_reading_the_shared_prefix_once_equals_reading_every_copy():
     assert torch.allclose(sliced, every, atol=1e-6)
 
 
-def test_engine_reads_a_shared_system_prompt_once_and_log_probs_match_a_full_forward(tiny, monkeypatch):
+@pytest.fixture
+def shared_seen(monkeypatch) -> list[int]:
+    """The `shared` count every decode attention call is given, in order."""
     import turnrl.rollout.attention as attention
 
-    model, tok = tiny
     seen: list[int] = []
     plain = attention.grouped_decode_attention
 
@@ -147,6 +148,12 @@ def test_engine_reads_a_shared_system_prompt_once_and_log_probs_match_a_full_for
         return plain(query, key, value, mask, scaling, shared)
 
     monkeypatch.setattr(attention, "grouped_decode_attention", spy)
+    return seen
+
+
+def test_engine_reads_a_shared_system_prompt_once_and_log_probs_match_a_full_forward(tiny, shared_seen):
+    model, tok = tiny
+    seen = shared_seen
     system = list(range(20, 44))  # 24 tokens every prompt starts with
     prompts = [system + row for row in PROMPTS]
     p = SamplingParams(max_new_tokens=8, n=2, temperature=0.8, seed=9)
@@ -160,7 +167,7 @@ def test_engine_reads_a_shared_system_prompt_once_and_log_probs_match_a_full_for
     assert seen and set(seen) == {0}  # no shared layout, nothing read once
 
 
-def test_a_sliding_window_model_keeps_the_plain_layout(tiny, monkeypatch):
+def test_a_sliding_window_model_keeps_the_plain_layout(tiny, shared_seen):
     # the shared prefix's layout pads between the prefix and each row's own tokens, and a sliding
     # window counts padded columns (rows of other lengths saw fewer real tokens: log-probs 1.5e-2 off
     # a full forward); a sliding-window cache also drops its oldest positions, the shared ones first.
@@ -168,9 +175,8 @@ def test_a_sliding_window_model_keeps_the_plain_layout(tiny, monkeypatch):
     # equal to a full forward
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    import turnrl.rollout.attention as attention
-
     _, tok = tiny
+    seen = shared_seen
     torch.manual_seed(0)
     config = Qwen3Config(
         vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -179,14 +185,6 @@ def test_a_sliding_window_model_keeps_the_plain_layout(tiny, monkeypatch):
         attn_implementation="sdpa",
     )  # fmt: skip
     model = Qwen3ForCausalLM(config).eval()
-    seen: list[int] = []
-    plain = attention.grouped_decode_attention
-
-    def spy(query, key, value, mask, scaling, shared=0):
-        seen.append(shared)
-        return plain(query, key, value, mask, scaling, shared)
-
-    monkeypatch.setattr(attention, "grouped_decode_attention", spy)
     prompts = [list(range(20, 44)) + row for row in PROMPTS]  # 24 shared tokens, past the window
     out = HFEngine(model, tok, batch_size=16).generate(
         prompts, SamplingParams(max_new_tokens=6, temperature=0.0)
