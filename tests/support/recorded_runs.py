@@ -33,6 +33,9 @@ def train(name: str, run: Path, env: dict[str, str], *extra: str) -> list[dict]:
         "trainer.total_training_steps=3", f"trainer.default_local_dir={run}",
         # recorded with the trainer recomputing the old log-probs (auto would skip the pass)
         "algorithm.rollout_correction.bypass=false",
+        # and with every response through the update: tiny-random's groups are mostly flat, and the
+        # guard is to keep covering the update's forward (its entropy) rather than skip it
+        "actor.skip_flat_responses=false",
     ]  # fmt: skip
     if name != "calc":  # recorded on the addition task's first version (160 training rows, all 100 problems
         # validated), frozen as files: the task now holds problems out of training

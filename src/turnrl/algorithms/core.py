@@ -93,6 +93,12 @@ def _agg_terms(loss_mat: Tensor, mask: Tensor, mode: str, norm_length: int | Non
     return seq_sum.sum(), torch.tensor(loss_mat.shape[0], device=loss_mat.device)
 
 
+def flat_rows(advantages: Tensor, mask: Tensor) -> Tensor:
+    """(B,) bool: the responses whose every counted token has advantage exactly 0 (a GRPO group of
+    equal scores). A NaN advantage is not 0, so such a row stays in and its NaN is seen."""
+    return ~((advantages != 0) & _as_bool(mask)).any(dim=-1)
+
+
 def agg_denominator(mask: Tensor, mode: str) -> int:
     """The count ``agg_loss`` divides by for this mask: valid tokens (token-mean), sequences with a valid
     token (seq-mean-token-mean) or sequences (the other modes).

@@ -55,7 +55,11 @@ def resolve_policy_loss(mode: str = "vanilla", config: Any = None, where: str = 
             f"valid modes: {', '.join(POLICY_LOSS_MODES)}"
         )
     fn = load_function(mode, where, ValueError)
-    return PolicyLoss(mode, pl.LossSpec(partial(_user_terms, fn, mode), low=pl.ANY_LOW), pl.NoParams())
+    return PolicyLoss(
+        mode,
+        pl.LossSpec(partial(_user_terms, fn, mode), low=pl.ANY_LOW, flat_rows_inert=False),
+        pl.NoParams(),
+    )
 
 
 def _user_terms(fn: Any, name: str, x: pl.LossInputs, p: Any) -> pl.TokenTerms:

@@ -302,6 +302,10 @@ class LossSpec:
     """(lower field, upper field, what crossing them leaves) of parameters that must not cross."""
     extra_metrics: tuple[str, ...] = ()
     """Metrics the mode reports beside pg_clipfrac / pg_clipfrac_lower / ppo_kl (the actor logs them)."""
+    flat_rows_inert: bool = True
+    """A response whose every advantage is 0 adds exactly 0 to the loss and to its gradient, and no
+    other response's term reads it, so the update may leave it out (`actor.skip_flat_responses`).
+    False for modes that draw on a micro-batch's statistics (`clip_cov`, `kl_cov`) and for a user's."""
 
     def takes_low(self, low: float) -> bool:
         """Whether `clip.low` (`actor.clip_ratio_low`) is in the mode's range `low`."""
@@ -323,12 +327,14 @@ POLICY_LOSSES: dict[str, LossSpec] = {
         (("ratio", "clip_cov_ratio"), ("lb", "clip_cov_lb"), ("ub", "clip_cov_ub")),
         ordered=(("lb", "ub", "no token could be detached"),),
         extra_metrics=("pg_covfrac",),
+        flat_rows_inert=False,  # the covariance is centred on the micro-batch's means
     ),
     "kl_cov": LossSpec(
         kl_cov,
         KlCovParams,
         (("ratio", "kl_cov_ratio"), ("coef", "kl_cov_coef")),
         extra_metrics=("pg_covfrac",),
+        flat_rows_inert=False,  # its penalty needs no advantage, on tokens ranked across the micro-batch
     ),
 }
 """`actor.policy_loss_mode` -> its loss."""

@@ -261,6 +261,12 @@ class ActorConfig:
     |log r| penalty instead of the clip (the paper's 2e-3 for 7B models; 2e-4 for 32B)."""
     kl_cov_coef: float = ranged(1.0, ">= 0")
     """`kl_cov`: weight of the |log r| penalty on those tokens (the paper's 1.0)."""
+    skip_flat_responses: bool = True
+    """Leave the responses whose every advantage is 0 (a group whose scores are all equal) out of the
+    update's forward and backward: under a policy loss that reads each response apart (every built-in
+    but `clip_cov` and `kl_cov`) with no KL loss and no entropy bonus their gradient is exactly 0, and
+    the loss's denominators stay the whole mini-batch's, so the step is the same. The update's metrics
+    then average over the responses it ran (`actor/flat_responses`: the share left out)."""
     use_kl_loss: bool = False
     """Add kl_loss_coef * KL(policy || reference) to the actor loss (GRPO's form; needs the reference)."""
     kl_loss_coef: float = ranged(0.001, ">= 0")

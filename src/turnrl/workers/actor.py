@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from turnrl.algorithms.core import agg_denominator, masked_mean
+from turnrl.algorithms.core import agg_denominator, flat_rows, masked_mean
 from turnrl.algorithms.kl import kl_loss
 from turnrl.algorithms.losses import Aggregation, policy_loss, resolve_policy_loss
 from turnrl.algorithms.policy_losses import Clip, LossInputs
@@ -240,7 +240,14 @@ class Actor:
         finite = True
         budget = cfg.ppo_max_token_len_per_gpu if cfg.use_dynamic_bsz else 0
         key = "actor.ppo_max_token_len_per_gpu"
-        for mb, real in parallel.my_micro_batches(mini, cfg.ppo_micro_batch_size, budget, key):
+        # the denominators above are the whole mini-batch's, so leaving out responses whose gradient
+        # is exactly 0 changes no other response's share of the loss
+        ran, skipped = self._responses_to_run(mini)
+        seen = max(ran["response_mask"].sum().item(), 1.0) if len(ran) else 1.0  # metric averages
+        if not len(ran):
+            self.optim.zero_gradients()  # the step a zero loss's backward would have led to
+        micro = parallel.my_micro_batches(ran, cfg.ppo_micro_batch_size, budget, key) if len(ran) else []
+        for mb, real in micro:
             mask = mb["response_mask"]
             loss, pg, m, entropy, kl = self._micro_loss(mb, real, corrected, pg_denom, denom, width, tokens)
             if cfg.use_kl_loss:
@@ -253,7 +260,7 @@ class Actor:
                 if parallel.world_size() == 1:
                     break
             parallel.backward(loss)  # with N ranks a NaN reaches the gradient norm: every rank skips the step
-            share = mask.sum().item() / tokens  # token-weighted metric averages
+            share = mask.sum().item() / seen  # token-weighted metric averages
             sums["pg_loss"] += pg.item()
             for k in averaged:
                 sums[k] += float(m[k]) * share
@@ -261,10 +268,34 @@ class Actor:
         sums = dict(zip(sums, parallel.all_reduce(list(sums.values())), strict=True))
         out = self.optim.step(parallel.all_reduce([float(not finite)], "max")[0] == 0.0)
         if "actor/grad_norm" in out:
-            out.update({f"actor/{k}": v for k, v in sums.items() if k != "kl_loss" or cfg.use_kl_loss})
+            # a mini-batch of flat responses only ran nothing to average: its loss (0) alone
+            kept = [k for k in sums if (k != "kl_loss" or cfg.use_kl_loss) and (len(ran) or k == "pg_loss")]
+            out.update({f"actor/{k}": sums[k] for k in kept})
             if cfg.use_kl_loss:
                 out["actor/kl_coef"] = cfg.kl_loss_coef
+            if self.skips_flat:
+                out["actor/flat_responses"] = skipped / len(mini)
         return out
+
+    @property
+    def skips_flat(self) -> bool:
+        """Whether a response whose advantages are all 0 adds exactly 0 to the gradient, so the
+        update may leave it out: the loss reads responses apart and nothing but the advantage-weighted
+        policy term is in it (`actor.skip_flat_responses`)."""
+        cfg = self.cfg
+        inert = self.policy_loss.spec.flat_rows_inert and not cfg.use_kl_loss and not cfg.entropy_coeff
+        return cfg.skip_flat_responses and inert
+
+    def _responses_to_run(self, mini: Batch) -> tuple[Batch, int]:
+        """The mini-batch's responses the update must run, and how many it leaves out. All of them
+        when the inspector wants this step's per-token diagnostics (they show the first micro-batch as
+        sampled)."""
+        if not self.skips_flat or self._want_diagnostics:
+            return mini, 0
+        flat = flat_rows(mini["advantages"], mini["response_mask"])
+        if not bool(flat.any()):
+            return mini, 0
+        return mini.index((~flat).nonzero().flatten().tolist()), int(flat.sum())
 
     def _micro_loss(
         self,

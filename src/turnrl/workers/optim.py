@@ -96,6 +96,13 @@ class Optimizer:
     def zero_grad(self) -> None:
         self.opt.zero_grad(set_to_none=True)
 
+    def zero_gradients(self) -> None:
+        """Every parameter's gradient a tensor of zeros: a step then decays the weights and moves
+        the moments as after a backward of a zero loss (a missing gradient would skip the parameter)."""
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+
     def step(self, finite_loss: bool = True) -> dict[str, float]:
         """Clip and step; skip (and count) the step when the loss or gradient is not finite."""
         grad_norm = torch.nn.utils.clip_grad_norm_(
