@@ -243,10 +243,10 @@ class Actor:
         # the denominators above are the whole mini-batch's, so leaving out responses whose gradient
         # is exactly 0 changes no other response's share of the loss
         ran, skipped = self._responses_to_run(mini)
-        seen = max(ran["response_mask"].sum().item(), 1.0) if len(ran) else 1.0  # metric averages
-        if not len(ran):
-            self.optim.zero_gradients()  # the step a zero loss's backward would have led to
+        seen = max(ran["response_mask"].sum().item(), 1.0)  # the metrics average over what ran
         micro = parallel.my_micro_batches(ran, cfg.ppo_micro_batch_size, budget, key) if len(ran) else []
+        if not micro:
+            self.optim.zero_gradients()  # the step a zero loss's backward would have led to
         for mb, real in micro:
             mask = mb["response_mask"]
             loss, pg, m, entropy, kl = self._micro_loss(mb, real, corrected, pg_denom, denom, width, tokens)
