@@ -77,11 +77,13 @@ class ModelConfig:
     dtype: str = "auto"
     """`auto` (float32 on CPU, bfloat16 on GPU), `float32`, `bfloat16` or `float16`."""
     compute_dtype: str = "auto"
-    """The precision the actor's, critic's and reference's forward and backward passes compute in
-    (`torch.autocast`), while parameters and optimizer state stay in `model.dtype`: `float32` = the
-    parameters' own, exact; `bfloat16` = autocast (an error where the device lacks bfloat16
-    instructions); `auto` = bfloat16 for float32 parameters on a GPU, exact on a CPU. Matters only with
-    float32 parameters (`model.dtype=float32`: float32 master weights, bfloat16 compute)."""
+    """The precision the forward and backward passes compute in (the actor, critic and reference of
+    `turnrl train`; `turnrl sft` and `turnrl rm`), with `torch.autocast`, while parameters and
+    optimizer state stay in `model.dtype`: `float32` = the parameters' own, exact; `bfloat16` =
+    autocast (an error where the device lacks bfloat16 instructions); `auto` = bfloat16 for float32
+    parameters where the device multiplies bfloat16 natively (a GPU of compute capability 8.0+, a CPU
+    with AVX512-BF16 or AMX), exact elsewhere or under `$TURNRL_EXACT`. Matters only with float32
+    parameters (`model.dtype=float32`: float32 master weights, bfloat16 compute)."""
     cache_dir: str = ""
     """Where converted models are cached. Empty = `$TURNRL_CACHE` or `~/.cache/turnrl`."""
     lora_rank: int = ranged(0, ">= 0", "0 = full fine-tuning")

@@ -3,7 +3,9 @@
 What a row is, which model is built and what a micro-batch's loss is are the objective's
 (`sft.py`, `rm.py`); the learner runs a step as gradient accumulation over micro-batches with one
 optimizer step (`turnrl.workers.optim.Optimizer`: AdamW, warm-up, clipping, non-finite steps
-skipped), and saves and loads like every RL role (`turnrl.workers.state`).
+skipped), and saves and loads like every RL role (`turnrl.workers.state`). The micro-batches' forward
+passes compute in `model.compute_dtype` as the RL roles' do: bfloat16 autocast over float32 master
+weights where the device multiplies bfloat16 natively (`auto`), exact float32 elsewhere.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any, Protocol
 import torch
 
 from turnrl.config.schema import ModelConfig, OptimConfig
+from turnrl.models.loader import resolve_dtype
+from turnrl.models.precision import compute_dtype, computing_in
 from turnrl.supervised.batches import chunks
 from turnrl.workers.optim import Optimizer
 from turnrl.workers.state import load_role, save_role
@@ -58,6 +62,8 @@ class Learner:
         """`total_steps`: the run's optimizer steps, over which `optim.lr_decay` decays."""
         self.objective, self.model_cfg, self.micro_batch_size = objective, model_cfg, micro_batch_size
         self.device = device
+        # an unknown or unsupported `model.compute_dtype` is one line before the model loads
+        self.compute = compute_dtype(model_cfg.compute_dtype, resolve_dtype(model_cfg.dtype, device), device)
         self.model = objective.build(device, seed)
         self.optim = Optimizer(self.model, optim, name=objective.name, total_steps=total_steps)
 
@@ -69,7 +75,8 @@ class Learner:
         sums: dict[str, float] = {}
         finite = True
         for micro in chunks(batch, self.micro_batch_size):
-            loss, stats = self.objective.loss(self.model, micro, units, self.device)
+            with computing_in(self.compute, self.device):
+                loss, stats = self.objective.loss(self.model, micro, units, self.device)
             if not torch.isfinite(loss):
                 finite = False
                 break
@@ -89,7 +96,8 @@ class Learner:
         units = max(self.objective.units(examples), 1)
         sums: dict[str, float] = {}
         for micro in chunks(examples, self.micro_batch_size):
-            _add(sums, self.objective.loss(self.model, micro, units, self.device)[1])
+            with computing_in(self.compute, self.device):
+                _add(sums, self.objective.loss(self.model, micro, units, self.device)[1])
         name = self.objective.name
         return {f"val/{name}/{k}": v for k, v in self.objective.metrics(sums, units).items()}
 

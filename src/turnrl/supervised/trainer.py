@@ -21,6 +21,7 @@ from turnrl.config import to_yaml
 from turnrl.config.supervised_schema import RMConfig, SFTConfig
 from turnrl.data.dataset import check_data_file
 from turnrl.models.loader import load_tokenizer
+from turnrl.models.precision import fallback_note
 from turnrl.runtime import memory_metrics, seed_everything
 from turnrl.supervised.batches import LengthGroupedLoader
 from turnrl.supervised.chat import set_chat_template
@@ -69,6 +70,9 @@ class SupervisedTrainer:
         )
         self.batches = self.loader.forever()
         self.total_steps = t.total_training_steps or len(self.loader) * t.total_epochs
+        note = fallback_note(pick_device(t.device)) if model.compute_dtype == "auto" else ""
+        if note:
+            log.warning(note)
         self.learner = Learner(
             self.objective,
             model,
