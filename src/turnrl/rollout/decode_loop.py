@@ -3,7 +3,8 @@
 Per output row it keeps, on the device, the sampled ids, their log-probs, the length so far and
 whether EOS was seen. Every `sync_every` steps the host looks: it cuts rows at stop strings,
 ends the loop when every row is done, and (on the dynamic-cache path) drops finished rows from
-the batch and the KV cache; in between, the device never waits on Python. At the same points an
+the batch and the KV cache once they have ridden along long enough for the copy to pay
+(`compaction_pays`); in between, the device never waits on Python. At the same points an
 optional `abort` callback names rows nobody will read (a server's client that left): they end
 there, with finish reason "abort", and leave the batch like any finished row.
 """
@@ -45,6 +46,21 @@ class DecodingEngine(Protocol):
         stops: list[str],
         stopped: dict[int, int],
     ) -> torch.Tensor: ...
+
+
+def compaction_pays(ridden: int, kept: int) -> bool:
+    """Whether finished rows should leave the batch now, `ridden` row-steps after the last time.
+
+    A finished row left in the batch costs a row of every later step: its attention over its own
+    cached positions and its share of the products. Dropping the finished rows copies the filled
+    cache of the kept rows that move, at most about two steps' attention reads of the `kept` rows.
+    Dropping at every finish (64 rows finishing one by one: up to 64 copies of the whole cache a
+    turn) spent a fifth of an agent evaluation's decode copying; riding forever wastes rows on every
+    step. Dropping once the row-steps ridden reach the kept rows (ski rental: rent until the rent
+    paid matches the price) keeps either waste within about one copy. Hand-worked: 63 rows kept,
+    one finished: it rides 63 steps, then leaves; half of 64 finished at once: they leave after
+    one step (32 >= 32)."""
+    return ridden >= kept
 
 
 class DecodeLoop:
@@ -94,6 +110,7 @@ class DecodeLoop:
         self.done = torch.zeros(b, dtype=torch.bool, device=device)  # finished, still in the batch
         self.next_pos = pos[:, -1:] + 1
         self.window_start = 0
+        self.ridden = 0  # row-steps finished rows have ridden along since the last compaction
 
     def run(self) -> Generation:
         for step in range(self.budget):
@@ -107,9 +124,19 @@ class DecodeLoop:
         return self._collect()
 
     def _sample(self, step: int) -> torch.Tensor:
-        """Sample every batch row's next token and record it for the rows still generating."""
-        token, lp = self.engine._sample(self.logits, self.p, self.gen)
+        """Sample the next token of the rows still generating and record it. With a host sync at every
+        step the finished rows riding along draw nothing: each step's draws go to exactly the rows
+        that dropping at every finish would hold, so a seeded sample does not depend on when
+        finished rows leave (and their vocabulary pass is saved)."""
         done, alive = self.done, self.alive
+        if self.sync_every == 1 and bool(done.any()):
+            live = (~done).nonzero().squeeze(-1)
+            drawn, drawn_lp = self.engine._sample(self.logits[live], self.p, self.gen)
+            token = torch.full_like(alive, self.engine.pad_id).index_copy_(0, live, drawn)
+            lp = torch.zeros(len(alive), dtype=drawn_lp.dtype, device=drawn_lp.device)
+            lp.index_copy_(0, live, drawn_lp)
+        else:
+            token, lp = self.engine._sample(self.logits, self.p, self.gen)
         token = token.masked_fill(done, self.engine.pad_id)  # finished rows ride along until compaction
         self.tokens[alive, step] = token
         self.logps[alive, step] = lp.masked_fill(done, 0.0)
@@ -120,8 +147,8 @@ class DecodeLoop:
         return token
 
     def _host_sync(self, step: int, token: torch.Tensor, last: bool) -> tuple[torch.Tensor, bool]:
-        """Cut rows at stop strings; True when the loop is over; else drop finished rows (dynamic
-        cache only: the compiled step keeps its shapes)."""
+        """Cut rows at stop strings; True when the loop is over; else drop finished rows when it pays
+        (`compaction_pays`; dynamic cache only: the compiled step keeps its shapes)."""
         if self.p.stop:
             self.done = self.engine._apply_stops(
                 self.tokens, self.length, self.alive, self.done, self.window_start, self.p.stop, self.stopped
@@ -133,7 +160,11 @@ class DecodeLoop:
         if last or len(keep) == 0:
             self._leave(torch.arange(len(self.alive), device=keep.device))
             return token, True
-        if self.graph is None and len(keep) < len(self.alive):  # drop them from the batch and the cache
+        finished = len(self.alive) - len(keep)
+        self.ridden += finished * self.sync_every
+        # drop them from the batch and the cache (the compiled step keeps its shapes)
+        if self.graph is None and finished and compaction_pays(self.ridden, len(keep)):
+            self.ridden = 0
             self._leave(self.done.nonzero().squeeze(-1))
             self.alive, token, self.mask = self.alive[keep], token[keep], self.mask[keep]
             self.next_pos, self.done = self.next_pos[keep], self.done[keep]

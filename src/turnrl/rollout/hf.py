@@ -53,9 +53,10 @@ def _rows_of(abort: Callable[[], set[int]], first: int, count: int) -> Callable[
 
 
 def default_sync_every(device: torch.device) -> int:
-    """Decode steps between host syncs. On CPU a sync costs nothing and dropping finished rows at
-    once saves their forward passes; on a GPU each sync stalls the launch queue, so finished rows
-    ride along masked and are dropped every few steps."""
+    """Decode steps between host syncs. On CPU a sync costs nothing and sees finished rows (and the
+    end of the loop) at once; on a GPU each sync stalls the launch queue, so the host looks every few
+    steps. Either way finished rows ride along masked until dropping them pays
+    (`decode_loop.compaction_pays`)."""
     return 1 if device.type == "cpu" else 16
 
 

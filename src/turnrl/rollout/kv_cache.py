@@ -64,9 +64,25 @@ class PreallocatedLayer(DynamicLayer):
         return out
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self._k is not None and self._v is not None:
+        """Keep the rows `indices`. Ascending ones (the decode loop's compaction) are kept in place:
+        only the rows that move are copied, and only their filled positions; the unwritten capacity
+        (the budget still to come) and the rows before the first dropped one stay where they are.
+        Anything else (repeats, a new order) copies whole rows."""
+        if self._k is None or self._v is None:
+            return
+        if len(indices) > 1 and not bool((indices[1:] > indices[:-1]).all()):  # repeats, a new order
             self._k, self._v = self._k[indices], self._v[indices]
             self._refresh()
+            return
+        n = len(indices)
+        moved = (indices != torch.arange(n, device=indices.device)).nonzero()
+        if len(moved):
+            first = int(moved[0])
+            src = indices[first:]
+            for buffer in (self._k, self._v):
+                buffer[first:n, :, : self.length] = buffer[src, :, : self.length]
+        self._k, self._v = self._k[:n], self._v[:n]
+        self._refresh()
 
     def crop(self, tokens_to_remove: int) -> None:
         raise NotImplementedError("a preallocated KV cache is never cropped in the rollout loop")
