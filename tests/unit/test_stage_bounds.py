@@ -24,13 +24,14 @@ def test_the_engine_counts_prefill_positions_and_decode_steps_rows_and_cache_rea
     assert [len(r) for r in out.response_ids] == [3, 1, 2]
     m = engine.work.take()
     assert (m["engine/prefill_tokens"], m["engine/prefill_new_tokens"]) == (12, 9)
-    # token 1 of every row is sampled from the prefill's logits; row 2 (limit 1) leaves, so the
-    # first decode step runs rows 1 and 3 over 4 cached positions; row 3 (limit 2) leaves, the
-    # second runs row 1 over 5; row 1's third token ends the loop without a forward
+    # token 1 of every row is sampled from the prefill's logits; row 2 (limit 1) is done but rides
+    # along (1 row-step ridden < 2 rows kept), so the first decode step runs all 3 rows over 4 cached
+    # positions; row 3 (limit 2) is done too: 1 + 2 row-steps ridden >= 1 row kept, both leave, and
+    # the second runs row 1 over 5; row 1's third token ends the loop without a forward
     assert (m["engine/decode_steps"], m["engine/decode_rows"], m["engine/decode_kv_tokens"]) == (
         2,
-        3,
-        2 * 4 + 5,
+        4,
+        3 * 4 + 5,
     )
     assert m["engine/prefill_s"] > 0 and m["engine/decode_s"] > 0
     assert all(v == 0 for v in engine.work.take().values())  # taken: back to zero

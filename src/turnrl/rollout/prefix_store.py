@@ -144,13 +144,16 @@ def store_rows(
     store: PrefixStore, rows: list[list[int]], n: int, loop: Any, out_rows: list[int], batch: list[int]
 ) -> None:
     """`DecodeLoop`'s `keep`: put each leaving row in `store`, its prompt (`rows`, `n` output rows
-    each) and the sampled tokens it fed back (no further than what it returns: a stop string may cut
-    them), with their keys and values (the real columns of its cache row)."""
+    each) and the sampled tokens it fed back, all but the last it returns (a stop string may cut
+    them), with their keys and values (the real columns of its cache row). A finished row riding
+    along has fed its last token too; leaving it out keeps every entry shorter than its episode, so
+    that `PrefixStore.discard` finds it when the episode ends."""
     layers = loop.cache.layers
     for r, j in zip(out_rows, batch, strict=True):
         prompt = rows[r // n]
         real = loop.mask[j].nonzero().squeeze(-1)
-        fed = min(len(real) - len(prompt), loop.stopped.get(r, int(loop.length[r])))
+        returned = loop.stopped.get(r, int(loop.length[r]))
+        fed = max(0, min(len(real) - len(prompt), returned - 1))
         cols = real[: len(prompt) + fed]
         keys = [layer.keys[j][:, cols] for layer in layers]
         values = [layer.values[j][:, cols] for layer in layers]
