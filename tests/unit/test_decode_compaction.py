@@ -47,7 +47,7 @@ def test_rows_kept_in_place_equal_plain_indexing():
     assert torch.equal(layer.keys, torch.cat([k[[1, 0, 0]], k2[[1, 0, 0]]], 2))
 
 
-def counting(monkeypatch, layers: int) -> list[int]:
+def counting(monkeypatch) -> list[int]:
     """The rows kept at each compaction (the real method still runs, once per layer)."""
     calls: list[int] = []
     select = PreallocatedLayer.batch_select_indices
@@ -70,7 +70,7 @@ def test_riding_rows_change_nothing_and_save_copies(tiny, monkeypatch, temperatu
     engine.eos_ids = engine.eos_ids | {10, 20}  # greedy rows of prompts 1 and 4 stop on their own
     p = SamplingParams(max_new_tokens=16, n=2, temperature=temperature, seed=5)
     limits = [16, 2, 9, 16, 1, 6, 11, 16, 3, 4, 5, 7]  # rows finish one or two at a time
-    calls = counting(monkeypatch, layers)
+    calls = counting(monkeypatch)
     lazy = engine.generate(PROMPTS, p, limits)
     lazy_compactions = len(calls) // layers
     calls.clear()
