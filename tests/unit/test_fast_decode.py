@@ -143,9 +143,9 @@ def shared_seen(monkeypatch) -> list[int]:
     seen: list[int] = []
     plain = attention.grouped_decode_attention
 
-    def spy(query, key, value, mask, scaling, shared=0):
+    def spy(query, key, value, mask, scaling, shared=0, frozen=None):
         seen.append(shared)
-        return plain(query, key, value, mask, scaling, shared)
+        return plain(query, key, value, mask, scaling, shared, frozen)
 
     monkeypatch.setattr(attention, "grouped_decode_attention", spy)
     return seen

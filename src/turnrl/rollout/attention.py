@@ -16,13 +16,18 @@ layer, about 4 GB/s). Told how many leading positions are shared (`SHARED_KV`, a
 forward hands every attention call), the function reads them once, from the first row, as one product
 of all the rows' queries, then the rest per row, and takes one softmax over both.
 
+The same products in bfloat16 copy an operand whose rows are not laid out back to back, as the
+preallocated cache's view of its filled part is not (`kv_cache.freeze`): told where a copy of the
+prompt's own positions made when decoding began is (`FROZEN_KV`), the function reads those from it
+and only the positions sampled since from the view, again under one softmax.
+
 The function is registered with transformers under `DECODE_ATTENTION` and switched on only while
 `HFEngine` samples (`decode_attention`), so a saved config or a training forward never sees it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -35,6 +40,12 @@ DECODE_ATTENTION = "turnrl_decode"
 SHARED_KV = "turnrl_shared_kv"
 """The forward keyword naming how many leading cached positions hold the same keys and values in every
 row (0 or absent: none)."""
+FROZEN_KV = "turnrl_frozen_kv"
+"""The forward keyword holding a function from a layer's index to its (start, keys, values): the
+contiguous keys and values of the positions from `start` on that decoding began with
+(`kv_cache.PreallocatedLayer.freeze`), or None (absent: none)."""
+
+Frozen = tuple[int, torch.Tensor, torch.Tensor]
 
 
 def grouped_decode_attention(
@@ -44,29 +55,36 @@ def grouped_decode_attention(
     mask: torch.Tensor | None,
     scaling: float,
     shared: int = 0,
+    frozen: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T * scaling + mask) v for one query token per row, (B, 1, H, D) out.
 
     query (B, H, 1, D); key, value (B, K, T, D) with H = K * G: the G query heads of key head k are
     rows k*G .. k*G+G-1, as `repeat_kv` lays them out. mask: boolean (B, 1, 1, T), True = attend, or
     None. `shared`: the first `shared` positions hold the same keys and values in every row (and
-    every row attends them); they are read from row 0 alone. Hand-worked: one row, one head, keys
-    [[1, 0], [0, 1]], values [[1, 2], [3, 4]], query [ln 3, 0], scaling 1 -> scores [ln 3, 0] ->
-    weights [3/4, 1/4] -> output [1.5, 2.5]."""
+    every row attends them); they are read from row 0 alone. `frozen`: (keys, values) (B, K, F, D)
+    equal to positions `shared` .. `shared` + F of `key` and `value`, read from there instead.
+    Hand-worked: one row, one head, keys [[1, 0], [0, 1]], values [[1, 2], [3, 4]], query [ln 3, 0],
+    scaling 1 -> scores [ln 3, 0] -> weights [3/4, 1/4] -> output [1.5, 2.5]."""
     b, h, _, d = query.shape
     k = key.shape[1]
     q = query.reshape(b, k, h // k, d)
-    own = key[:, :, shared:]
-    scores = torch.matmul(q, own.transpose(-1, -2))  # (B, K, G, T - shared)
+    start = shared + (frozen[0].shape[2] if frozen is not None else 0)
+    blocks = [*([frozen] if frozen is not None else []), (key[:, :, start:], value[:, :, start:])]
+    parts = [torch.matmul(q, bk.transpose(-1, -2)) for bk, _ in blocks]  # (B, K, G, block length)
     if shared:
-        scores = torch.cat([_all_rows(q, key[0, :, :shared].transpose(-1, -2)), scores], -1)
-    scores = scores.float() * scaling
+        parts.insert(0, _all_rows(q, key[0, :, :shared].transpose(-1, -2)))
+    scores = (torch.cat(parts, -1) if len(parts) > 1 else parts[0]).float() * scaling
     if mask is not None:
         scores = scores.masked_fill(~mask[:, :, -1:, : key.shape[2]], float("-inf"))
     weights = torch.softmax(scores, -1).to(value.dtype)
-    out = torch.matmul(weights[..., shared:], value[:, :, shared:])  # (B, K, G, D)
-    if shared:
-        out = out + _all_rows(weights[..., :shared], value[0, :, :shared])
+    out = _all_rows(weights[..., :shared], value[0, :, :shared]) if shared else None
+    at = shared
+    for bk, bv in blocks:
+        n = bk.shape[2]
+        part = torch.matmul(weights[..., at : at + n], bv)  # (B, K, G, D)
+        out, at = (part if out is None else out + part), at + n
+    assert out is not None
     return out.reshape(b, h, 1, d).transpose(1, 2)
 
 
@@ -98,7 +116,20 @@ def decode_attention_forward(
         )
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     shared = int(kwargs.get(SHARED_KV) or 0)
-    return grouped_decode_attention(query, key, value, attention_mask, scale, shared), None
+    return grouped_decode_attention(
+        query, key, value, attention_mask, scale, shared, _frozen(module, kwargs.get(FROZEN_KV), shared)
+    ), None
+
+
+def _frozen(
+    module: torch.nn.Module, frozen_of: Callable[[int], Frozen | None] | None, shared: int
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The layer's frozen keys and values when they begin where the shared positions end."""
+    index = getattr(module, "layer_idx", None)
+    found = frozen_of(index) if frozen_of is not None and index is not None else None
+    if found is None or found[0] != shared:
+        return None
+    return found[1], found[2]
 
 
 AttentionInterface.register(DECODE_ATTENTION, decode_attention_forward)

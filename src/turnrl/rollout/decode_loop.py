@@ -17,9 +17,10 @@ from typing import Any, Protocol
 import torch
 
 from turnrl.models.cache_name import cache_kw, cache_of
-from turnrl.rollout.attention import SHARED_KV
+from turnrl.rollout.attention import FROZEN_KV, SHARED_KV
 from turnrl.rollout.base import Generation, SamplingParams
 from turnrl.rollout.graph_decode import DecodeBucket
+from turnrl.rollout.kv_cache import freeze
 from turnrl.rollout.work import EngineWork
 
 
@@ -81,6 +82,7 @@ class DecodeLoop:
         abort: Callable[[], set[int]] | None = None,
         keep: Callable[[DecodeLoop, list[int], list[int]], None] | None = None,
         shared_kv: int = 0,
+        frozen: bool = False,
     ):
         """`prefill`: (KV cache, last logits, attention mask, position ids) of the repeated rows;
         `graph`: the compiled fixed-shape decode step, or None for the dynamic cache; `abort`: the
@@ -88,7 +90,8 @@ class DecodeLoop:
         with the loop, the output rows and their batch rows just before they leave the batch (the
         engine's prefix store reads their keys and values); `shared_kv`: the leading cached positions
         every row holds the same keys and values at, for an attention that reads them once (0: none
-        or an attention that does not)."""
+        or an attention that does not); `frozen`: copy the prompt's own keys and values out of the
+        preallocated cache's view once, for the decode attention to read (`kv_cache.freeze`)."""
         self.engine, self.p, self.gen, self.budget, self.sync_every = engine, p, gen, budget, sync_every
         self.cache, self.logits, self.mask, pos = prefill
         self.context = self.mask.shape[1]  # cached positions the next decode step reads
@@ -104,7 +107,9 @@ class DecodeLoop:
         self.stopped: dict[int, int] = {}  # output row -> length cut at its stop string
         self.abort = abort
         self.keep = keep
-        self.extra = {SHARED_KV: shared_kv} if shared_kv else {}
+        self.extra: dict[str, Any] = {SHARED_KV: shared_kv} if shared_kv else {}
+        if frozen:
+            self.extra[FROZEN_KV] = freeze(self.cache, shared_kv)
         self.aborted: set[int] = set()  # output rows stopped because nobody reads them any more
         self.alive = torch.arange(b, device=device)  # batch rows still generating -> output row
         self.done = torch.zeros(b, dtype=torch.bool, device=device)  # finished, still in the batch

@@ -20,7 +20,7 @@ from turnrl.rollout.attention import decode_attention, reads_shared_kv
 from turnrl.rollout.base import Generation, SamplingParams, row_limits
 from turnrl.rollout.decode_loop import DecodeLoop
 from turnrl.rollout.graph_decode import DecodeBucket, capacity_for
-from turnrl.rollout.kv_cache import preallocated_cache
+from turnrl.rollout.kv_cache import freeze_pays, preallocated_cache
 from turnrl.rollout.prefix import prefix_layout, shared_prefix_length
 from turnrl.rollout.prefix_store import PrefixStore, Restored, store_rows
 from turnrl.rollout.rollout_copy import RolloutCopy, torch_dtype
@@ -277,8 +277,9 @@ class HFEngine:
         # a sliding-window layer's cache drops its oldest positions, the shared ones first
         once = graph is None and self.full_attention and reads_shared_kv(self.model)
         shared_kv = shared if once else 0
+        frozen = graph is None and reads_shared_kv(self.model) and freeze_pays(cache)
         loop = DecodeLoop(
-            self, p, gen, device, limits, budget, sync_every, prefill, graph, abort, keep, shared_kv
+            self, p, gen, device, limits, budget, sync_every, prefill, graph, abort, keep, shared_kv, frozen
         )
         started = now(device)
         if graph is None:
