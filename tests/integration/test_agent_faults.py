@@ -52,6 +52,7 @@ def check_observations(tok, report) -> None:
                 assert text.count("\ufffd") >= 2, text
 
 
+@pytest.mark.slow  # the soak (~6 s); the faults of every kind and schedule run by default below
 @pytest.mark.timeout(120)
 def test_1000_episodes_with_10_percent_faults(tok, tmp_path):
     start = time.perf_counter()

@@ -42,7 +42,8 @@ def train(tmp_path: Path, steps: int = 2, **extra: object) -> tuple[Path, KeepAd
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("bypass", ["auto", "false"])  # old log-probs: the engine's, or the trainer's pass
+# old log-probs: the engine's (slow: ~5 s, the same advantage path), or the trainer's pass
+@pytest.mark.parametrize("bypass", [pytest.param("auto", marks=pytest.mark.slow), "false"])
 def test_opd_advantages_are_the_teachers_minus_the_students_log_probs(tmp_path: Path, bypass: str):
     run_dir, keep = train(
         tmp_path, **{"algorithm.adv_estimator": "opd", "algorithm.rollout_correction.bypass": bypass}

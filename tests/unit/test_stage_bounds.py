@@ -109,6 +109,7 @@ def test_the_model_shape_of_tiny_random(tiny):
     assert shape.kv_bytes_per_token == 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * 4
 
 
+@pytest.mark.slow  # a benchmark's smoke run (~8 s): `python -m pytest -m slow` runs it
 def test_the_benchmark_prints_a_run_s_table(tmp_path):
     """A real run's metrics (one tiny step) through `benchmarks/stage_bounds.py`."""
     from tests.support.tiny_runs import tiny_overrides
