@@ -30,8 +30,7 @@ def whole_copy(self: PreallocatedLayer, indices: torch.Tensor) -> None:
     """Dropping rows as before: every kept row's whole buffer gathered into a new one."""
     if self._k is not None and self._v is not None:
         self._k, self._v = self._k[indices], self._v[indices]
-        if self.frozen is not None:
-            self.frozen = (self.frozen[0][indices], self.frozen[1][indices])
+        self.map_frozen(lambda t: t[indices])
         self._refresh()
 
 

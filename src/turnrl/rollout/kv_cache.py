@@ -67,11 +67,7 @@ class PreallocatedLayer(DynamicLayer):
         if self._k is not None and self._v is not None:
             self._k, self._v = (self._repeat(t, repeats) for t in (self._k, self._v))
             self._refresh()
-        if self.frozen is not None:
-            self.frozen = (
-                self.frozen[0].repeat_interleave(repeats, 0),
-                self.frozen[1].repeat_interleave(repeats, 0),
-            )
+        self.map_frozen(lambda t: t.repeat_interleave(repeats, 0))
 
     def _repeat(self, buffer: torch.Tensor, repeats: int) -> torch.Tensor:
         b, h, capacity, d = buffer.shape
@@ -88,8 +84,7 @@ class PreallocatedLayer(DynamicLayer):
             return
         if len(indices) > 1 and not bool((indices[1:] > indices[:-1]).all()):  # repeats, a new order
             self._k, self._v = self._k[indices], self._v[indices]
-            if self.frozen is not None:
-                self.frozen = (self.frozen[0][indices], self.frozen[1][indices])
+            self.map_frozen(lambda t: t[indices])
             self._refresh()
             return
         n = len(indices)
@@ -102,9 +97,13 @@ class PreallocatedLayer(DynamicLayer):
             for buffer in self.frozen or ():
                 buffer[first:n] = buffer[src]
         self._k, self._v = self._k[:n], self._v[:n]
-        if self.frozen is not None:
-            self.frozen = (self.frozen[0][:n], self.frozen[1][:n])  # a leading slice: still contiguous
+        self.map_frozen(lambda t: t[:n])  # a leading slice: still contiguous
         self._refresh()
+
+    def map_frozen(self, rows: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Apply the same row selection to the frozen keys and values as to the buffer (none: nothing)."""
+        if self.frozen is not None:
+            self.frozen = (rows(self.frozen[0]), rows(self.frozen[1]))
 
     def freeze(self, start: int) -> None:
         """Copy positions `start` .. the current length (the prompt's, which later steps only read)
